@@ -1,0 +1,38 @@
+# Thin driver over CMake. `make demo` and `make test` are the two commands in the README.
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build test demo bench test-asan test-tsan lint clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+demo: build
+	@tests/demo/run-demo.sh $(BUILD)
+
+bench: build
+	@bench/run-bench.sh $(BUILD)
+
+test-asan:
+	@WD_WITH_SANITIZERS=1 scripts/install-deps.sh
+	@$(MAKE) --no-print-directory test BUILD=build-asan CMAKE_FLAGS="-DWD_SANITIZE=address,undefined"
+
+test-tsan:
+	@WD_WITH_SANITIZERS=1 scripts/install-deps.sh
+	@$(MAKE) --no-print-directory test BUILD=build-tsan CMAKE_FLAGS="-DWD_SANITIZE=thread"
+
+lint: build
+	@scripts/lint.sh $(BUILD)
+
+clean:
+	rm -rf build build-asan build-tsan

@@ -1,0 +1,93 @@
+/*
+ * The flight-recorder record: fixed size, no pointers, decodable by a program that was never
+ * attached to the process (strings are ids into the string table, events are slot ids).
+ */
+#ifndef WD_RECORD_H
+#define WD_RECORD_H
+
+#include <stdint.h>
+
+/* Event types: the bit index of NCCL's type bit, so type = ctz(bit). */
+enum {
+  WD_T_GROUP = 0,
+  WD_T_COLL = 1,
+  WD_T_P2P = 2,
+  WD_T_PROXYOP = 3,
+  WD_T_PROXYSTEP = 4,
+  WD_T_PROXYCTRL = 5,
+  WD_T_KERNELCH = 6,
+  WD_T_NETPLUGIN = 7,
+  WD_T_GROUPAPI = 8,
+  WD_T_COLLAPI = 9,
+  WD_T_P2PAPI = 10,
+  WD_T_KERNELLAUNCH = 11,
+  WD_T_CECOLL = 12,
+  WD_T_CESYNC = 13,
+  WD_T_CEBATCH = 14,
+  WD_T_COUNT = 15,
+  WD_T_UNKNOWN = 255
+};
+
+enum { WD_PH_START = 0, WD_PH_STATE = 1, WD_PH_STOP = 2 };
+
+enum {
+  WD_F_SEND = 1 << 0,          /* ProxyOp isSend */
+  WD_F_GRAPH = 1 << 1,         /* graph captured (API events; Coll/P2p when the API parent said so) */
+  WD_F_DETACHED = 1 << 2,      /* PXN: context or pid not ours */
+  WD_F_ORPHAN = 1 << 3,        /* parent handle was stale or unknown */
+  WD_F_ABANDONED = 1 << 4,     /* stop record written by the watchdog, not NCCL */
+};
+
+#define WD_SLOT_NONE 0xffffffffu    /* no parent */
+#define WD_SLOT_FOREIGN 0xfffffffeu /* parent lives in another process or is not ours */
+#define WD_SLOT_DETACHED_BIT 0x80000000u
+
+/*
+ * Field use per type (a = `a`, c = `count`, p = `peer`, n = `n`):
+ *   Coll/CeColl: a=seqNumber c=count p=root; func dtype algo proto nChannels nWarps
+ *   P2p:         c=count p=peer; func dtype nChannels
+ *   CollApi:     c=count p=root; func dtype      P2pApi: c=count; func dtype
+ *   GroupApi:    n=groupDepth
+ *   ProxyOp:     pid n=nSteps c=chunkSize p=peer channel; flags SEND
+ *   ProxyStep:   n=step; state records: a=transSize
+ *   KernelCh:    a=pTimer channel (start: GPU start time; KernelChStop state: GPU stop time)
+ *   ProxyCtrl:   state records: n=appendedProxyOps
+ *   NetPlugin:   a=id
+ *   CeSync:      n=nRanks     CeBatch: n=numOps c=totalBytes
+ *   detached:    raw = parentObj value as NCCL passed it (for correlation across processes)
+ */
+typedef struct wd_record {
+  uint64_t turn;  /* publication word: 2*ticket+1 while written, 2*ticket+2 once complete */
+  uint64_t ts_ns; /* CLOCK_MONOTONIC */
+  uint64_t a;
+  uint64_t count;
+  uint64_t raw;
+  uint32_t slot;   /* event slot id */
+  uint32_t parent; /* parent slot id, WD_SLOT_NONE or WD_SLOT_FOREIGN */
+  int32_t tid;
+  int32_t peer;
+  int32_t n;
+  int32_t pid;
+  uint8_t phase;
+  uint8_t type;
+  uint8_t state; /* NCCL state id for WD_PH_STATE, last state otherwise */
+  uint8_t flags;
+  uint8_t func; /* string table ids */
+  uint8_t dtype;
+  uint8_t algo;
+  uint8_t proto;
+  uint8_t channel;
+  uint8_t nChannels;
+  uint8_t nWarps;
+  uint8_t rsv0;
+  uint32_t rsv1;
+} wd_record;
+
+_Static_assert(sizeof(wd_record) == 80, "ring record is 80 bytes");
+#define WD_RECORD_WORDS (sizeof(wd_record) / sizeof(uint64_t))
+
+const char *wd_type_name(unsigned type);   /* "Coll", "ProxyStep", ... "Unknown" */
+const char *wd_state_name(unsigned state); /* "RecvWait", "KernelChStop", ... "State<n>" */
+const char *wd_phase_name(unsigned phase); /* "start", "state", "stop" */
+
+#endif

@@ -1,0 +1,36 @@
+/*
+ * Lock-free overwrite ring of wd_record. Any number of writers; a writer takes a ticket with one
+ * fetch-add and publishes the slot with a release store of its turn word. A reader copies a record
+ * and re-checks the turn to tell a torn record from a complete one.
+ */
+#ifndef WD_RING_H
+#define WD_RING_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "record.h"
+
+typedef struct wd_ring {
+  _Atomic uint64_t head; /* next ticket */
+  uint32_t mask;         /* capacity - 1, capacity a power of two */
+  uint32_t rsv;
+  wd_record *recs;
+} wd_ring;
+
+/* capacity is rounded up to a power of two (minimum 16). Returns 0, or -1 when out of memory. */
+int wd_ring_init(wd_ring *r, uint32_t capacity);
+void wd_ring_destroy(wd_ring *r);
+
+/* Append a copy of *rec (its turn field is ignored). Never blocks, never allocates. */
+void wd_ring_write(wd_ring *r, const wd_record *rec);
+
+/* Copy out up to max complete records, oldest first, into out. Returns the number copied;
+ * *torn receives the number of records skipped because a writer was inside them and *lost the
+ * number of records overwritten before they could be read. Safe while writers run. */
+uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
+                          uint64_t *lost);
+
+static inline uint32_t wd_ring_capacity(const wd_ring *r) { return r->mask + 1; }
+
+#endif

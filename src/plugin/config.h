@@ -1,0 +1,57 @@
+/* Effective configuration, read once at the first init (environment wins over the file). */
+#ifndef WD_CONFIG_H
+#define WD_CONFIG_H
+
+#include <stdint.h>
+
+#define WD_PATH_MAX 1024
+
+enum { WD_ACTION_DUMP = 0, WD_ACTION_ABORT = 1 };
+
+typedef struct wd_config {
+  int enable;                    /* NCCL_WATCHDOG_ENABLE, default 1 */
+  uint64_t timeout_ns;           /* NCCL_WATCHDOG_TIMEOUT, default 300 s */
+  uint64_t poll_ns;              /* NCCL_WATCHDOG_POLL, default 1 s */
+  uint64_t unreached_timeout_ns; /* NCCL_WATCHDOG_UNREACHED_TIMEOUT, default 0 = never */
+  char dump_dir[WD_PATH_MAX];    /* NCCL_WATCHDOG_DUMP_DIR, empty = ./nccl-watchdog-<job> */
+  uint32_t ring_size;            /* NCCL_WATCHDOG_RING_SIZE: op-level records per comm, power of 2 */
+  uint32_t proxy_ring_size;      /* NCCL_WATCHDOG_PROXY_RING_SIZE: proxy-level records per comm */
+  uint32_t max_events;           /* NCCL_WATCHDOG_MAX_EVENTS: live event slots per comm */
+  int signal;                    /* NCCL_WATCHDOG_SIGNAL, default SIGUSR1, 0 = none */
+  int bt_signal;                 /* NCCL_WATCHDOG_BACKTRACE_SIGNAL, default SIGRTMIN+3 */
+  int action;                    /* NCCL_WATCHDOG_ACTION: WD_ACTION_DUMP or WD_ACTION_ABORT */
+  int event_mask;                /* NCCL_WATCHDOG_EVENT_MASK */
+  int backtrace;                 /* NCCL_WATCHDOG_BACKTRACE, default 1 */
+  uint64_t bt_wait_ns;           /* NCCL_WATCHDOG_BACKTRACE_WAIT: per-dump wait for threads, 500ms */
+  int peer_dumps;                /* NCCL_WATCHDOG_PEER_DUMPS: trigger files, default 1 */
+  int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
+} wd_config;
+
+/* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).
+ * See docs/architecture.md for why each bit is there. */
+#define WD_DEFAULT_EVENT_MASK 0x65f
+
+/* Called once per rejected value with a complete sentence. */
+typedef void (*wd_config_warn_fn)(const char *msg);
+/* Environment lookup; tests pass their own. */
+typedef const char *(*wd_getenv_fn)(const char *name);
+
+void wd_config_defaults(wd_config *cfg);
+/* Fill cfg from the file named by NCCL_WATCHDOG_CONFIG (if any), then the environment.
+ * Never fails: a bad value is reported through warn and replaced by its default. */
+void wd_config_load(wd_config *cfg, wd_getenv_fn getenv_fn, wd_config_warn_fn warn);
+
+/* Parsers, exposed for tests. Return 0 on success, -1 on a malformed or out-of-range value. */
+int wd_parse_duration_ns(const char *s, uint64_t *out_ns); /* "300", "2.5", "500ms", "30s", "5m", "1h" */
+int wd_parse_signal(const char *s, int *out_sig);          /* "SIGUSR1", "USR1", "10", "none" -> 0 */
+int wd_parse_bool(const char *s, int *out);                /* 1/0, true/false, yes/no, on/off */
+int wd_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+int wd_parse_mask(const char *s, int *out);                /* decimal or 0x hex */
+
+/* Name of the signal for logs and dumps ("SIGUSR1", "SIGRTMIN+3", "none"). */
+const char *wd_signal_name(int sig, char *buf, int len);
+
+/* One line describing the effective settings, for the INFO line at first init. */
+void wd_config_describe(const wd_config *cfg, char *buf, int len);
+
+#endif

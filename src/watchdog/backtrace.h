@@ -1,0 +1,63 @@
+/*
+ * Backtraces of every thread of the process. The collecting thread signals each thread with a
+ * dedicated real-time signal; each handler stores raw return addresses into a preallocated slot;
+ * symbolisation happens afterwards on the collecting thread.
+ */
+#ifndef WD_BACKTRACE_H
+#define WD_BACKTRACE_H
+
+#include <stdint.h>
+
+#define WD_BT_MAX_FRAMES 64
+#define WD_BT_MAX_THREADS 1024
+
+enum {
+  WD_BT_OK = 0,        /* answered; frames valid */
+  WD_BT_SELF = 1,      /* the collecting thread itself */
+  WD_BT_NO_ANSWER = 2, /* signalled, did not answer within the wait */
+  WD_BT_BLOCKED = 3,   /* its mask blocks or ignores the signal: not asked */
+  WD_BT_GONE = 4,      /* exited before it could be asked */
+};
+
+typedef struct wd_bt_frame {
+  uint64_t pc;
+  uint64_t module_offset; /* pc - load base of module */
+  uint64_t symbol_offset; /* pc - symbol start, when symbol is known */
+  char module[256];       /* path of the object, "" when unknown */
+  char symbol[128];       /* "" when unknown */
+} wd_bt_frame;
+
+typedef struct wd_bt_thread {
+  int tid;
+  int status;    /* WD_BT_* */
+  char name[32]; /* /proc/self/task/<tid>/comm */
+  int nframes;
+  wd_bt_frame frames[WD_BT_MAX_FRAMES];
+} wd_bt_thread;
+
+typedef struct wd_bt_module {
+  uint64_t start, end, offset; /* mapping range and file offset */
+  char perms[8];
+  char path[256];
+} wd_bt_module;
+
+typedef struct wd_bt_result {
+  int nthreads;
+  int asked;    /* threads signalled */
+  int answered; /* threads that stored a stack */
+  wd_bt_thread *threads;
+  int nmodules;
+  wd_bt_module *modules; /* executable mappings, from /proc/self/maps */
+} wd_bt_result;
+
+/* Install the handler for signo (saving the previous action) and warm libunwind up so the first
+ * use inside a handler takes no lock. Returns 0, or -1 (backtraces then report "disabled"). */
+int wd_bt_init(int signo);
+/* Restore the previous action of the signal. Safe to call when init failed or was not called. */
+void wd_bt_fini(void);
+/* Collect every thread's stack (this thread's too), waiting at most wait_ns for the others.
+ * Allocates; call from the dumping thread only. Returns 0, or -1 with res empty. */
+int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns);
+void wd_bt_free(wd_bt_result *res);
+
+#endif

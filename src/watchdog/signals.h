@@ -1,0 +1,17 @@
+/*
+ * The snapshot signal (NCCL_WATCHDOG_SIGNAL, SIGUSR1 by default). The handler is
+ * async-signal-safe: it counts the signal, writes to the watchdog's wake fd and chains to the
+ * handler that was installed before (never to SIG_DFL, which would kill the job).
+ */
+#ifndef WD_SIGNALS_H
+#define WD_SIGNALS_H
+
+/* Install for signo; wake_fd is an eventfd (8-byte writes) or the write end of a pipe.
+ * Returns 0, or -1 (logged by the caller). */
+int wd_snapsig_install(int signo, int wake_fd);
+/* Restore the previous action if ours is still installed. Idempotent. */
+void wd_snapsig_restore(void);
+/* Signals received since the last call (atomic exchange); *sender_pid gets the last sender, or 0. */
+int wd_snapsig_take(int *sender_pid);
+
+#endif
