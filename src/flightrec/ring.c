@@ -1,0 +1,59 @@
+/* Overwrite ring with per-slot turn words (the folly/printk scheme, see docs/architecture.md). */
+#include "ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int wd_ring_init(wd_ring *r, uint32_t capacity) {
+  uint32_t cap = 16;
+  while (cap < capacity && cap < (1u << 30)) cap <<= 1;
+  memset(r, 0, sizeof(*r));
+  r->recs = calloc(cap, sizeof(wd_record));
+  if (r->recs == NULL) return -1;
+  r->mask = cap - 1;
+  atomic_init(&r->head, 0);
+  return 0;
+}
+
+void wd_ring_destroy(wd_ring *r) {
+  free(r->recs);
+  r->recs = NULL;
+}
+
+/* Payload words are stored with relaxed atomics: the turn word orders them, and readers copy
+ * while writers may be inside the slot (the turn check discards such copies). */
+void wd_ring_write(wd_ring *r, const wd_record *rec) {
+  uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
+  wd_record *slot = &r->recs[t & r->mask];
+  uint64_t *dst = (uint64_t *)slot;
+  const uint64_t *src = (const uint64_t *)rec;
+  __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
+  /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
+  atomic_thread_fence(memory_order_release);
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
+}
+
+uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
+                          uint64_t *lost) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  uint64_t cap = (uint64_t)r->mask + 1;
+  uint64_t first = head > cap ? head - cap : 0;
+  if (head - first > max) first = head - max;
+  uint32_t n = 0, bad = 0;
+  for (uint64_t t = first; t < head; t++) {
+    const uint64_t *src = (const uint64_t *)&r->recs[t & r->mask];
+    uint64_t want = 2 * t + 2;
+    if (__atomic_load_n(&src[0], __ATOMIC_ACQUIRE) != want) { bad++; continue; }
+    uint64_t *dst = (uint64_t *)&out[n];
+    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    /* Orders the payload loads before the re-check of the turn. */
+    atomic_thread_fence(memory_order_acquire);
+    if (__atomic_load_n(&src[0], __ATOMIC_RELAXED) != want) { bad++; continue; }
+    dst[0] = want;
+    n++;
+  }
+  if (torn) *torn = bad;
+  if (lost) *lost = first;
+  return n;
+}

@@ -1,0 +1,25 @@
+/* Time and thread identity for the hot path: no system call after the first use per thread. */
+#ifndef WD_CLOCK_H
+#define WD_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+/* CLOCK_MONOTONIC through the vDSO. */
+static inline uint64_t wd_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Kernel thread id, cached per thread (one gettid per thread, refreshed after fork). */
+int wd_tid_slow(void);
+extern __thread int wd_tid_cache;
+static inline int wd_tid(void) {
+  int t = wd_tid_cache;
+  return t ? t : wd_tid_slow();
+}
+/* Forget cached tids (called in a forked child). */
+void wd_tid_forget(void);
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * Profiler contexts (one per communicator init) and the process-wide state they share: the
+ * registry of contexts this process created, the detach pool for PXN events, the configuration.
+ */
+#ifndef WD_CONTEXT_H
+#define WD_CONTEXT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../flightrec/ring.h"
+#include "config.h"
+#include "gpu.h"
+#include "pool.h"
+
+#define WD_CTX_MAGIC 0x57444358u /* "WDCX" */
+#define WD_NSTR 256
+
+typedef struct wd_context {
+  uint32_t magic;
+  int abi;
+  uint64_t comm_id;
+  char name[128];
+  int rank, nranks, nnodes;
+  int cuda_dev;
+  char gpu_uuid[WD_UUID_LEN];
+  uint64_t init_ns;
+  int kch_on; /* KernelCh was in the mask we set: every Coll/P2p gets nChannels kernel children */
+  wd_pool pool;
+  wd_ring ring;       /* operation-level records */
+  wd_ring proxy_ring; /* proxy-level records */
+  _Atomic uint64_t order_next;
+  _Atomic uint64_t completed_order; /* highest order of a root op completed by its own events */
+  _Atomic uint64_t last_progress_ns;
+  _Atomic int64_t seq_enq[WD_NSTR]; /* by func string id */
+  _Atomic int64_t seq_done[WD_NSTR];
+  _Atomic int64_t p2p_enq, p2p_done;
+  _Atomic uint64_t dropped, stale;
+  struct wd_context *next; /* process list, under wd_proc.lock */
+} wd_context;
+
+typedef struct wd_process {
+  pthread_mutex_t lock; /* init, finalize and the watchdog's scans; never the hot path */
+  int nctx;
+  wd_context *contexts;
+  wd_config cfg;
+  pid_t pid;
+  int abi_max;
+  wd_pool detached;
+  wd_ring detached_ring;
+  struct wd_blacklist *detached_bl;
+  _Atomic uint64_t detached_dropped;
+} wd_process;
+
+extern wd_process wd_proc;
+/* 1 while process-wide resources exist (first init .. last finalize), 0 in a forked child. */
+extern _Atomic int wd_proc_active;
+
+/* Is ctx a live context of this process? Lock-free. */
+int wd_registry_has(const void *ctx);
+
+/* init/finalize of one context. Return 0 or -1 (init: *out NULL means disabled). */
+int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *name, int nnodes,
+                      int nranks, int rank, int *mask, void *logfn);
+void wd_context_destroy(wd_context *ctx);
+
+#endif

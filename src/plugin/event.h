@@ -1,0 +1,73 @@
+/*
+ * An event slot: what a handle given to NCCL points at. Slots live in chunks that are never freed
+ * before their pool, so a stale handle always points at readable memory; the low bits of a handle
+ * carry the slot's incarnation tag so a stale handle is recognised instead of trusted.
+ *
+ * Reference counting keeps a parent slot from being reused while children point at it: refs is
+ * 1 (the event itself, until stopped) + live children + a "hold" while kernel channels are
+ * expected. The slot returns to its pool when refs reaches zero. For Coll/P2p this moment is
+ * also the operation's completion.
+ */
+#ifndef WD_EVENT_H
+#define WD_EVENT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "../flightrec/record.h"
+
+struct wd_context;
+struct wd_pool;
+
+#define WD_TAG_MASK 63u
+#define WD_EVENT_ALIGN 64
+
+enum { WD_KIND_CHILD = 0, WD_KIND_ROOT = 1 };
+
+typedef struct wd_event {
+  /* Seqlock word for readers on the watchdog thread: odd while the slot is (re)initialised. */
+  _Atomic uint64_t seq;
+  /* The start record, written word by word with relaxed atomics before seq turns even. */
+  union {
+    wd_record start;
+    uint64_t startw[WD_RECORD_WORDS];
+  };
+  _Atomic uint64_t last_ns;    /* last progress at or under this event */
+  _Atomic uint64_t last_trans; /* ProxyStep transSize / KernelCh stop time */
+  _Atomic uint64_t order;      /* root ops: enqueue order within the context */
+  _Atomic uint32_t refs;
+  _Atomic uint32_t open;     /* 1 until stopped by NCCL or abandoned by the watchdog */
+  _Atomic uint32_t hold;     /* root ops: 1 while expected kernel channels are outstanding */
+  _Atomic uint32_t live;     /* 1 while allocated */
+  _Atomic uint32_t children_open;
+  _Atomic uint32_t children_seen;
+  _Atomic uint32_t steps_done;
+  _Atomic uint32_t kch_done;
+  _Atomic uint32_t kch_expected;
+  _Atomic uint32_t tag;      /* incarnation, low 6 bits go into the handle */
+  _Atomic uint8_t state;     /* last NCCL state id, 0xff none */
+  _Atomic uint8_t kind;      /* WD_KIND_* */
+  _Atomic uint8_t reported;  /* stall already reported in the current episode */
+  _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
+  struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */
+  struct wd_context *ctx;             /* owning context; NULL for detached events */
+  struct wd_pool *pool;               /* immutable */
+  uint32_t slot_id;                   /* immutable */
+} __attribute__((aligned(WD_EVENT_ALIGN))) wd_event;
+
+static inline void *wd_event_handle(wd_event *ev) {
+  return (void *)((uintptr_t)ev | (atomic_load_explicit(&ev->tag, memory_order_relaxed) & WD_TAG_MASK));
+}
+
+/* The slot a handle names, or NULL when the handle is NULL or stale. Handles are only ever
+ * values this process returned, so the slot memory is ours (pools never free chunks early). */
+static inline wd_event *wd_event_from_handle(void *h) {
+  if (h == NULL) return NULL;
+  wd_event *ev = (wd_event *)((uintptr_t)h & ~(uintptr_t)WD_TAG_MASK);
+  uint32_t tag = (uint32_t)((uintptr_t)h & WD_TAG_MASK);
+  if ((atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) != tag) return NULL;
+  if (!atomic_load_explicit(&ev->live, memory_order_acquire)) return NULL;
+  return ev;
+}
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * The NCCL-facing entry points: ncclProfiler_v6, _v5 and _v4. Each version's descriptor is
+ * normalised into one internal start request; everything after that is version-independent.
+ * Every callback returns ncclSuccess; init "fails" only by returning a NULL context.
+ */
+#include <string.h>
+#include <unistd.h>
+
+#include "../flightrec/strtab.h"
+#include "context.h"
+#include "log.h"
+#include "profiler_abi.h"
+#include "track.h"
+
+#define WD_EXPORT __attribute__((visibility("default")))
+
+static inline unsigned wd_type_of(uint64_t bit) {
+  if (bit == 0 || (bit & (bit - 1)) != 0) return WD_T_UNKNOWN;
+  unsigned t = (unsigned)__builtin_ctzll(bit);
+  return t < WD_T_COUNT ? t : WD_T_UNKNOWN;
+}
+
+static inline void wd_req_init(wd_start_req *req, void *context, void *parent, unsigned type) {
+  memset(req, 0, sizeof(*req));
+  req->context = context;
+  req->parent_obj = parent;
+  req->rec.type = (uint8_t)type;
+  req->rec.peer = -1;
+}
+
+/* Fields common to v4, v5 and v6 (the union members they share). */
+#define WD_FILL_COMMON(req, d)                                                                 \
+  case WD_T_PROXYOP:                                                                           \
+    (req)->pid = (d)->proxyOp.pid;                                                             \
+    (req)->rec.pid = (d)->proxyOp.pid;                                                         \
+    (req)->rec.channel = (d)->proxyOp.channelId;                                               \
+    (req)->rec.peer = (d)->proxyOp.peer;                                                       \
+    (req)->rec.n = (d)->proxyOp.nSteps;                                                        \
+    (req)->rec.count = (uint64_t)(d)->proxyOp.chunkSize;                                       \
+    if ((d)->proxyOp.isSend) (req)->rec.flags |= WD_F_SEND;                                    \
+    break;                                                                                     \
+  case WD_T_PROXYSTEP: (req)->rec.n = (d)->proxyStep.step; break;                              \
+  case WD_T_KERNELCH:                                                                          \
+    (req)->rec.channel = (d)->kernelCh.channelId;                                              \
+    (req)->rec.a = (d)->kernelCh.pTimer;                                                       \
+    break;                                                                                     \
+  case WD_T_NETPLUGIN: (req)->rec.a = (uint64_t)(d)->netPlugin.id; break;
+
+/* Fields of the v5 members (also in v6). */
+#define WD_FILL_V5(req, d)                                                                     \
+  case WD_T_GROUPAPI:                                                                          \
+    (req)->rec.n = (d)->groupApi.groupDepth;                                                   \
+    if ((d)->groupApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                           \
+    break;                                                                                     \
+  case WD_T_COLLAPI:                                                                           \
+    (req)->rec.func = wd_str_id((d)->collApi.func);                                            \
+    (req)->rec.count = (d)->collApi.count;                                                     \
+    (req)->rec.dtype = wd_str_id((d)->collApi.datatype);                                       \
+    (req)->rec.peer = (d)->collApi.root;                                                       \
+    if ((d)->collApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                            \
+    break;                                                                                     \
+  case WD_T_P2PAPI:                                                                            \
+    (req)->rec.func = wd_str_id((d)->p2pApi.func);                                             \
+    (req)->rec.count = (d)->p2pApi.count;                                                      \
+    (req)->rec.dtype = wd_str_id((d)->p2pApi.datatype);                                        \
+    if ((d)->p2pApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                             \
+    break;                                                                                     \
+  case WD_T_COLL:                                                                              \
+    (req)->rec.a = (d)->coll.seqNumber;                                                        \
+    (req)->rec.func = wd_str_id((d)->coll.func);                                               \
+    (req)->rec.count = (d)->coll.count;                                                        \
+    (req)->rec.peer = (d)->coll.root;                                                          \
+    (req)->rec.dtype = wd_str_id((d)->coll.datatype);                                          \
+    (req)->rec.nChannels = (d)->coll.nChannels;                                                \
+    (req)->rec.nWarps = (d)->coll.nWarps;                                                      \
+    (req)->rec.algo = wd_str_id((d)->coll.algo);                                               \
+    (req)->rec.proto = wd_str_id((d)->coll.proto);                                             \
+    break;                                                                                     \
+  case WD_T_P2P:                                                                               \
+    (req)->rec.func = wd_str_id((d)->p2p.func);                                                \
+    (req)->rec.dtype = wd_str_id((d)->p2p.datatype);                                           \
+    (req)->rec.count = (d)->p2p.count;                                                         \
+    (req)->rec.peer = (d)->p2p.peer;                                                           \
+    (req)->rec.nChannels = (d)->p2p.nChannels;                                                 \
+    break;
+
+static inline int wd_accepting(void *context, void **eHandle) {
+  if (eHandle) *eHandle = NULL;
+  return eHandle != NULL && context != NULL &&
+         atomic_load_explicit(&wd_proc_active, memory_order_acquire);
+}
+
+static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
+  if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
+  unsigned type = wd_type_of(d->type);
+  if (type == WD_T_UNKNOWN) return ncclSuccess;
+  wd_start_req req;
+  wd_req_init(&req, context, d->parentObj, type);
+  switch (type) {
+    WD_FILL_COMMON(&req, d)
+    WD_FILL_V5(&req, d)
+  case WD_T_CECOLL:
+    req.rec.a = d->ceColl.seqNumber;
+    req.rec.func = wd_str_id(d->ceColl.func);
+    req.rec.count = d->ceColl.count;
+    req.rec.peer = d->ceColl.root;
+    req.rec.dtype = wd_str_id(d->ceColl.datatype);
+    break;
+  case WD_T_CESYNC: req.rec.n = d->ceCollSync.nRanks; break;
+  case WD_T_CEBATCH:
+    req.rec.n = d->ceCollBatch.numOps;
+    req.rec.count = d->ceCollBatch.totalBytes;
+    break;
+  default: break;
+  }
+  *eHandle = wd_track_start(&req);
+  return ncclSuccess;
+}
+
+static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
+  if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
+  unsigned type = wd_type_of(d->type);
+  if (type == WD_T_UNKNOWN || type >= WD_T_CECOLL) return ncclSuccess;
+  wd_start_req req;
+  wd_req_init(&req, context, d->parentObj, type);
+  switch (type) {
+    WD_FILL_COMMON(&req, d)
+    WD_FILL_V5(&req, d)
+  default: break;
+  }
+  *eHandle = wd_track_start(&req);
+  return ncclSuccess;
+}
+
+static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
+  if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
+  unsigned type = wd_type_of(d->type);
+  if (type == WD_T_UNKNOWN || type >= WD_T_GROUPAPI) return ncclSuccess;
+  wd_start_req req;
+  wd_req_init(&req, context, d->parentObj, type);
+  switch (type) {
+    WD_FILL_COMMON(&req, d)
+  case WD_T_COLL:
+    req.rec.a = d->coll.seqNumber;
+    req.rec.func = wd_str_id(d->coll.func);
+    req.rec.count = d->coll.count;
+    req.rec.peer = d->coll.root;
+    req.rec.dtype = wd_str_id(d->coll.datatype);
+    req.rec.nChannels = d->coll.nChannels;
+    req.rec.nWarps = d->coll.nWarps;
+    req.rec.algo = wd_str_id(d->coll.algo);
+    req.rec.proto = wd_str_id(d->coll.proto);
+    break;
+  case WD_T_P2P:
+    req.rec.func = wd_str_id(d->p2p.func);
+    req.rec.dtype = wd_str_id(d->p2p.datatype);
+    req.rec.count = d->p2p.count;
+    req.rec.peer = d->p2p.peer;
+    req.rec.nChannels = d->p2p.nChannels;
+    break;
+  default: break;
+  }
+  *eHandle = wd_track_start(&req);
+  return ncclSuccess;
+}
+
+static ncclResult_t wd_stop(void *eHandle) {
+  if (eHandle && atomic_load_explicit(&wd_proc_active, memory_order_acquire)) wd_track_stop(eHandle);
+  return ncclSuccess;
+}
+
+static ncclResult_t wd_record_state(void *eHandle, ncclProfilerEventState_t eState,
+                                    ncclProfilerEventStateArgs_t *eStateArgs) {
+  if (eHandle && atomic_load_explicit(&wd_proc_active, memory_order_acquire))
+    wd_track_state(eHandle, (int)eState, eStateArgs);
+  return ncclSuccess;
+}
+
+static ncclResult_t wd_init_common(void **context, int abi, uint64_t commId, int *mask,
+                                   const char *commName, int nNodes, int nranks, int rank,
+                                   ncclDebugLogger_t logfn) {
+  if (context == NULL) return ncclSuccess;
+  *context = NULL;
+  wd_context *ctx = NULL;
+  wd_context_create(&ctx, abi, commId, commName, nNodes, nranks, rank, mask, (void *)logfn);
+  *context = ctx;
+  return ncclSuccess;
+}
+
+static ncclResult_t wd_init_v6(void **context, uint64_t commId, int *mask, const char *commName,
+                               int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) {
+  return wd_init_common(context, 6, commId, mask, commName, nNodes, nranks, rank, logfn);
+}
+
+static ncclResult_t wd_init_v5(void **context, uint64_t commId, int *mask, const char *commName,
+                               int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) {
+  return wd_init_common(context, 5, commId, mask, commName, nNodes, nranks, rank, logfn);
+}
+
+static ncclResult_t wd_init_v4(void **context, int *mask, const char *commName, uint64_t commHash,
+                               int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) {
+  return wd_init_common(context, 4, commHash, mask, commName, nNodes, nranks, rank, logfn);
+}
+
+static ncclResult_t wd_finalize(void *context) {
+  if (context) wd_context_destroy((wd_context *)context);
+  return ncclSuccess;
+}
+
+WD_EXPORT ncclProfiler_v6_t ncclProfiler_v6 = {
+    "nccl-watchdog", wd_init_v6, wd_start_v6, wd_stop, wd_record_state, wd_finalize};
+WD_EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {
+    "nccl-watchdog", wd_init_v5, wd_start_v5, wd_stop, wd_record_state, wd_finalize};
+WD_EXPORT ncclProfiler_v4_t ncclProfiler_v4 = {
+    "nccl-watchdog", wd_init_v4, wd_start_v4, wd_stop, wd_record_state, wd_finalize};

@@ -1,0 +1,185 @@
+#include "pool.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "blacklist.h"
+#include "log.h"
+
+/* Bounded MPMC queue of slot indices (Vyukov). Positions are 32-bit and compared by signed
+ * difference, which stays correct across wrap-around because capacity << 2^31. */
+static int wd_q_push(wd_pool *p, uint32_t v) {
+  uint32_t pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
+  for (;;) {
+    wd_pool_cell *c = &p->cells[pos & p->qmask];
+    uint32_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+    int32_t dif = (int32_t)(seq - pos);
+    if (dif == 0) {
+      if (atomic_compare_exchange_weak_explicit(&p->qtail, &pos, pos + 1, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        atomic_store_explicit(&c->val, v, memory_order_relaxed);
+        atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+        return 0;
+      }
+    } else if (dif < 0) {
+      return -1; /* full: cannot happen, the queue holds every slot */
+    } else {
+      pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
+    }
+  }
+}
+
+static int wd_q_pop(wd_pool *p, uint32_t *v) {
+  uint32_t pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
+  for (;;) {
+    wd_pool_cell *c = &p->cells[pos & p->qmask];
+    uint32_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+    int32_t dif = (int32_t)(seq - (pos + 1));
+    if (dif == 0) {
+      if (atomic_compare_exchange_weak_explicit(&p->qhead, &pos, pos + 1, memory_order_relaxed,
+                                                memory_order_relaxed)) {
+        *v = atomic_load_explicit(&c->val, memory_order_relaxed);
+        atomic_store_explicit(&c->seq, pos + p->qmask + 1, memory_order_release);
+        return 0;
+      }
+    } else if (dif < 0) {
+      return -1; /* empty */
+    } else {
+      pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
+    }
+  }
+}
+
+static int wd_pool_add_chunk(wd_pool *p) {
+  uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_relaxed);
+  if (n >= p->max_chunks) return -1;
+  wd_event *chunk = aligned_alloc(WD_EVENT_ALIGN, sizeof(wd_event) * WD_CHUNK_SLOTS);
+  if (chunk == NULL) return -1;
+  memset(chunk, 0, sizeof(wd_event) * WD_CHUNK_SLOTS);
+  for (uint32_t i = 0; i < WD_CHUNK_SLOTS; i++) {
+    chunk[i].pool = p;
+    chunk[i].ctx = p->ctx;
+    chunk[i].slot_id = p->id_base | (n * WD_CHUNK_SLOTS + i);
+  }
+  atomic_store_explicit(&p->chunks[n], chunk, memory_order_release);
+  atomic_store_explicit(&p->nchunks, n + 1, memory_order_release);
+  for (uint32_t i = 0; i < WD_CHUNK_SLOTS; i++) wd_q_push(p, n * WD_CHUNK_SLOTS + i);
+  atomic_fetch_add_explicit(&p->nfree, WD_CHUNK_SLOTS, memory_order_relaxed);
+  return 0;
+}
+
+int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
+                 struct wd_context *ctx) {
+  memset(p, 0, sizeof(*p));
+  if (max < WD_CHUNK_SLOTS) max = WD_CHUNK_SLOTS;
+  if (initial < WD_CHUNK_SLOTS) initial = WD_CHUNK_SLOTS;
+  if (initial > max) initial = max;
+  p->max_chunks = (max + WD_CHUNK_SLOTS - 1) / WD_CHUNK_SLOTS;
+  p->id_base = id_base;
+  p->ctx = ctx;
+  uint32_t qcap = 1;
+  while (qcap < p->max_chunks * WD_CHUNK_SLOTS) qcap <<= 1;
+  p->qmask = qcap - 1;
+  p->chunks = calloc(p->max_chunks, sizeof(*p->chunks));
+  p->cells = malloc(sizeof(wd_pool_cell) * qcap);
+  if (p->chunks == NULL || p->cells == NULL) {
+    free(p->chunks);
+    free(p->cells);
+    return -1;
+  }
+  for (uint32_t i = 0; i < qcap; i++) {
+    atomic_init(&p->cells[i].seq, i);
+    atomic_init(&p->cells[i].val, 0);
+  }
+  pthread_mutex_init(&p->grow_lock, NULL);
+  uint32_t nch = (initial + WD_CHUNK_SLOTS - 1) / WD_CHUNK_SLOTS;
+  for (uint32_t i = 0; i < nch; i++) {
+    if (wd_pool_add_chunk(p) != 0) {
+      if (i == 0) {
+        wd_pool_destroy(p);
+        return -1;
+      }
+      break;
+    }
+  }
+  return 0;
+}
+
+void wd_pool_destroy(wd_pool *p) {
+  if (p->chunks) {
+    uint32_t n = atomic_load(&p->nchunks);
+    for (uint32_t i = 0; i < n; i++) free(atomic_load(&p->chunks[i]));
+    free(p->chunks);
+    p->chunks = NULL;
+    pthread_mutex_destroy(&p->grow_lock);
+  }
+  free(p->cells);
+  p->cells = NULL;
+}
+
+static inline wd_event *wd_pool_at(const wd_pool *p, uint32_t idx) {
+  wd_event *chunk = atomic_load_explicit(&p->chunks[idx / WD_CHUNK_SLOTS], memory_order_acquire);
+  return &chunk[idx % WD_CHUNK_SLOTS];
+}
+
+/* When the queue is empty, one thread adds a chunk; the others drop their event rather than
+ * wait. Only happens while the pool warms up or under a burst beyond what the watchdog reserved. */
+static int wd_pool_grow_now(wd_pool *p) {
+  if (pthread_mutex_trylock(&p->grow_lock) != 0) return -1;
+  int rc = wd_pool_add_chunk(p);
+  pthread_mutex_unlock(&p->grow_lock);
+  return rc;
+}
+
+wd_event *wd_pool_alloc(wd_pool *p) {
+  uint32_t idx;
+  for (int attempt = 0; attempt < 4; attempt++) {
+    if (wd_q_pop(p, &idx) != 0) {
+      if (wd_pool_grow_now(p) != 0) break;
+      continue;
+    }
+    wd_event *ev = wd_pool_at(p, idx);
+    /* A slot whose address is still referenced (detach pool) goes back to the end. */
+    if (p->blacklist && wd_blacklist_contains(p->blacklist, (uintptr_t)ev)) {
+      wd_q_push(p, idx);
+      continue;
+    }
+    atomic_fetch_sub_explicit(&p->nfree, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ev->seq, 1, memory_order_acq_rel); /* odd: initialising */
+    atomic_store_explicit(&ev->live, 1, memory_order_relaxed);
+    return ev;
+  }
+  atomic_fetch_add_explicit(&p->exhausted, 1, memory_order_relaxed);
+  return NULL;
+}
+
+void wd_pool_free(wd_pool *p, wd_event *ev) {
+  atomic_store_explicit(&ev->live, 0, memory_order_release);
+  atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
+  atomic_fetch_add_explicit(&p->nfree, 1, memory_order_relaxed);
+  wd_q_push(p, ev->slot_id & ~p->id_base);
+}
+
+void wd_pool_reserve(wd_pool *p, uint32_t min_free) {
+  if (atomic_load_explicit(&p->nfree, memory_order_relaxed) >= min_free) return;
+  pthread_mutex_lock(&p->grow_lock);
+  if (wd_pool_add_chunk(p) == 0)
+    WD_INFO("event pool grown to %u slots", wd_pool_nslots(p));
+  pthread_mutex_unlock(&p->grow_lock);
+}
+
+uint32_t wd_pool_nslots(const wd_pool *p) {
+  return atomic_load_explicit(&p->nchunks, memory_order_acquire) * WD_CHUNK_SLOTS;
+}
+
+wd_event *wd_pool_slot(const wd_pool *p, uint32_t idx) { return wd_pool_at(p, idx); }
+
+int wd_pool_owns(const wd_pool *p, const void *ptr) {
+  uintptr_t a = (uintptr_t)ptr;
+  uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_acquire);
+  for (uint32_t i = 0; i < n; i++) {
+    uintptr_t base = (uintptr_t)atomic_load_explicit(&p->chunks[i], memory_order_acquire);
+    if (a >= base && a < base + sizeof(wd_event) * WD_CHUNK_SLOTS) return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,63 @@
+/*
+ * Chunked event pool. Free slots wait in a FIFO (a bounded lock-free queue), so a freed slot is
+ * reused as late as possible: after every other free slot (the round-robin of the seed design).
+ * Chunks are allocated whole and never freed before the pool. Allocation never blocks; when the
+ * queue is empty one thread grows the pool by a chunk (warm-up) and the watchdog grows it ahead
+ * of need; when the configured maximum is reached the event is dropped and counted.
+ */
+#ifndef WD_POOL_H
+#define WD_POOL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "event.h"
+
+#define WD_CHUNK_SLOTS 1024u
+
+struct wd_blacklist;
+
+typedef struct wd_pool_cell {
+  _Atomic uint32_t seq;
+  _Atomic uint32_t val;
+} wd_pool_cell;
+
+typedef struct wd_pool {
+  wd_event *_Atomic *chunks; /* max_chunks entries */
+  _Atomic uint32_t nchunks;
+  uint32_t max_chunks;
+  uint32_t id_base; /* OR'ed into slot ids (WD_SLOT_DETACHED_BIT for the detach pool) */
+  wd_pool_cell *cells;
+  uint32_t qmask;
+  _Atomic uint32_t qhead, qtail;
+  _Atomic uint32_t nfree;
+  pthread_mutex_t grow_lock;
+  struct wd_context *ctx;
+  struct wd_blacklist *blacklist; /* optional: addresses that must not be handed out */
+  _Atomic uint64_t exhausted;     /* allocations refused */
+} wd_pool;
+
+/* initial and max are slot counts (rounded up to whole chunks). 0 or -1. */
+int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
+                 struct wd_context *ctx);
+void wd_pool_destroy(wd_pool *p);
+/* A slot with live=1, refs=0, seq odd (the caller initialises it and calls wd_event_publish),
+ * or NULL when the pool is at its maximum. */
+wd_event *wd_pool_alloc(wd_pool *p);
+/* Return a slot whose refs reached zero. */
+void wd_pool_free(wd_pool *p, wd_event *ev);
+/* Add one chunk if fewer than min_free slots are free. Off the hot path. */
+void wd_pool_reserve(wd_pool *p, uint32_t min_free);
+uint32_t wd_pool_nslots(const wd_pool *p);
+/* Slot by index (0..nslots-1), for scans. */
+wd_event *wd_pool_slot(const wd_pool *p, uint32_t idx);
+/* Whether ptr points into one of this pool's chunks (no dereference). */
+int wd_pool_owns(const wd_pool *p, const void *ptr);
+
+/* Make a freshly initialised slot visible to readers (seq turns even). */
+static inline void wd_event_publish(wd_event *ev) {
+  atomic_fetch_add_explicit(&ev->seq, 1, memory_order_release);
+}
+
+#endif

@@ -1,0 +1,278 @@
+/* Event lifecycle on the hot path: no malloc, no system call, no lock. */
+#include "track.h"
+
+#include <string.h>
+
+#include "../flightrec/strtab.h"
+#include "blacklist.h"
+#include "clock.h"
+#include "profiler_abi.h"
+
+__thread int wd_tid_cache;
+
+static inline void wd_max_u64(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+  while (cur < v && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+  }
+}
+
+static inline void wd_max_i64(_Atomic int64_t *a, int64_t v) {
+  int64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+  while (cur < v && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+  }
+}
+
+static inline wd_ring *wd_ring_for(const wd_event *ev, unsigned type) {
+  if (ev->ctx == NULL) return &wd_proc.detached_ring;
+  return wd_type_is_proxy_level(type) ? &ev->ctx->proxy_ring : &ev->ctx->ring;
+}
+
+static inline void wd_progress(wd_event *ev, uint64_t now) {
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
+  if (root && root != ev) atomic_store_explicit(&root->last_ns, now, memory_order_relaxed);
+  if (ev->ctx) atomic_store_explicit(&ev->ctx->last_progress_ns, now, memory_order_relaxed);
+}
+
+/* Take a reference on a parent unless it already completed (refs == 0), then re-check that the
+ * slot still holds the incarnation the handle named. */
+static wd_event *wd_try_ref(void *parent_handle) {
+  wd_event *p = wd_event_from_handle(parent_handle);
+  if (p == NULL) return NULL;
+  uint32_t r = atomic_load_explicit(&p->refs, memory_order_relaxed);
+  do {
+    if (r == 0) return NULL;
+  } while (!atomic_compare_exchange_weak_explicit(&p->refs, &r, r + 1, memory_order_acq_rel,
+                                                  memory_order_relaxed));
+  if (wd_event_from_handle(parent_handle) != p) {
+    wd_event_unref(p);
+    return NULL;
+  }
+  return p;
+}
+
+static void wd_complete_root(wd_event *ev) {
+  wd_context *ctx = ev->ctx;
+  if (ctx == NULL) return;
+  wd_record rec;
+  wd_event_read_start(ev, &rec);
+  if (rec.type == WD_T_COLL || rec.type == WD_T_CECOLL)
+    wd_max_i64(&ctx->seq_done[rec.func], (int64_t)rec.a);
+  else if (rec.type == WD_T_P2P)
+    atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed);
+  /* Ops of one communicator complete in enqueue order, so a completed op vouches for every
+   * older one (the watchdog retires those: captured-never-replayed, childless ops). Only
+   * ops that saw children count: a childless op proves nothing about the GPU. */
+  if (atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0)
+    wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed) + 1);
+}
+
+void wd_event_unref(wd_event *ev) {
+  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return;
+  if (atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT) wd_complete_root(ev);
+  if (ev->ctx == NULL) {
+    uint64_t raw = __atomic_load_n(&ev->startw[4], __ATOMIC_RELAXED); /* start.raw */
+    if (raw) wd_blacklist_unref(wd_proc.detached_bl, (uintptr_t)raw);
+  }
+  wd_event *parent = ev->parent;
+  ev->parent = NULL;
+  atomic_store_explicit(&ev->root, NULL, memory_order_relaxed);
+  wd_pool_free(ev->pool, ev);
+  if (parent) wd_event_unref(parent);
+}
+
+void wd_event_release_hold(wd_event *ev) {
+  if (atomic_exchange_explicit(&ev->hold, 0, memory_order_acq_rel) == 1) wd_event_unref(ev);
+}
+
+static void wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
+  wd_record rec;
+  wd_event_read_start(ev, &rec);
+  rec.phase = WD_PH_STOP;
+  rec.ts_ns = now;
+  rec.tid = wd_tid();
+  rec.flags |= extra_flags;
+  rec.state = atomic_load_explicit(&ev->state, memory_order_relaxed);
+  wd_ring_write(wd_ring_for(ev, rec.type), &rec);
+}
+
+/* What a child's stop means for its parent. */
+static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
+  wd_write_stop(ev, now, extra_flags);
+  wd_event *parent = ev->parent;
+  if (parent) {
+    atomic_fetch_sub_explicit(&parent->children_open, 1, memory_order_relaxed);
+    unsigned type = (unsigned)((__atomic_load_n(&ev->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff);
+    if (type == WD_T_PROXYSTEP) {
+      atomic_fetch_add_explicit(&parent->steps_done, 1, memory_order_relaxed);
+    } else if (type == WD_T_KERNELCH) {
+      uint32_t done = atomic_fetch_add_explicit(&parent->kch_done, 1, memory_order_relaxed) + 1;
+      if (done >= atomic_load_explicit(&parent->kch_expected, memory_order_relaxed))
+        wd_event_release_hold(parent);
+    }
+  }
+  wd_progress(ev, now);
+  wd_event_unref(ev);
+}
+
+int wd_event_abandon(wd_event *ev, uint64_t now) {
+  if (atomic_exchange_explicit(&ev->open, 0, memory_order_acq_rel) != 1) return 0;
+  wd_close(ev, now, WD_F_ABANDONED);
+  return 1;
+}
+
+static inline int wd_is_root_type(unsigned type) {
+  return type == WD_T_COLL || type == WD_T_P2P || type == WD_T_CECOLL;
+}
+
+/* Children that keep their parent alive and progress its operation. */
+static inline int wd_is_tracked_child(unsigned type) {
+  return type == WD_T_PROXYOP || type == WD_T_PROXYSTEP || type == WD_T_KERNELCH ||
+         type == WD_T_NETPLUGIN;
+}
+
+void *wd_track_start(wd_start_req *req) {
+  wd_record *rec = &req->rec;
+  unsigned type = rec->type;
+  if (type >= WD_T_COUNT) return NULL;
+  wd_context *ctx = (wd_context *)req->context;
+  int detached = !wd_registry_has(ctx);
+  if (type == WD_T_PROXYOP && req->pid != wd_proc.pid) detached = 1;
+  /* A PXN ProxyStep may come with a context value that happens to be ours; its parent, our
+   * detached ProxyOp, gives it away. Range check only: never dereference foreign memory. */
+  if (req->parent_obj && (type == WD_T_PROXYSTEP || type == WD_T_NETPLUGIN) &&
+      wd_pool_owns(&wd_proc.detached, req->parent_obj))
+    detached = 1;
+
+  wd_event *parent = NULL;
+  uint32_t parent_slot = WD_SLOT_NONE;
+  rec->raw = 0;
+  if (req->parent_obj) {
+    int ours = !detached || wd_pool_owns(&wd_proc.detached, req->parent_obj);
+    if (!ours) {
+      parent_slot = WD_SLOT_FOREIGN;
+      rec->raw = (uint64_t)(uintptr_t)req->parent_obj;
+    } else if (wd_is_tracked_child(type)) {
+      parent = wd_try_ref(req->parent_obj);
+      if (parent) parent_slot = parent->slot_id;
+      else rec->flags |= WD_F_ORPHAN;
+    } else {
+      wd_event *p = wd_event_from_handle(req->parent_obj);
+      if (p) {
+        parent_slot = p->slot_id;
+        uint64_t w = __atomic_load_n(&p->startw[8], __ATOMIC_RELAXED);
+        if ((w >> 24) & WD_F_GRAPH) rec->flags |= WD_F_GRAPH;
+      } else {
+        rec->flags |= WD_F_ORPHAN;
+      }
+    }
+  }
+
+  wd_pool *pool = detached ? &wd_proc.detached : &ctx->pool;
+  wd_event *ev = wd_pool_alloc(pool);
+  if (ev == NULL) {
+    if (detached) atomic_fetch_add_explicit(&wd_proc.detached_dropped, 1, memory_order_relaxed);
+    else atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
+    if (parent) wd_event_unref(parent);
+    return NULL;
+  }
+  if (detached) {
+    rec->flags |= WD_F_DETACHED;
+    if (rec->raw) wd_blacklist_ref(wd_proc.detached_bl, (uintptr_t)rec->raw);
+  }
+
+  uint64_t now = wd_now_ns();
+  rec->ts_ns = now;
+  rec->slot = ev->slot_id;
+  rec->parent = parent_slot;
+  rec->tid = wd_tid();
+  rec->phase = WD_PH_START;
+  rec->state = 0xff;
+
+  wd_event *root = NULL;
+  uint32_t refs = 1, hold = 0, kind = WD_KIND_CHILD;
+  if (wd_is_root_type(type) || (type == WD_T_PROXYOP && parent == NULL)) {
+    kind = WD_KIND_ROOT;
+    root = ev;
+    if (!detached) {
+      atomic_store_explicit(&ev->order,
+                            atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
+                            memory_order_relaxed);
+      if (ctx->kch_on && type != WD_T_CECOLL && type != WD_T_PROXYOP && rec->nChannels > 0)
+        hold = 1;
+      if (type == WD_T_COLL || type == WD_T_CECOLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
+      else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
+    }
+  } else if (parent) {
+    root = atomic_load_explicit(&parent->root, memory_order_relaxed);
+    atomic_fetch_add_explicit(&parent->children_open, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&parent->children_seen, 1, memory_order_relaxed);
+    if (root && root != parent) atomic_fetch_add_explicit(&root->children_seen, 1, memory_order_relaxed);
+  }
+
+  ev->parent = parent;
+  atomic_store_explicit(&ev->root, root, memory_order_relaxed);
+  atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
+  atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
+  atomic_store_explicit(&ev->kch_expected, hold ? rec->nChannels : 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->children_open, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
+  atomic_store_explicit(&ev->reported, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  atomic_store_explicit(&ev->open, 1, memory_order_relaxed);
+  atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
+  const uint64_t *src = (const uint64_t *)rec;
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], src[i], __ATOMIC_RELAXED);
+  wd_event_publish(ev);
+
+  wd_ring_write(wd_ring_for(ev, type), rec);
+  if (root && root != ev) wd_progress(ev, now);
+  else if (ctx && !detached) atomic_store_explicit(&ctx->last_progress_ns, now, memory_order_relaxed);
+  return wd_event_handle(ev);
+}
+
+void wd_track_stop(void *handle) {
+  wd_event *ev = wd_event_from_handle(handle);
+  if (ev == NULL) {
+    /* A stale handle is counted on nothing we could trust: just ignore it. */
+    return;
+  }
+  if (atomic_exchange_explicit(&ev->open, 0, memory_order_acq_rel) != 1) return;
+  wd_close(ev, wd_now_ns(), 0);
+}
+
+void wd_track_state(void *handle, int state, const void *args) {
+  wd_event *ev = wd_event_from_handle(handle);
+  if (ev == NULL) return;
+  const ncclProfilerEventStateArgs_t *a = (const ncclProfilerEventStateArgs_t *)args;
+  uint64_t now = wd_now_ns();
+  wd_record rec;
+  wd_event_read_start(ev, &rec);
+  rec.phase = WD_PH_STATE;
+  rec.ts_ns = now;
+  rec.tid = wd_tid();
+  rec.state = (uint8_t)(state >= 0 && state < 255 ? state : 255);
+  if (a) {
+    switch (rec.type) {
+    case WD_T_PROXYSTEP:
+      rec.a = a->proxyStep.transSize;
+      atomic_store_explicit(&ev->last_trans, rec.a, memory_order_relaxed);
+      break;
+    case WD_T_KERNELCH:
+      rec.a = a->kernelCh.pTimer;
+      atomic_store_explicit(&ev->last_trans, rec.a, memory_order_relaxed);
+      break;
+    case WD_T_PROXYCTRL: rec.n = a->proxyCtrl.appendedProxyOps; break;
+    default: break;
+    }
+  }
+  atomic_store_explicit(&ev->state, rec.state, memory_order_relaxed);
+  wd_ring_write(wd_ring_for(ev, rec.type), &rec);
+  wd_progress(ev, now);
+}

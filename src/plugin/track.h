@@ -1,0 +1,43 @@
+/*
+ * Event lifecycle shared by the entry points and the watchdog: references between events,
+ * completion of operations, progress stamps, ring records. See docs/architecture.md.
+ */
+#ifndef WD_TRACK_H
+#define WD_TRACK_H
+
+#include "context.h"
+#include "event.h"
+
+/* A start request, normalised from the v4/v5/v6 descriptors. */
+typedef struct wd_start_req {
+  void *context;
+  void *parent_obj;
+  int pid;           /* ProxyOp only */
+  wd_record rec;     /* type, flags and type fields filled by the entry point */
+} wd_start_req;
+
+void *wd_track_start(wd_start_req *req);
+void wd_track_stop(void *handle);
+void wd_track_state(void *handle, int state, const void *args /* ncclProfilerEventStateArgs_t */);
+
+/* Drop one reference; the last one completes the event and returns its slot. */
+void wd_event_unref(wd_event *ev);
+/* Stop an event NCCL will never stop (watchdog only). Returns 1 if this call closed it. */
+int wd_event_abandon(wd_event *ev, uint64_t now);
+/* Release the kernel-channel hold of a root operation once. */
+void wd_event_release_hold(wd_event *ev);
+
+/* Copy an event's start record with atomic word loads (safe while it is being reused; the
+ * caller validates with the slot's seq word). */
+static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {
+  uint64_t *dst = (uint64_t *)out;
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++)
+    dst[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
+}
+
+static inline int wd_type_is_proxy_level(unsigned type) {
+  return type == WD_T_PROXYOP || type == WD_T_PROXYSTEP || type == WD_T_PROXYCTRL ||
+         type == WD_T_KERNELCH || type == WD_T_NETPLUGIN;
+}
+
+#endif

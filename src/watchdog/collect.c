@@ -1,0 +1,115 @@
+#include "collect.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../flightrec/dumpfile.h"
+#include "../flightrec/strtab.h"
+#include "../plugin/clock.h"
+#include "../plugin/context.h"
+#include "scan.h"
+
+static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out) {
+  memset(out, 0, sizeof(*out));
+  out->capacity = wd_ring_capacity(r);
+  out->recs = malloc(sizeof(wd_record) * out->capacity);
+  if (out->recs == NULL) return -1;
+  out->written = atomic_load_explicit(&r->head, memory_order_acquire);
+  out->n = wd_ring_snapshot(r, out->recs, out->capacity, &out->torn, &out->lost);
+  return 0;
+}
+
+static int wd_collect_events(const wd_pool *pool, const wd_context *ctx, uint64_t now,
+                             wd_ev_snap **out, uint32_t *nout) {
+  uint32_t n = wd_pool_nslots(pool), k = 0;
+  wd_ev_snap *evs = malloc(sizeof(wd_ev_snap) * (n ? n : 1));
+  if (evs == NULL) return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    wd_slot_view v;
+    if (wd_slot_read(wd_pool_slot(pool, i), now, ctx, &wd_proc.cfg, &v)) evs[k++] = v.snap;
+  }
+  *out = evs;
+  *nout = k;
+  return 0;
+}
+
+static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
+  memset(c, 0, sizeof(*c));
+  c->comm_id = ctx->comm_id;
+  memcpy(c->name, ctx->name, sizeof(c->name));
+  c->rank = ctx->rank;
+  c->nranks = ctx->nranks;
+  c->nnodes = ctx->nnodes;
+  c->abi = ctx->abi;
+  c->cuda_dev = ctx->cuda_dev;
+  memcpy(c->gpu_uuid, ctx->gpu_uuid, sizeof(c->gpu_uuid));
+  c->init_ns = ctx->init_ns;
+  c->last_progress_ns = atomic_load(&ctx->last_progress_ns);
+  c->dropped = atomic_load(&ctx->dropped);
+  c->stale = atomic_load(&ctx->stale);
+  for (int f = 0; f < WD_NSTR && c->nseq < 32; f++) {
+    int64_t e = atomic_load(&ctx->seq_enq[f]), d = atomic_load(&ctx->seq_done[f]);
+    if (e < 0 && d < 0) continue;
+    c->seq[c->nseq].func = (uint8_t)f;
+    c->seq[c->nseq].enqueued = e;
+    c->seq[c->nseq].completed = d;
+    c->nseq++;
+  }
+  c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
+  c->p2p_completed = atomic_load(&ctx->p2p_done);
+  wd_collect_events(&ctx->pool, ctx, now, &c->events, &c->nevents);
+  wd_collect_ring(&ctx->ring, &c->ring);
+  wd_collect_ring(&ctx->proxy_ring, &c->proxy_ring);
+}
+
+int wd_collect(wd_dump_input *in, const char *reason, int with_threads) {
+  memset(in, 0, sizeof(*in));
+  in->reason = reason;
+  in->cfg = &wd_proc.cfg;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  in->mono_ns = wd_now_ns();
+  in->wall_sec = wall.tv_sec;
+  in->wall_nsec = wall.tv_nsec;
+  wd_hostname(in->host, sizeof(in->host));
+  in->pid = (int)getpid();
+
+  pthread_mutex_lock(&wd_proc.lock);
+  in->abi = wd_proc.abi_max;
+  in->comms = calloc(wd_proc.nctx ? (size_t)wd_proc.nctx : 1, sizeof(wd_comm_snap));
+  if (in->comms) {
+    /* Oldest communicator first (the list is newest first). */
+    uint32_t k = (uint32_t)wd_proc.nctx;
+    for (wd_context *ctx = wd_proc.contexts; ctx && k > 0; ctx = ctx->next)
+      wd_collect_comm(ctx, in->mono_ns, &in->comms[--k]);
+    in->ncomms = (uint32_t)wd_proc.nctx;
+  }
+  wd_collect_events(&wd_proc.detached, NULL, in->mono_ns, &in->detached, &in->ndetached);
+  wd_collect_ring(&wd_proc.detached_ring, &in->detached_ring);
+  pthread_mutex_unlock(&wd_proc.lock);
+
+  if (with_threads) {
+    wd_bt_result *bt = calloc(1, sizeof(*bt));
+    if (bt && wd_bt_collect(bt, wd_proc.cfg.bt_wait_ns) == 0) in->threads = bt;
+    else free(bt);
+  }
+  return in->comms ? 0 : -1;
+}
+
+void wd_collect_free(wd_dump_input *in) {
+  for (uint32_t i = 0; i < in->ncomms; i++) {
+    free(in->comms[i].events);
+    free(in->comms[i].ring.recs);
+    free(in->comms[i].proxy_ring.recs);
+  }
+  free(in->comms);
+  free(in->detached);
+  free(in->detached_ring.recs);
+  if (in->threads) {
+    wd_bt_free((wd_bt_result *)in->threads);
+    free((void *)in->threads);
+  }
+  memset(in, 0, sizeof(*in));
+}

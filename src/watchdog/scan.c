@@ -1,0 +1,139 @@
+#include "scan.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../flightrec/strtab.h"
+#include "../plugin/track.h"
+
+int wd_slot_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_config *cfg,
+                 wd_slot_view *v) {
+  uint64_t s1 = atomic_load_explicit(&ev->seq, memory_order_acquire);
+  if ((s1 & 1) || !atomic_load_explicit(&ev->live, memory_order_acquire)) return 0;
+  memset(v, 0, sizeof(*v));
+  v->ev = ev;
+  v->handle = wd_event_handle(ev);
+  wd_event_read_start(ev, &v->snap.start);
+  v->snap.last_ns = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
+  v->snap.last_state = atomic_load_explicit(&ev->state, memory_order_relaxed);
+  v->open = (uint8_t)atomic_load_explicit(&ev->open, memory_order_relaxed);
+  v->snap.stopped = !v->open;
+  v->snap.is_root = atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT;
+  v->snap.children_open = atomic_load_explicit(&ev->children_open, memory_order_relaxed);
+  v->snap.children_seen = atomic_load_explicit(&ev->children_seen, memory_order_relaxed);
+  v->snap.steps_done = atomic_load_explicit(&ev->steps_done, memory_order_relaxed);
+  v->snap.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
+  v->snap.kch_done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
+  v->snap.last_trans = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
+  v->order = atomic_load_explicit(&ev->order, memory_order_relaxed);
+  v->root = atomic_load_explicit(&ev->root, memory_order_relaxed);
+  if (v->root == ev) v->root = NULL;
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&ev->seq, memory_order_relaxed) != s1) return 0;
+  if (v->snap.is_root) {
+    if (ctx) v->superseded = v->order < atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
+    if (v->open) v->snap.status = WD_OP_POSTING;
+    else if (v->snap.kch_expected && v->snap.kch_done >= v->snap.kch_expected) v->snap.status = WD_OP_GPU_DONE;
+    else if (v->snap.children_seen == 0) v->snap.status = WD_OP_ENQUEUED;
+    else v->snap.status = WD_OP_REACHED;
+    if (cfg && wd_view_is_stalled(v, now, cfg)) v->snap.status = WD_OP_STALLED;
+  }
+  return 1;
+}
+
+int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg) {
+  if (!v->snap.is_root || v->open || v->superseded) return 0;
+  if (v->snap.start.flags & WD_F_DETACHED) return 0;
+  uint64_t idle = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
+  if (v->snap.kch_expected && v->snap.kch_done >= v->snap.kch_expected) return 0;
+  if (v->snap.children_seen > 0) return idle > cfg->timeout_ns;
+  /* Not reached: the GPU has not got there yet. Optional, much longer threshold. */
+  return cfg->unreached_timeout_ns && idle > cfg->unreached_timeout_ns;
+}
+
+void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
+                      unsigned len) {
+  const wd_pool *pool = &ctx->pool;
+  uint32_t n = wd_pool_nslots(pool);
+  wd_slot_view best, v, op;
+  memset(&best, 0, sizeof(best));
+  int have = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    wd_event *ev = wd_pool_slot(pool, i);
+    if (atomic_load_explicit(&ev->root, memory_order_relaxed) != root) continue;
+    if (!wd_slot_read(ev, now, NULL, NULL, &v) || !v.open || v.snap.children_open) continue;
+    /* The open leaf that progressed least recently is what the operation waits on. */
+    if (!have || v.snap.last_ns < best.snap.last_ns) {
+      best = v;
+      have = 1;
+    }
+  }
+  if (!have) {
+    snprintf(buf, len, "no open child: waiting for the GPU or the proxy to start its next step");
+    return;
+  }
+  const wd_record *r = &best.snap.start;
+  const char *state = best.snap.last_state == 0xff ? "no state yet" : wd_state_name(best.snap.last_state);
+  if (r->type == WD_T_PROXYSTEP && r->parent != WD_SLOT_NONE && r->parent != WD_SLOT_FOREIGN &&
+      r->parent < wd_pool_nslots(pool) &&
+      wd_slot_read(wd_pool_slot(pool, r->parent), now, NULL, NULL, &op)) {
+    const wd_record *o = &op.snap.start;
+    snprintf(buf, len, "ProxyStep %d of %d (%s peer %d, channel %u) in %s", r->n, o->n,
+             (o->flags & WD_F_SEND) ? "send to" : "recv from", o->peer, o->channel, state);
+  } else if (r->type == WD_T_PROXYOP) {
+    snprintf(buf, len, "ProxyOp (%s peer %d, channel %u), %u of %d steps done, in %s",
+             (r->flags & WD_F_SEND) ? "send to" : "recv from", r->peer, r->channel,
+             best.snap.steps_done, r->n, state);
+  } else if (r->type == WD_T_KERNELCH) {
+    snprintf(buf, len, "KernelCh channel %u running on the GPU (no stop)", r->channel);
+  } else {
+    snprintf(buf, len, "%s slot %u in %s", wd_type_name(r->type), r->slot, state);
+  }
+}
+
+static void wd_fill_stall(const wd_context *ctx, const wd_slot_view *v, uint64_t now, wd_stall *s) {
+  memset(s, 0, sizeof(*s));
+  const wd_record *r = &v->snap.start;
+  s->comm_id = ctx->comm_id;
+  snprintf(s->comm_name, sizeof(s->comm_name), "%s", ctx->name);
+  s->rank = ctx->rank;
+  s->nranks = ctx->nranks;
+  s->type = r->type;
+  s->func = r->func;
+  s->seq = (r->type == WD_T_COLL || r->type == WD_T_CECOLL) ? (int64_t)r->a : -1;
+  s->peer = r->peer;
+  s->slot = r->slot;
+  s->since_progress_ns = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
+  s->age_ns = now > r->ts_ns ? now - r->ts_ns : 0;
+  if (v->snap.children_seen == 0)
+    snprintf(s->waiting_on, sizeof(s->waiting_on), "not reached: enqueued, no kernel channel or proxy operation started");
+  else
+    wd_describe_wait(ctx, v->ev, now, s->waiting_on, sizeof(s->waiting_on));
+}
+
+uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
+                         uint32_t max) {
+  uint32_t n = wd_pool_nslots(&ctx->pool), nst = 0;
+  uint64_t settle = 2 * cfg->poll_ns;
+  for (uint32_t i = 0; i < n; i++) {
+    wd_event *ev = wd_pool_slot(&ctx->pool, i);
+    wd_slot_view v;
+    if (!wd_slot_read(ev, now, ctx, cfg, &v)) continue;
+    if (v.snap.is_root) {
+      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
+      /* A later operation completed: this one is done on the GPU even if NCCL never says so. */
+      if (v.superseded && !v.open && now - v.snap.last_ns >= settle &&
+          wd_event_from_handle(v.handle) == ev)
+        wd_event_release_hold(ev);
+    } else if (v.open && v.root) {
+      wd_event *root = v.root;
+      int done = atomic_load_explicit(&root->order, memory_order_relaxed) <
+                 atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
+      /* Children NCCL never stops (CollNet, p2p memcpy ProxyOps) once the op is done. */
+      if (done && now - v.snap.last_ns >= settle && v.snap.children_open == 0 &&
+          wd_event_from_handle(v.handle) == ev)
+        wd_event_abandon(ev, now);
+    }
+  }
+  return nst;
+}

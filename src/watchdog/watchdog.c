@@ -1,0 +1,280 @@
+/*
+ * The watchdog thread. It sleeps in poll() on an eventfd that the signal handler and stop()
+ * write to, and every NCCL_WATCHDOG_POLL it scans the live operations of every context. All
+ * dumps are built and written here, never on NCCL's threads.
+ */
+#include "watchdog.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "../flightrec/dump.h"
+#include "../flightrec/dumpfile.h"
+#include "../flightrec/strtab.h"
+#include "../plugin/clock.h"
+#include "../plugin/context.h"
+#include "../plugin/log.h"
+#include "backtrace.h"
+#include "collect.h"
+#include "scan.h"
+#include "signals.h"
+
+#define WD_MAX_STALLS 64
+
+static struct {
+  pthread_t thread;
+  int running;
+  int wake_fd;
+  _Atomic int stop;
+  int dumps_ok;
+  int bt_ok;
+  char dir[WD_PATH_MAX];
+  char host[64];
+  unsigned ndumps;
+  int episode; /* a stall episode is in progress: one dump per episode */
+  int warned_max;
+  wd_trigger_watch watch;
+  pthread_mutex_t dump_lock; /* serialises dumps from the thread and wd_watchdog_dump_now */
+} wd_wd = {.wake_fd = -1, .dump_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t path_len) {
+  pthread_mutex_lock(&wd_wd.dump_lock);
+  int rc = -1;
+  path[0] = '\0';
+  if (!wd_wd.dumps_ok) goto out;
+  if (wd_proc.cfg.max_dumps > 0 && wd_wd.ndumps >= (unsigned)wd_proc.cfg.max_dumps) {
+    if (!wd_wd.warned_max)
+      WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached: no more dumps from this process",
+              wd_proc.cfg.max_dumps);
+    wd_wd.warned_max = 1;
+    goto out;
+  }
+  wd_dump_input in;
+  if (wd_collect(&in, reason, wd_proc.cfg.backtrace && wd_wd.bt_ok) != 0) {
+    wd_collect_free(&in);
+    goto out;
+  }
+  in.dump_seq = ++wd_wd.ndumps;
+  if (extra) {
+    in.nstalls = extra->nstalls;
+    in.stalls = extra->stalls;
+    in.signo = extra->signo;
+    in.sender_pid = extra->sender_pid;
+    in.peer_trigger = extra->peer_trigger;
+    in.peer_trigger_json = extra->peer_trigger_json;
+  }
+  rc = wd_dump_write(&in, wd_wd.dir, path, path_len);
+  if (rc != 0) WD_WARN("could not write a %s dump into %s: %s", reason, wd_wd.dir, strerror(errno));
+  wd_collect_free(&in);
+out:
+  pthread_mutex_unlock(&wd_wd.dump_lock);
+  return rc;
+}
+
+static void wd_post_trigger(const wd_stall *st, uint32_t n, const char *dump_path) {
+  cJSON *root = cJSON_CreateObject();
+  if (root == NULL) return;
+  cJSON_AddStringToObject(root, "host", wd_wd.host);
+  cJSON_AddNumberToObject(root, "pid", (double)getpid());
+  const char *base = strrchr(dump_path, '/');
+  cJSON_AddStringToObject(root, "dump", base ? base + 1 : dump_path);
+  cJSON *arr = cJSON_AddArrayToObject(root, "stalls");
+  for (uint32_t i = 0; arr && i < n; i++) {
+    cJSON *s = cJSON_CreateObject();
+    if (s == NULL) break;
+    cJSON_AddItemToArray(arr, s);
+    char id[32];
+    snprintf(id, sizeof(id), "0x%llx", (unsigned long long)st[i].comm_id);
+    cJSON_AddStringToObject(s, "commId", id);
+    cJSON_AddStringToObject(s, "commName", st[i].comm_name);
+    cJSON_AddNumberToObject(s, "rank", st[i].rank);
+    cJSON_AddNumberToObject(s, "nranks", st[i].nranks);
+    cJSON_AddStringToObject(s, "type", wd_type_name(st[i].type));
+    cJSON_AddStringToObject(s, "func", wd_str(st[i].func));
+    cJSON_AddNumberToObject(s, "seq", (double)st[i].seq);
+    cJSON_AddNumberToObject(s, "sinceProgressMs", (double)st[i].since_progress_ns / 1e6);
+    cJSON_AddStringToObject(s, "waitingOn", st[i].waiting_on);
+  }
+  char *text = cJSON_PrintUnformatted(root);
+  cJSON_Delete(root);
+  if (text == NULL) return;
+  char name[256];
+  if (wd_trigger_post(wd_wd.dir, wd_wd.host, (int)getpid(), text, name, sizeof(name)) != 0)
+    WD_WARN("could not post a trigger file in %s: %s", wd_wd.dir, strerror(errno));
+  free(text);
+}
+
+static void wd_check_stalls(uint64_t now) {
+  wd_stall stalls[WD_MAX_STALLS];
+  uint32_t n = 0;
+  pthread_mutex_lock(&wd_proc.lock);
+  for (wd_context *ctx = wd_proc.contexts; ctx; ctx = ctx->next) {
+    n += wd_scan_context(ctx, now, &wd_proc.cfg, stalls + n, WD_MAX_STALLS - n);
+    /* Keep a quarter of the pool free so the hot path does not have to grow it. */
+    wd_pool_reserve(&ctx->pool, wd_pool_nslots(&ctx->pool) / 4);
+  }
+  wd_pool_reserve(&wd_proc.detached, wd_pool_nslots(&wd_proc.detached) / 4);
+  pthread_mutex_unlock(&wd_proc.lock);
+  if (n == 0) {
+    if (wd_wd.episode) WD_INFO("progress resumed: stall episode over");
+    wd_wd.episode = 0;
+    return;
+  }
+  if (wd_wd.episode) return;
+  wd_wd.episode = 1;
+  /* Most stalled first. */
+  for (uint32_t i = 1; i < n; i++)
+    for (uint32_t j = i; j > 0 && stalls[j].since_progress_ns > stalls[j - 1].since_progress_ns; j--) {
+      wd_stall t = stalls[j];
+      stalls[j] = stalls[j - 1];
+      stalls[j - 1] = t;
+    }
+  wd_dump_input extra = {.nstalls = n, .stalls = stalls};
+  char path[WD_PATH_MAX + 64];
+  int rc = wd_dump("stall", &extra, path, sizeof(path));
+  for (uint32_t i = 0; i < n && i < 4; i++) {
+    const wd_stall *s = &stalls[i];
+    WD_WARN("stall on comm 0x%llx \"%s\" rank %d/%d: %s %s seq %lld made no progress for %.1f s; "
+            "waiting on %s; dump: %s",
+            (unsigned long long)s->comm_id, s->comm_name, s->rank, s->nranks, wd_type_name(s->type),
+            wd_str(s->func), (long long)s->seq, (double)s->since_progress_ns / 1e9, s->waiting_on,
+            rc == 0 ? path : "(not written)");
+  }
+  if (rc == 0 && wd_proc.cfg.peer_dumps) wd_post_trigger(stalls, n, path);
+  if (wd_proc.cfg.action == WD_ACTION_ABORT) {
+    WD_WARN("NCCL_WATCHDOG_ACTION=abort: aborting the process after the stall dump");
+    abort();
+  }
+}
+
+static void wd_check_signal(void) {
+  int sender = 0;
+  if (wd_snapsig_take(&sender) <= 0) return;
+  wd_dump_input extra = {.signo = wd_proc.cfg.signal, .sender_pid = sender};
+  char path[WD_PATH_MAX + 64];
+  if (wd_dump("signal", &extra, path, sizeof(path)) == 0)
+    WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
+}
+
+static void wd_check_triggers(void) {
+  char name[256], content[8192];
+  for (int i = 0; i < 16 && wd_trigger_poll(&wd_wd.watch, name, sizeof(name), content, sizeof(content)) == 1; i++) {
+    wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
+    char path[WD_PATH_MAX + 64];
+    if (wd_dump("peer", &extra, path, sizeof(path)) == 0)
+      WD_WARN("another process reported a stall (%s): dump %s", name, path);
+  }
+}
+
+static void *wd_main(void *arg) {
+  (void)arg;
+  uint64_t poll_ns = wd_proc.cfg.poll_ns;
+  uint64_t next = wd_now_ns() + poll_ns;
+  while (!atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) {
+    uint64_t now = wd_now_ns();
+    int wait_ms = now >= next ? 0 : (int)((next - now + 999999) / 1000000);
+    struct pollfd pfd = {.fd = wd_wd.wake_fd, .events = POLLIN};
+    if (poll(&pfd, 1, wait_ms) > 0) {
+      uint64_t v;
+      while (read(wd_wd.wake_fd, &v, sizeof(v)) > 0) {
+      }
+    }
+    if (atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) break;
+    wd_check_signal();
+    now = wd_now_ns();
+    if (now >= next) {
+      next = now + poll_ns;
+      if (wd_proc.cfg.peer_dumps && wd_wd.dumps_ok) wd_check_triggers();
+      wd_check_stalls(now);
+    }
+  }
+  return NULL;
+}
+
+int wd_watchdog_start(void) {
+  atomic_store(&wd_wd.stop, 0);
+  wd_wd.ndumps = 0;
+  wd_wd.episode = 0;
+  wd_wd.warned_max = 0;
+  wd_hostname(wd_wd.host, sizeof(wd_wd.host));
+  wd_wd.dumps_ok = wd_dumpdir_resolve(&wd_proc.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
+  if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");
+  if (wd_wd.dumps_ok && wd_proc.cfg.peer_dumps)
+    wd_trigger_watch_init(&wd_wd.watch, wd_wd.dir, wd_wd.host, (int)getpid());
+  wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wd_wd.wake_fd < 0) {
+    WD_WARN("eventfd failed: %s", strerror(errno));
+    return -1;
+  }
+  wd_wd.bt_ok = 0;
+  if (wd_proc.cfg.backtrace) {
+    wd_wd.bt_ok = wd_bt_init(wd_proc.cfg.bt_signal) == 0;
+    if (!wd_wd.bt_ok) WD_WARN("backtraces disabled: could not install the backtrace signal handler");
+  }
+  if (wd_proc.cfg.signal && wd_snapsig_install(wd_proc.cfg.signal, wd_wd.wake_fd) != 0)
+    WD_WARN("could not install the snapshot signal handler (signal %d)", wd_proc.cfg.signal);
+
+  /* The thread starts with every signal blocked, so process-directed signals land elsewhere. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int rc = pthread_create(&wd_wd.thread, NULL, wd_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (rc != 0) {
+    WD_WARN("cannot start the watchdog thread: %s", strerror(rc));
+    wd_snapsig_restore();
+    if (wd_wd.bt_ok) wd_bt_fini();
+    close(wd_wd.wake_fd);
+    wd_wd.wake_fd = -1;
+    return -1;
+  }
+  pthread_setname_np(wd_wd.thread, "nccl-watchdog");
+  wd_wd.running = 1;
+  return 0;
+}
+
+/* If the thread cannot be joined, the library must never be unmapped under it. */
+static void wd_pin_library(void) {
+  Dl_info info;
+  if (dladdr((void *)wd_pin_library, &info) && info.dli_fname)
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+}
+
+void wd_watchdog_stop(void) {
+  /* Handlers first: once they are gone nothing writes the eventfd we are about to close. */
+  wd_snapsig_restore();
+  if (wd_wd.bt_ok) wd_bt_fini();
+  wd_wd.bt_ok = 0;
+  if (wd_wd.running) {
+    atomic_store_explicit(&wd_wd.stop, 1, memory_order_release);
+    uint64_t one = 1;
+    if (write(wd_wd.wake_fd, &one, sizeof(one)) < 0) { /* the flag is enough */
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 10;
+    if (pthread_timedjoin_np(wd_wd.thread, NULL, &deadline) != 0) {
+      WD_WARN("watchdog thread did not stop within 10 s; keeping the plugin loaded");
+      pthread_detach(wd_wd.thread);
+      wd_pin_library();
+    }
+    wd_wd.running = 0;
+  }
+  if (wd_wd.wake_fd >= 0) close(wd_wd.wake_fd);
+  wd_wd.wake_fd = -1;
+}
+
+int wd_watchdog_dump_now(const char *reason, char *path_out, unsigned long path_len) {
+  return wd_dump(reason, NULL, path_out, path_len);
+}
