@@ -159,14 +159,17 @@ void *wd_track_start(wd_start_req *req) {
       if (parent) parent_slot = parent->slot_id;
       else rec->flags |= WD_F_ORPHAN;
     } else {
-      wd_event *p = wd_event_from_handle(req->parent_obj);
-      if (p) {
-        parent_slot = p->slot_id;
-        uint64_t w = __atomic_load_n(&p->startw[8], __ATOMIC_RELAXED);
-        if ((w >> 24) & WD_F_GRAPH) rec->flags |= WD_F_GRAPH;
-      } else {
-        rec->flags |= WD_F_ORPHAN;
-      }
+      /* API parents stop before their Coll/P2p starts, so the handle is usually stale by now.
+       * The slot is still ours and, freed slots being reused last, still describes the parent
+       * unless it was re-initialised meanwhile (odd seq) or is of another type. */
+      wd_event *p = (wd_event *)((uintptr_t)req->parent_obj & ~(uintptr_t)WD_TAG_MASK);
+      parent_slot = p->slot_id;
+      uint64_t w = __atomic_load_n(&p->startw[8], __ATOMIC_RELAXED);
+      unsigned ptype = (unsigned)((w >> 8) & 0xff);
+      if (!(atomic_load_explicit(&p->seq, memory_order_acquire) & 1) &&
+          (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
+          ((w >> 24) & WD_F_GRAPH))
+        rec->flags |= WD_F_GRAPH;
     }
   }
 

@@ -51,6 +51,15 @@ int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg
   return cfg->unreached_timeout_ns && idle > cfg->unreached_timeout_ns;
 }
 
+static int wd_wait_priority(unsigned type) {
+  switch (type) {
+  case WD_T_PROXYSTEP: return 3;
+  case WD_T_PROXYOP: return 2;
+  case WD_T_KERNELCH: return 1;
+  default: return 0;
+  }
+}
+
 void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
                       unsigned len) {
   const wd_pool *pool = &ctx->pool;
@@ -62,8 +71,10 @@ void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now,
     wd_event *ev = wd_pool_slot(pool, i);
     if (atomic_load_explicit(&ev->root, memory_order_relaxed) != root) continue;
     if (!wd_slot_read(ev, now, NULL, NULL, &v) || !v.open || v.snap.children_open) continue;
-    /* The open leaf that progressed least recently is what the operation waits on. */
-    if (!have || v.snap.last_ns < best.snap.last_ns) {
+    /* The open leaf that progressed least recently is what the operation waits on; network
+     * steps say more (peer, direction) than a kernel channel that is merely running. */
+    int pri = wd_wait_priority(v.snap.start.type), best_pri = have ? wd_wait_priority(best.snap.start.type) : -1;
+    if (!have || pri > best_pri || (pri == best_pri && v.snap.last_ns < best.snap.last_ns)) {
       best = v;
       have = 1;
     }
