@@ -75,8 +75,10 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
     (req)->rec.nWarps = (d)->coll.nWarps;                                                      \
     (req)->rec.algo = wd_str_id((d)->coll.algo);                                               \
     (req)->rec.proto = wd_str_id((d)->coll.proto);                                             \
+    (req)->group_obj = (d)->coll.parentGroup;                                                  \
     break;                                                                                     \
   case WD_T_P2P:                                                                               \
+    (req)->group_obj = (d)->p2p.parentGroup;                                                   \
     (req)->rec.func = wd_str_id((d)->p2p.func);                                                \
     (req)->rec.dtype = wd_str_id((d)->p2p.datatype);                                           \
     (req)->rec.count = (d)->p2p.count;                                                         \
@@ -150,8 +152,10 @@ static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEvent
     req.rec.nWarps = d->coll.nWarps;
     req.rec.algo = wd_str_id(d->coll.algo);
     req.rec.proto = wd_str_id(d->coll.proto);
+    req.group_obj = d->parentObj;
     break;
   case WD_T_P2P:
+    req.group_obj = d->parentObj;
     req.rec.func = wd_str_id(d->p2p.func);
     req.rec.dtype = wd_str_id(d->p2p.datatype);
     req.rec.count = d->p2p.count;

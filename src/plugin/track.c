@@ -62,8 +62,9 @@ static void wd_complete_root(wd_event *ev) {
     wd_max_i64(&ctx->seq_done[rec.func], (int64_t)rec.a);
   else if (rec.type == WD_T_P2P)
     atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed);
-  /* Ops of one communicator complete in enqueue order, so a completed op vouches for every
-   * older one (the watchdog retires those: captured-never-replayed, childless ops). Only
+  /* Groups of one communicator complete in enqueue order on its stream, so a completed op
+   * vouches for every op of older groups (the watchdog retires those: captured-never-replayed,
+   * childless ops). Ops of one group may complete in any order, hence orders per group. Only
    * ops that saw children count: a childless op proves nothing about the GPU. */
   if (atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0)
     wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed) + 1);
@@ -133,6 +134,15 @@ static inline int wd_is_tracked_child(unsigned type) {
          type == WD_T_NETPLUGIN;
 }
 
+/* Enqueue order of a root operation: that of its Group event (still live while its Coll/P2p
+ * start), or a fresh one when there is none. */
+static uint64_t wd_group_order(wd_context *ctx, void *group_obj) {
+  wd_event *g = wd_event_from_handle(group_obj);
+  if (g && ((__atomic_load_n(&g->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff) == WD_T_GROUP)
+    return atomic_load_explicit(&g->order, memory_order_relaxed);
+  return atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed);
+}
+
 void *wd_track_start(wd_start_req *req) {
   wd_record *rec = &req->rec;
   unsigned type = rec->type;
@@ -200,14 +210,15 @@ void *wd_track_start(wd_start_req *req) {
     kind = WD_KIND_ROOT;
     root = ev;
     if (!detached) {
-      atomic_store_explicit(&ev->order,
-                            atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
-                            memory_order_relaxed);
+      atomic_store_explicit(&ev->order, wd_group_order(ctx, req->group_obj), memory_order_relaxed);
       if (ctx->kch_on && type != WD_T_CECOLL && type != WD_T_PROXYOP && rec->nChannels > 0)
         hold = 1;
       if (type == WD_T_COLL || type == WD_T_CECOLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
     }
+  } else if (type == WD_T_GROUP && !detached) {
+    atomic_store_explicit(&ev->order, atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
+                          memory_order_relaxed);
   } else if (parent) {
     root = atomic_load_explicit(&parent->root, memory_order_relaxed);
     atomic_fetch_add_explicit(&parent->children_open, 1, memory_order_relaxed);
