@@ -20,6 +20,11 @@ void wd_ring_destroy(wd_ring *r) {
   r->recs = NULL;
 }
 
+void wd_ring_clear(wd_ring *r) {
+  memset(r->recs, 0, sizeof(wd_record) * ((size_t)r->mask + 1));
+  atomic_store_explicit(&r->head, 0, memory_order_release);
+}
+
 /* Payload words are stored with relaxed atomics: the turn word orders them, and readers copy
  * while writers may be inside the slot (the turn check discards such copies). */
 void wd_ring_write(wd_ring *r, const wd_record *rec) {

@@ -22,6 +22,9 @@ typedef struct wd_ring {
 int wd_ring_init(wd_ring *r, uint32_t capacity);
 void wd_ring_destroy(wd_ring *r);
 
+/* Forget every record (no concurrent writer). */
+void wd_ring_clear(wd_ring *r);
+
 /* Append a copy of *rec (its turn field is ignored). Never blocks, never allocates. */
 void wd_ring_write(wd_ring *r, const wd_record *rec);
 

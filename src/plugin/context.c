@@ -94,6 +94,8 @@ static void wd_config_warn(const char *msg) { WD_WARN("%s", msg); }
 
 static const char *wd_getenv(const char *name) { return getenv(name); }
 
+static void wd_context_free(wd_context *ctx);
+
 static int wd_process_start(void) {
   wd_config_defaults(&wd_proc.cfg);
   wd_config_load(&wd_proc.cfg, wd_getenv, wd_config_warn);
@@ -136,8 +138,26 @@ static void wd_process_stop(void) {
   wd_blacklist_destroy(wd_proc.detached_bl);
   wd_proc.detached_bl = NULL;
   wd_registry_clear();
+  while (wd_proc.retired) {
+    wd_context *ctx = wd_proc.retired;
+    wd_proc.retired = ctx->next;
+    wd_context_free(ctx);
+  }
   /* NCCL may be unloaded and loaded again at another address: forget its string pointers. */
   wd_str_reset_ptrs();
+}
+
+/* Everything but the pool and the rings, which a recycled context keeps. */
+static void wd_context_reset(wd_context *ctx) {
+  ctx->abi = 0;
+  ctx->kch_on = 0;
+  atomic_store(&ctx->order_next, 0);
+  atomic_store(&ctx->completed_order, 0);
+  atomic_store(&ctx->p2p_enq, 0);
+  atomic_store(&ctx->p2p_done, 0);
+  atomic_store(&ctx->dropped, 0);
+  atomic_store(&ctx->stale, 0);
+  ctx->next = NULL;
 }
 
 static void wd_context_free(wd_context *ctx) {
@@ -160,8 +180,15 @@ int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *n
   }
   if (!wd_proc.cfg.enable || !atomic_load(&wd_proc_active)) goto done;
 
-  wd_context *ctx = calloc(1, sizeof(*ctx));
-  if (ctx == NULL) { rc = -1; goto done; }
+  wd_context *ctx = wd_proc.retired;
+  int recycled = ctx != NULL;
+  if (recycled) {
+    wd_proc.retired = ctx->next;
+    wd_context_reset(ctx);
+  } else {
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) { rc = -1; goto done; }
+  }
   ctx->magic = WD_CTX_MAGIC;
   ctx->abi = abi;
   ctx->comm_id = comm_id;
@@ -172,15 +199,15 @@ int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *n
   ctx->init_ns = wd_now_ns();
   atomic_store(&ctx->last_progress_ns, ctx->init_ns);
   for (int i = 0; i < WD_NSTR; i++) {
-    atomic_init(&ctx->seq_enq[i], -1);
-    atomic_init(&ctx->seq_done[i], -1);
+    atomic_store(&ctx->seq_enq[i], -1);
+    atomic_store(&ctx->seq_done[i], -1);
   }
   wd_gpu_uuid(ctx->gpu_uuid, sizeof(ctx->gpu_uuid));
   ctx->cuda_dev = wd_gpu_device();
   uint32_t initial = wd_proc.cfg.max_events < 2 * WD_CHUNK_SLOTS ? wd_proc.cfg.max_events : 2 * WD_CHUNK_SLOTS;
-  if (wd_pool_init(&ctx->pool, initial, wd_proc.cfg.max_events, 0, ctx) != 0 ||
-      wd_ring_init(&ctx->ring, wd_proc.cfg.ring_size) != 0 ||
-      wd_ring_init(&ctx->proxy_ring, wd_proc.cfg.proxy_ring_size) != 0) {
+  if (!recycled && (wd_pool_init(&ctx->pool, initial, wd_proc.cfg.max_events, 0, ctx) != 0 ||
+                    wd_ring_init(&ctx->ring, wd_proc.cfg.ring_size) != 0 ||
+                    wd_ring_init(&ctx->proxy_ring, wd_proc.cfg.proxy_ring_size) != 0)) {
     WD_WARN("out of memory for communicator %s rank %d: not profiled", ctx->name, rank);
     wd_context_free(ctx);
     rc = -1;
@@ -226,7 +253,15 @@ void wd_context_destroy(wd_context *ctx) {
   }
   int last = --wd_proc.nctx == 0;
   pthread_mutex_unlock(&wd_proc.lock);
-  wd_context_free(ctx);
+  /* Not freed: NCCL's proxy thread may still stop or update events of this context (ProxyCtrl
+   * of a shared proxy). Its slots are retired (stale handles are ignored) and the context waits
+   * for reuse by the next init; everything is freed at the last finalize. */
+  ctx->magic = 0;
+  wd_pool_recycle(&ctx->pool);
+  wd_ring_clear(&ctx->ring);
+  wd_ring_clear(&ctx->proxy_ring);
+  ctx->next = wd_proc.retired;
+  wd_proc.retired = ctx;
   if (last) {
     wd_process_stop();
     wd_log_reset();

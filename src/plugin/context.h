@@ -44,6 +44,7 @@ typedef struct wd_process {
   pthread_mutex_t lock; /* init, finalize and the watchdog's scans; never the hot path */
   int nctx;
   wd_context *contexts;
+  wd_context *retired; /* finalized contexts kept for reuse (NCCL may still hold handles) */
   wd_config cfg;
   pid_t pid;
   int abi_max;

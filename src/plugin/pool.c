@@ -8,7 +8,14 @@
 
 /* Bounded MPMC queue of slot indices (Vyukov). Positions are 32-bit and compared by signed
  * difference, which stays correct across wrap-around because capacity << 2^31. */
+static inline void wd_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 static int wd_q_push(wd_pool *p, uint32_t v) {
+  unsigned spins = 0;
   uint32_t pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
   for (;;) {
     wd_pool_cell *c = &p->cells[pos & p->qmask];
@@ -22,7 +29,11 @@ static int wd_q_push(wd_pool *p, uint32_t v) {
         return 0;
       }
     } else if (dif < 0) {
-      return -1; /* full: cannot happen, the queue holds every slot */
+      /* The queue has room for every slot, so this cell is being vacated by a consumer that
+       * advanced qhead but has not yet published the cell: wait for it (a few instructions). */
+      if (++spins > (1u << 24)) return -1;
+      wd_cpu_relax();
+      pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
     } else {
       pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
     }
@@ -30,6 +41,7 @@ static int wd_q_push(wd_pool *p, uint32_t v) {
 }
 
 static int wd_q_pop(wd_pool *p, uint32_t *v) {
+  unsigned spins = 0;
   uint32_t pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
   for (;;) {
     wd_pool_cell *c = &p->cells[pos & p->qmask];
@@ -43,7 +55,11 @@ static int wd_q_pop(wd_pool *p, uint32_t *v) {
         return 0;
       }
     } else if (dif < 0) {
-      return -1; /* empty */
+      /* Empty, unless a producer advanced qtail and is about to publish this cell. */
+      if (atomic_load_explicit(&p->qtail, memory_order_acquire) == pos || ++spins > (1u << 20))
+        return -1;
+      wd_cpu_relax();
+      pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
     } else {
       pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
     }
@@ -158,6 +174,26 @@ void wd_pool_free(wd_pool *p, wd_event *ev) {
   atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
   atomic_fetch_add_explicit(&p->nfree, 1, memory_order_relaxed);
   wd_q_push(p, ev->slot_id & ~p->id_base);
+}
+
+void wd_pool_recycle(wd_pool *p) {
+  uint32_t n = wd_pool_nslots(p);
+  for (uint32_t i = 0; i < n; i++) {
+    wd_event *ev = wd_pool_at(p, i);
+    atomic_store_explicit(&ev->live, 0, memory_order_release);
+    atomic_store_explicit(&ev->open, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
+  }
+  for (uint32_t i = 0; i <= p->qmask; i++) {
+    atomic_store_explicit(&p->cells[i].seq, i, memory_order_relaxed);
+    atomic_store_explicit(&p->cells[i].val, 0, memory_order_relaxed);
+  }
+  atomic_store_explicit(&p->qhead, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->qtail, 0, memory_order_relaxed);
+  atomic_store_explicit(&p->nfree, 0, memory_order_relaxed);
+  for (uint32_t i = 0; i < n; i++) wd_q_push(p, i);
+  atomic_store_explicit(&p->nfree, n, memory_order_release);
+  atomic_store_explicit(&p->exhausted, 0, memory_order_relaxed);
 }
 
 void wd_pool_reserve(wd_pool *p, uint32_t min_free) {

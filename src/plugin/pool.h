@@ -47,6 +47,10 @@ void wd_pool_destroy(wd_pool *p);
 wd_event *wd_pool_alloc(wd_pool *p);
 /* Return a slot whose refs reached zero. */
 void wd_pool_free(wd_pool *p, wd_event *ev);
+/* Retire every slot (stale handles stop matching) and make all of them free again, keeping the
+ * chunks: a finalized communicator's pool is recycled for the next one, so memory NCCL may still
+ * hold handles into is never freed while the plugin is loaded. No concurrent allocation. */
+void wd_pool_recycle(wd_pool *p);
 /* Add one chunk if fewer than min_free slots are free. Off the hot path. */
 void wd_pool_reserve(wd_pool *p, uint32_t min_free);
 uint32_t wd_pool_nslots(const wd_pool *p);

@@ -122,6 +122,11 @@ static void wd_fill_stall(const wd_context *ctx, const wd_slot_view *v, uint64_t
     wd_describe_wait(ctx, v->ev, now, s->waiting_on, sizeof(s->waiting_on));
 }
 
+/* Time since the event last progressed; an event may progress after `now` was read. */
+static inline uint64_t wd_quiet_for(const wd_slot_view *v, uint64_t now) {
+  return now > v->snap.last_ns ? now - v->snap.last_ns : 0;
+}
+
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max) {
   uint32_t n = wd_pool_nslots(&ctx->pool), nst = 0;
@@ -133,7 +138,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
     if (v.snap.is_root) {
       if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
       /* A later operation completed: this one is done on the GPU even if NCCL never says so. */
-      if (v.superseded && !v.open && now - v.snap.last_ns >= settle &&
+      if (v.superseded && !v.open && wd_quiet_for(&v, now) >= settle &&
           wd_event_from_handle(v.handle) == ev)
         wd_event_release_hold(ev);
     } else if (v.open && v.root) {
@@ -141,7 +146,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
       int done = atomic_load_explicit(&root->order, memory_order_relaxed) <
                  atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
       /* Children NCCL never stops (CollNet, p2p memcpy ProxyOps) once the op is done. */
-      if (done && now - v.snap.last_ns >= settle && v.snap.children_open == 0 &&
+      if (done && wd_quiet_for(&v, now) >= settle && v.snap.children_open == 0 &&
           wd_event_from_handle(v.handle) == ev)
         wd_event_abandon(ev, now);
     }

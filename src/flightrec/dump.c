@@ -1,0 +1,1136 @@
+/*
+ * The dump document (docs/dump-format.md). cJSON holds the document; the bulky parts (ring
+ * records and open event trees, up to a few hundred thousand objects) are formatted straight into
+ * one growing buffer and attached as raw JSON, because one cJSON object per record costs several
+ * times the 200 ms a full dump may take. Both paths escape every string they emit.
+ */
+#include "dump.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "dumpfile.h"
+#include "strtab.h"
+
+#ifndef WD_VERSION
+#define WD_VERSION "0.0.0"
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Growing text buffer. Writers reserve a bound first, then append without further checks.    */
+
+typedef struct wd_sb {
+  char *p;
+  size_t len, cap;
+  int oom;
+  int mapped; /* p comes from map_big(), not malloc */
+} wd_sb;
+
+#define WD_HUGE (2u << 20)
+
+/*
+ * The document buffer (tens of MB) is an anonymous mapping aligned to 2 MB and advised for
+ * transparent huge pages: faulting in 4 KB pages one by one costs more than formatting the whole
+ * dump on some virtual machines. Without THP it is an ordinary mapping.
+ */
+static char *map_big(size_t len) {
+  size_t span = len + WD_HUGE;
+  char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+  uintptr_t a = ((uintptr_t)p + WD_HUGE - 1) & ~(uintptr_t)(WD_HUGE - 1);
+  size_t head = a - (uintptr_t)p, tail = span - head - len;
+  if (head) munmap(p, head);
+  if (tail) munmap((char *)a + len, tail);
+  madvise((void *)a, len, MADV_HUGEPAGE); /* advice only: fine when it fails */
+  return (char *)a;
+}
+
+static int sb_reserve(wd_sb *b, size_t n) {
+  if (b->oom) return -1;
+  if (b->len + n + 1 <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 4096;
+  while (cap < b->len + n + 1) cap *= 2;
+  char *p;
+  if (b->mapped) {
+    cap = (cap + WD_HUGE - 1) & ~(size_t)(WD_HUGE - 1);
+    p = map_big(cap);
+    if (p && b->p) {
+      memcpy(p, b->p, b->len);
+      munmap(b->p, b->cap);
+    }
+  } else {
+    p = realloc(b->p, cap);
+  }
+  if (!p) {
+    b->oom = 1;
+    return -1;
+  }
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+static void sb_free(wd_sb *b) {
+  if (b->mapped && b->p)
+    munmap(b->p, b->cap);
+  else
+    free(b->p);
+  memset(b, 0, sizeof(*b));
+}
+
+/* The unchecked appends below rely on an earlier sb_reserve. */
+static inline void sb_mem(wd_sb *b, const char *s, size_t n) {
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+}
+/* lit must be a string literal: "" lit "" rejects anything else at compile time. */
+#define SB_LIT(b, lit) sb_mem((b), "" lit "", sizeof(lit) - 1)
+static inline void sb_ch(wd_sb *b, char c) { b->p[b->len++] = c; }
+static inline void sb_bool(wd_sb *b, const char *key, int v) {
+  sb_mem(b, key, strlen(key));
+  if (v)
+    SB_LIT(b, "true");
+  else
+    SB_LIT(b, "false");
+}
+
+static inline void sb_u64(wd_sb *b, uint64_t v) {
+  char tmp[20];
+  int n = 0;
+  do {
+    tmp[n++] = (char)('0' + v % 10);
+    v /= 10;
+  } while (v);
+  while (n) b->p[b->len++] = tmp[--n];
+}
+
+static inline void sb_i64(wd_sb *b, int64_t v) {
+  if (v < 0) {
+    sb_ch(b, '-');
+    sb_u64(b, (uint64_t)0 - (uint64_t)v);
+  } else {
+    sb_u64(b, (uint64_t)v);
+  }
+}
+
+static inline void sb_hex(wd_sb *b, uint64_t v) {
+  static const char digits[] = "0123456789abcdef";
+  char tmp[16];
+  int n = 0;
+  do {
+    tmp[n++] = digits[v & 15];
+    v >>= 4;
+  } while (v);
+  SB_LIT(b, "\"0x");
+  while (n) b->p[b->len++] = tmp[--n];
+  sb_ch(b, '"');
+}
+
+/* A duration in ns as milliseconds with microsecond resolution ("300120.300"). */
+static inline void sb_ms(wd_sb *b, uint64_t ns) {
+  uint64_t us = ns / 1000;
+  sb_u64(b, us / 1000);
+  unsigned frac = (unsigned)(us % 1000);
+  sb_ch(b, '.');
+  sb_ch(b, (char)('0' + frac / 100));
+  sb_ch(b, (char)('0' + frac / 10 % 10));
+  sb_ch(b, (char)('0' + frac % 10));
+}
+
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  if (c >= 0xc2 && c <= 0xdf) return (n >= 2 && (s[1] & 0xc0) == 0x80) ? 2 : 0;
+  if (c >= 0xe0 && c <= 0xef) {
+    if (n < 3 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80) return 0;
+    if (c == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
+    if (c == 0xed && s[1] >= 0xa0) return 0; /* surrogate */
+    return 3;
+  }
+  if (c >= 0xf0 && c <= 0xf4) {
+    if (n < 4 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 || (s[3] & 0xc0) != 0x80) return 0;
+    if (c == 0xf0 && s[1] < 0x90) return 0;
+    if (c == 0xf4 && s[1] >= 0x90) return 0;
+    return 4;
+  }
+  return 0;
+}
+
+/* Worst case output of sb_str for n input bytes: every byte as a 6-byte escape, plus quotes. */
+#define SB_STR_BOUND(n) ((n) * 6 + 2)
+
+/* A JSON string: quotes, backslashes and control characters escaped; bytes that are not valid
+ * UTF-8 become U+FFFD so a strict parser accepts the document. */
+static void sb_str(wd_sb *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  const unsigned char *u = (const unsigned char *)s;
+  sb_ch(b, '"');
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = u[i];
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      sb_ch(b, (char)c);
+      i++;
+      continue;
+    }
+    if (c < 0x80) {
+      sb_ch(b, '\\');
+      switch (c) {
+      case '"': sb_ch(b, '"'); break;
+      case '\\': sb_ch(b, '\\'); break;
+      case '\n': sb_ch(b, 'n'); break;
+      case '\r': sb_ch(b, 'r'); break;
+      case '\t': sb_ch(b, 't'); break;
+      case '\b': sb_ch(b, 'b'); break;
+      case '\f': sb_ch(b, 'f'); break;
+      default:
+        SB_LIT(b, "u00");
+        sb_ch(b, hex[c >> 4]);
+        sb_ch(b, hex[c & 15]);
+      }
+      i++;
+      continue;
+    }
+    size_t k = utf8_seq(u + i, n - i);
+    if (k == 0) {
+      SB_LIT(b, "\\ufffd");
+      i++;
+    } else {
+      sb_mem(b, s + i, k);
+      i += k;
+    }
+  }
+  sb_ch(b, '"');
+}
+
+/* A copy of s that is valid UTF-8 (invalid bytes become U+FFFD), for strings handed to cJSON,
+ * which escapes quotes and control characters but passes other bytes through. NULL on OOM. */
+static char *utf8_clean(const char *s) {
+  size_t n = strlen(s);
+  const unsigned char *u = (const unsigned char *)s;
+  size_t i = 0;
+  while (i < n) {
+    size_t k = utf8_seq(u + i, n - i);
+    if (!k) break;
+    i += k;
+  }
+  char *out = malloc(i == n ? n + 1 : n * 3 + 1);
+  if (!out) return NULL;
+  if (i == n) {
+    memcpy(out, s, n + 1);
+    return out;
+  }
+  size_t o = 0;
+  i = 0;
+  while (i < n) {
+    size_t k = utf8_seq(u + i, n - i);
+    if (!k) {
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    } else {
+      memcpy(out + o, s + i, k);
+      o += k;
+      i += k;
+    }
+  }
+  out[o] = 0;
+  return out;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Names, escaped once per dump.                                                               */
+
+typedef struct wd_name {
+  char s[SB_STR_BOUND(WD_STR_LEN) + 1]; /* quoted, escaped */
+  uint16_t len;
+} wd_name;
+
+/* A bulky part of the document, rendered straight into the output where its placeholder is. */
+enum { SEC_RECORDS = 0, SEC_INFLIGHT = 1, SEC_OPEN = 2, SEC_DETACHED = 3 };
+typedef struct wd_section {
+  int kind;
+  const wd_ring_snap *ring; /* SEC_RECORDS */
+  const wd_ev_snap *ev;     /* the others */
+  uint32_t n;
+} wd_section;
+
+/* Children index entry: live events sorted by (parent slot, start time, slot). */
+typedef struct wd_kid {
+  uint32_t parent;
+  uint32_t slot;
+  uint64_t ts;
+  uint32_t idx;
+} wd_kid;
+
+/* The live events of one communicator (or the detached ones) being laid out as trees. */
+typedef struct wd_forest {
+  const wd_ev_snap *ev;
+  uint32_t n;
+  wd_kid *kids;  /* by parent, for children lookups */
+  wd_kid *order; /* by start time */
+  char *placed;  /* per event: 0 not yet shown, 1 shown, 2 top of a tree */
+} wd_forest;
+
+typedef struct wd_ctx {
+  const wd_dump_input *in;
+  wd_name strs[WD_STR_MAX];
+  wd_name types[256];
+  wd_name states[256];
+  wd_section *secs;
+  uint32_t nsecs, cap_secs;
+  wd_forest forest;
+} wd_ctx;
+
+static void name_set(wd_name *nm, const char *s) {
+  wd_sb b = {nm->s, 0, sizeof(nm->s), 0, 0};
+  size_t n = s ? strnlen(s, WD_STR_LEN * 2) : 0;
+  if (n > WD_STR_LEN - 1) n = WD_STR_LEN - 1; /* bound the cache entry */
+  sb_str(&b, s ? s : "", n);
+  nm->len = (uint16_t)b.len;
+}
+
+static void ctx_init(wd_ctx *c, const wd_dump_input *in) {
+  c->in = in;
+  c->secs = NULL;
+  c->nsecs = c->cap_secs = 0;
+  memset(&c->forest, 0, sizeof(c->forest));
+  for (unsigned i = 0; i < WD_STR_MAX; i++) name_set(&c->strs[i], wd_str((uint8_t)i));
+  for (unsigned i = 0; i < 256; i++) {
+    name_set(&c->types[i], wd_type_name(i));
+    name_set(&c->states[i], wd_state_name(i));
+  }
+}
+
+static inline void sb_name(wd_sb *b, const wd_name *nm) { sb_mem(b, nm->s, nm->len); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Records and nodes.                                                                          */
+
+/* Enough for the longest record or node header: 5 resolved strings of at most 188 bytes, about 30
+ * numbers and the keys. */
+#define REC_BOUND 4096
+
+static void put_parent(wd_sb *b, uint32_t parent) {
+  if (parent == WD_SLOT_NONE)
+    SB_LIT(b, "null");
+  else if (parent == WD_SLOT_FOREIGN)
+    SB_LIT(b, "\"foreign\"");
+  else
+    sb_u64(b, parent);
+}
+
+/* The fields of the event type (the table in docs/dump-format.md). ev is the live event when
+ * rendering a node, NULL for a ring record. */
+static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev_snap *ev) {
+  int state_rec = !ev && r->phase == WD_PH_STATE;
+  switch (r->type) {
+  case WD_T_COLL:
+  case WD_T_CECOLL:
+    SB_LIT(b, ",\"func\":");
+    sb_name(b, &c->strs[r->func]);
+    SB_LIT(b, ",\"seq\":");
+    sb_u64(b, r->a);
+    SB_LIT(b, ",\"count\":");
+    sb_u64(b, r->count);
+    SB_LIT(b, ",\"datatype\":");
+    sb_name(b, &c->strs[r->dtype]);
+    SB_LIT(b, ",\"algo\":");
+    sb_name(b, &c->strs[r->algo]);
+    SB_LIT(b, ",\"proto\":");
+    sb_name(b, &c->strs[r->proto]);
+    SB_LIT(b, ",\"root\":");
+    sb_i64(b, r->peer);
+    SB_LIT(b, ",\"nChannels\":");
+    sb_u64(b, r->nChannels);
+    SB_LIT(b, ",\"nWarps\":");
+    sb_u64(b, r->nWarps);
+    break;
+  case WD_T_P2P:
+    SB_LIT(b, ",\"func\":");
+    sb_name(b, &c->strs[r->func]);
+    SB_LIT(b, ",\"count\":");
+    sb_u64(b, r->count);
+    SB_LIT(b, ",\"datatype\":");
+    sb_name(b, &c->strs[r->dtype]);
+    SB_LIT(b, ",\"peer\":");
+    sb_i64(b, r->peer);
+    SB_LIT(b, ",\"nChannels\":");
+    sb_u64(b, r->nChannels);
+    break;
+  case WD_T_COLLAPI:
+    SB_LIT(b, ",\"func\":");
+    sb_name(b, &c->strs[r->func]);
+    SB_LIT(b, ",\"count\":");
+    sb_u64(b, r->count);
+    SB_LIT(b, ",\"datatype\":");
+    sb_name(b, &c->strs[r->dtype]);
+    SB_LIT(b, ",\"root\":");
+    sb_i64(b, r->peer);
+    break;
+  case WD_T_P2PAPI:
+    SB_LIT(b, ",\"func\":");
+    sb_name(b, &c->strs[r->func]);
+    SB_LIT(b, ",\"count\":");
+    sb_u64(b, r->count);
+    SB_LIT(b, ",\"datatype\":");
+    sb_name(b, &c->strs[r->dtype]);
+    break;
+  case WD_T_GROUPAPI:
+    SB_LIT(b, ",\"groupDepth\":");
+    sb_i64(b, r->n);
+    break;
+  case WD_T_PROXYOP:
+    SB_LIT(b, ",\"pid\":");
+    sb_i64(b, r->pid);
+    SB_LIT(b, ",\"channel\":");
+    sb_u64(b, r->channel);
+    SB_LIT(b, ",\"peer\":");
+    sb_i64(b, r->peer);
+    SB_LIT(b, ",\"nSteps\":");
+    sb_i64(b, r->n);
+    SB_LIT(b, ",\"chunkSize\":");
+    sb_u64(b, r->count);
+    sb_bool(b, ",\"isSend\":", r->flags & WD_F_SEND);
+    break;
+  case WD_T_PROXYSTEP:
+    SB_LIT(b, ",\"step\":");
+    sb_i64(b, r->n);
+    if (state_rec) {
+      SB_LIT(b, ",\"transSize\":");
+      sb_u64(b, r->a);
+    } else if (ev) {
+      SB_LIT(b, ",\"transSize\":");
+      sb_u64(b, ev->last_trans);
+    }
+    break;
+  case WD_T_KERNELCH:
+    SB_LIT(b, ",\"channel\":");
+    sb_u64(b, r->channel);
+    SB_LIT(b, ",\"pTimer\":");
+    sb_hex(b, r->a);
+    if (ev && ev->last_trans) {
+      SB_LIT(b, ",\"pTimerStop\":");
+      sb_hex(b, ev->last_trans);
+    }
+    break;
+  case WD_T_PROXYCTRL:
+    if (state_rec) {
+      SB_LIT(b, ",\"appendedProxyOps\":");
+      sb_i64(b, r->n);
+    }
+    break;
+  case WD_T_NETPLUGIN:
+    SB_LIT(b, ",\"id\":");
+    sb_hex(b, r->a);
+    break;
+  case WD_T_CESYNC:
+    SB_LIT(b, ",\"nRanks\":");
+    sb_i64(b, r->n);
+    break;
+  case WD_T_CEBATCH:
+    SB_LIT(b, ",\"numOps\":");
+    sb_i64(b, r->n);
+    SB_LIT(b, ",\"totalBytes\":");
+    sb_u64(b, r->count);
+    break;
+  default:
+    break;
+  }
+  if (r->flags & WD_F_DETACHED) {
+    SB_LIT(b, ",\"raw\":");
+    sb_hex(b, r->raw);
+  }
+  int is_op = r->type == WD_T_COLL || r->type == WD_T_P2P || r->type == WD_T_CECOLL;
+  if (ev && is_op)
+    sb_bool(b, ",\"graphCaptured\":", r->flags & WD_F_GRAPH);
+  else if (r->flags & WD_F_GRAPH)
+    SB_LIT(b, ",\"graphCaptured\":true");
+  if (r->flags & WD_F_DETACHED) SB_LIT(b, ",\"detached\":true");
+  if (r->flags & WD_F_ORPHAN) SB_LIT(b, ",\"orphan\":true");
+  if (r->flags & WD_F_ABANDONED) SB_LIT(b, ",\"abandoned\":true");
+}
+
+static int put_record(wd_ctx *c, wd_sb *b, const wd_record *r, int comma) {
+  if (sb_reserve(b, REC_BOUND)) return -1;
+  if (comma) sb_ch(b, ',');
+  SB_LIT(b, "{\"t\":");
+  sb_i64(b, (int64_t)(r->ts_ns - c->in->mono_ns));
+  switch (r->phase) {
+  case WD_PH_START: SB_LIT(b, ",\"ph\":\"start\""); break;
+  case WD_PH_STATE: SB_LIT(b, ",\"ph\":\"state\""); break;
+  case WD_PH_STOP: SB_LIT(b, ",\"ph\":\"stop\""); break;
+  default:
+    SB_LIT(b, ",\"ph\":\"phase");
+    sb_u64(b, r->phase);
+    sb_ch(b, '"');
+  }
+  SB_LIT(b, ",\"type\":");
+  sb_name(b, &c->types[r->type]);
+  SB_LIT(b, ",\"slot\":");
+  sb_u64(b, r->slot);
+  SB_LIT(b, ",\"parent\":");
+  put_parent(b, r->parent);
+  SB_LIT(b, ",\"tid\":");
+  sb_i64(b, r->tid);
+  if (r->phase == WD_PH_STATE) {
+    SB_LIT(b, ",\"state\":");
+    sb_name(b, &c->states[r->state]);
+  }
+  put_type_fields(c, b, r, NULL);
+  sb_ch(b, '}');
+  return 0;
+}
+
+/* "[record,...]" for a ring snapshot. */
+static int put_records(wd_ctx *c, wd_sb *b, const wd_ring_snap *rs) {
+  if (sb_reserve(b, 2)) return -1;
+  sb_ch(b, '[');
+  for (uint32_t i = 0; rs->recs && i < rs->n; i++)
+    if (put_record(c, b, &rs->recs[i], i > 0)) return -1;
+  if (sb_reserve(b, 2)) return -1;
+  sb_ch(b, ']');
+  return 0;
+}
+
+static uint64_t ago(const wd_ctx *c, uint64_t ts) {
+  return ts && ts < c->in->mono_ns ? c->in->mono_ns - ts : 0;
+}
+
+static int kid_cmp(const void *pa, const void *pb) {
+  const wd_kid *a = pa, *b = pb;
+  if (a->parent != b->parent) return a->parent < b->parent ? -1 : 1;
+  if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
+  if (a->slot != b->slot) return a->slot < b->slot ? -1 : 1;
+  return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+/* Start-time order (for roots and flat lists): same key with parent ignored. */
+static int start_cmp(const void *pa, const void *pb) {
+  const wd_kid *a = pa, *b = pb;
+  if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
+  if (a->slot != b->slot) return a->slot < b->slot ? -1 : 1;
+  return a->idx < b->idx ? -1 : a->idx > b->idx;
+}
+
+static int u32_cmp(const void *pa, const void *pb) {
+  uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+  return a < b ? -1 : a > b;
+}
+
+/* Index of the first entry whose parent is slot, or n. */
+static uint32_t kids_first(const wd_forest *f, uint32_t slot) {
+  uint32_t lo = 0, hi = f->n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (f->kids[mid].parent < slot)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+#define WD_TREE_DEPTH 16 /* deeper chains (never produced by NCCL) are listed flat */
+
+static int put_node(wd_ctx *c, wd_sb *b, wd_forest *f, uint32_t idx, int depth, int nest) {
+  const wd_ev_snap *e = &f->ev[idx];
+  const wd_record *r = &e->start;
+  if (sb_reserve(b, REC_BOUND)) return -1;
+  SB_LIT(b, "{\"slot\":");
+  sb_u64(b, r->slot);
+  SB_LIT(b, ",\"type\":");
+  sb_name(b, &c->types[r->type]);
+  SB_LIT(b, ",\"parentSlot\":");
+  put_parent(b, r->parent);
+  if (e->is_root) {
+    SB_LIT(b, ",\"status\":\"");
+    const char *st = wd_op_status_name(e->status);
+    sb_mem(b, st, strlen(st));
+    sb_ch(b, '"');
+  }
+  sb_bool(b, ",\"stopped\":", e->stopped);
+  SB_LIT(b, ",\"ageMs\":");
+  sb_ms(b, ago(c, r->ts_ns));
+  SB_LIT(b, ",\"sinceProgressMs\":");
+  sb_ms(b, ago(c, e->last_ns ? e->last_ns : r->ts_ns));
+  SB_LIT(b, ",\"state\":");
+  if (e->last_state == 0xff)
+    SB_LIT(b, "null");
+  else
+    sb_name(b, &c->states[e->last_state]);
+  SB_LIT(b, ",\"tid\":");
+  sb_i64(b, r->tid);
+  put_type_fields(c, b, r, e);
+  switch (r->type) {
+  case WD_T_COLL:
+  case WD_T_P2P:
+  case WD_T_CECOLL:
+    SB_LIT(b, ",\"kernelChannels\":{\"expected\":");
+    sb_u64(b, e->kch_expected);
+    SB_LIT(b, ",\"done\":");
+    sb_u64(b, e->kch_done);
+    sb_ch(b, '}');
+    break;
+  case WD_T_PROXYOP:
+    SB_LIT(b, ",\"stepsDone\":");
+    sb_u64(b, e->steps_done);
+    break;
+  default:
+    break;
+  }
+  if (e->children_seen || e->children_open) {
+    SB_LIT(b, ",\"childrenSeen\":");
+    sb_u64(b, e->children_seen);
+    SB_LIT(b, ",\"childrenOpen\":");
+    sb_u64(b, e->children_open);
+  }
+  SB_LIT(b, ",\"children\":[");
+  if (nest && depth < WD_TREE_DEPTH) {
+    int first = 1;
+    for (uint32_t k = kids_first(f, r->slot); k < f->n && f->kids[k].parent == r->slot; k++) {
+      uint32_t ci = f->kids[k].idx;
+      if (f->placed[ci] || f->ev[ci].is_root) continue;
+      f->placed[ci] = 1;
+      if (!first) {
+        if (sb_reserve(b, 1)) return -1;
+        sb_ch(b, ',');
+      }
+      first = 0;
+      if (put_node(c, b, f, ci, depth + 1, 1)) return -1;
+    }
+  }
+  if (sb_reserve(b, 3)) return -1;
+  SB_LIT(b, "]}");
+  return 0;
+}
+
+static void forest_end(wd_ctx *c) {
+  free(c->forest.kids);
+  free(c->forest.order);
+  free(c->forest.placed);
+  memset(&c->forest, 0, sizeof(c->forest));
+}
+
+/*
+ * Index the live events for layout. Tops (nodes shown at the top level with their live
+ * descendants nested) are the root operations; with tops_orphans, also every event whose parent
+ * is not live (detached events have no root operations of their own). O(n log n).
+ */
+static int forest_begin(wd_ctx *c, const wd_ev_snap *ev, uint32_t n, int tops_orphans) {
+  forest_end(c);
+  wd_forest *f = &c->forest;
+  f->ev = ev;
+  f->n = ev ? n : 0;
+  n = f->n;
+  if (!n) return 0;
+  f->kids = malloc(sizeof(wd_kid) * n);
+  f->order = malloc(sizeof(wd_kid) * n);
+  f->placed = calloc(n, 1);
+  if (!f->kids || !f->order || !f->placed) return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    f->kids[i] = (wd_kid){ev[i].start.parent, ev[i].start.slot, ev[i].start.ts_ns, i};
+    f->order[i] = f->kids[i];
+  }
+  qsort(f->kids, n, sizeof(wd_kid), kid_cmp);
+  qsort(f->order, n, sizeof(wd_kid), start_cmp);
+  uint32_t *slots = NULL; /* sorted live slots, to tell a live parent from a gone one */
+  if (tops_orphans) {
+    slots = malloc(sizeof(uint32_t) * n);
+    if (!slots) return -1;
+    for (uint32_t i = 0; i < n; i++) slots[i] = f->order[i].slot;
+    qsort(slots, n, sizeof(uint32_t), u32_cmp);
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const wd_ev_snap *e = &ev[i];
+    int top = e->is_root;
+    uint32_t p = e->start.parent;
+    if (!top && slots) {
+      top = 1;
+      if (p != WD_SLOT_NONE && p != WD_SLOT_FOREIGN && p != e->start.slot) {
+        uint32_t lo = 0, hi = n;
+        while (lo < hi) {
+          uint32_t mid = lo + (hi - lo) / 2;
+          if (slots[mid] < p)
+            lo = mid + 1;
+          else
+            hi = mid;
+        }
+        if (lo < n && slots[lo] == p) top = 0;
+      }
+    }
+    if (top) f->placed[i] = 2;
+  }
+  free(slots);
+  return 0;
+}
+
+/* Append to an open "[" list: the tops with their trees (tops) or, flat, every event not shown
+ * yet (!tops), oldest first. */
+static int forest_list(wd_ctx *c, wd_sb *b, int tops, int *first) {
+  wd_forest *f = &c->forest;
+  for (uint32_t i = 0; i < f->n; i++) {
+    uint32_t idx = f->order[i].idx;
+    if (tops ? f->placed[idx] != 2 : f->placed[idx] != 0) continue;
+    if (!tops) f->placed[idx] = 1;
+    if (!*first) {
+      if (sb_reserve(b, 1)) return -1;
+      sb_ch(b, ',');
+    }
+    *first = 0;
+    if (put_node(c, b, f, idx, 0, tops)) return -1;
+  }
+  return 0;
+}
+
+static int put_section(wd_ctx *c, wd_sb *b, const wd_section *s) {
+  int first = 1;
+  switch (s->kind) {
+  case SEC_RECORDS:
+    return put_records(c, b, s->ring);
+  case SEC_INFLIGHT: /* the forest stays for the SEC_OPEN that follows */
+    if (forest_begin(c, s->ev, s->n, 0) || sb_reserve(b, 1)) return -1;
+    sb_ch(b, '[');
+    if (forest_list(c, b, 1, &first) || sb_reserve(b, 1)) return -1;
+    sb_ch(b, ']');
+    return 0;
+  case SEC_OPEN:
+    if (c->forest.ev != s->ev && forest_begin(c, s->ev, s->n, 0)) return -1;
+    if (sb_reserve(b, 1)) return -1;
+    sb_ch(b, '[');
+    if (forest_list(c, b, 0, &first) || sb_reserve(b, 1)) return -1;
+    sb_ch(b, ']');
+    forest_end(c);
+    return 0;
+  case SEC_DETACHED: /* trees, then whatever is left (parent cycles) flat, in one list */
+    if (forest_begin(c, s->ev, s->n, 1) || sb_reserve(b, 1)) return -1;
+    sb_ch(b, '[');
+    if (forest_list(c, b, 1, &first) || forest_list(c, b, 0, &first) || sb_reserve(b, 1))
+      return -1;
+    sb_ch(b, ']');
+    forest_end(c);
+    return 0;
+  default:
+    return -1;
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* cJSON helpers: each creates the item and attaches it to its parent at once.                */
+
+static int add_str(cJSON *o, const char *key, const char *s) {
+  char *clean = utf8_clean(s ? s : "");
+  if (!clean) return -1;
+  cJSON *it = cJSON_AddStringToObject(o, key, clean);
+  free(clean);
+  return it ? 0 : -1;
+}
+
+static int add_bounded_str(cJSON *o, const char *key, const char *s, size_t max) {
+  char buf[256];
+  size_t n = strnlen(s, max < sizeof(buf) ? max : sizeof(buf) - 1);
+  memcpy(buf, s, n);
+  buf[n] = 0;
+  return add_str(o, key, buf);
+}
+
+static int add_num(cJSON *o, const char *key, double v) {
+  return cJSON_AddNumberToObject(o, key, v) ? 0 : -1;
+}
+
+static int add_bool(cJSON *o, const char *key, int v) {
+  return cJSON_AddBoolToObject(o, key, v != 0) ? 0 : -1;
+}
+
+static int add_hex(cJSON *o, const char *key, uint64_t v) {
+  char buf[24];
+  snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)v);
+  return cJSON_AddStringToObject(o, key, buf) ? 0 : -1;
+}
+
+static int add_ms(cJSON *o, const char *key, uint64_t ns) { return add_num(o, key, (double)ns / 1e6); }
+
+/* Attach an item created by the caller; the item is freed when it cannot be attached. */
+static int push(cJSON *arr, cJSON *it) {
+  if (!it) return -1;
+  if (!cJSON_AddItemToArray(arr, it)) {
+    cJSON_Delete(it);
+    return -1;
+  }
+  return 0;
+}
+
+/* A placeholder for a bulky part: raw "\x01<index>". cJSON escapes control characters in every
+ * string and key, so a raw 0x01 byte in the printed skeleton can only be one of these. */
+static int add_section(wd_ctx *c, cJSON *o, const char *key, wd_section sec) {
+  if (c->nsecs == c->cap_secs) {
+    uint32_t cap = c->cap_secs ? c->cap_secs * 2 : 32;
+    wd_section *p = realloc(c->secs, sizeof(*p) * cap);
+    if (!p) return -1;
+    c->secs = p;
+    c->cap_secs = cap;
+  }
+  char tok[16];
+  snprintf(tok, sizeof(tok), "\x01%u", c->nsecs);
+  if (!cJSON_AddRawToObject(o, key, tok)) return -1;
+  c->secs[c->nsecs++] = sec;
+  return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Document sections.                                                                          */
+
+const char *wd_op_status_name(int status) {
+  switch (status) {
+  case WD_OP_ENQUEUED: return "enqueued";
+  case WD_OP_REACHED: return "reached";
+  case WD_OP_GPU_DONE: return "gpu_done";
+  case WD_OP_STALLED: return "stalled";
+  case WD_OP_POSTING: return "posting";
+  default: return "unknown";
+  }
+}
+
+static const char *bt_status_name(int status) {
+  switch (status) {
+  case WD_BT_OK: return "ok";
+  case WD_BT_SELF: return "self";
+  case WD_BT_NO_ANSWER: return "no_answer";
+  case WD_BT_BLOCKED: return "blocked";
+  case WD_BT_GONE: return "gone";
+  default: return "unknown";
+  }
+}
+
+static int put_stall(cJSON *arr, const wd_stall *s) {
+  cJSON *o = cJSON_CreateObject();
+  if (push(arr, o)) return -1;
+  if (add_hex(o, "commId", s->comm_id) ||
+      add_bounded_str(o, "commName", s->comm_name, sizeof(s->comm_name)) ||
+      add_num(o, "rank", s->rank) || add_num(o, "nranks", s->nranks) ||
+      add_str(o, "type", wd_type_name(s->type)) || add_str(o, "func", wd_str(s->func)) ||
+      add_num(o, "seq", (double)s->seq) || add_num(o, "peer", s->peer) ||
+      add_num(o, "slot", s->slot) || add_ms(o, "sinceProgressMs", s->since_progress_ns) ||
+      add_ms(o, "ageMs", s->age_ns) ||
+      add_bounded_str(o, "waitingOn", s->waiting_on, sizeof(s->waiting_on)))
+    return -1;
+  return 0;
+}
+
+static int put_trigger(cJSON *root, const wd_dump_input *in) {
+  cJSON *t = cJSON_AddObjectToObject(root, "trigger");
+  if (!t) return -1;
+  const char *reason = in->reason ? in->reason : "";
+  if (in->nstalls || !strcmp(reason, "stall")) {
+    cJSON *arr = cJSON_AddArrayToObject(t, "stalls");
+    if (!arr) return -1;
+    for (uint32_t i = 0; in->stalls && i < in->nstalls; i++)
+      if (put_stall(arr, &in->stalls[i])) return -1;
+  }
+  if (in->signo || !strcmp(reason, "signal")) {
+    char buf[32];
+    if (add_str(t, "signal", wd_signal_name(in->signo, buf, sizeof(buf))) ||
+        add_num(t, "senderPid", in->sender_pid))
+      return -1;
+  }
+  if (in->peer_trigger || !strcmp(reason, "peer")) {
+    if (add_str(t, "file", in->peer_trigger ? in->peer_trigger : "")) return -1;
+    cJSON *origin = in->peer_trigger_json ? cJSON_Parse(in->peer_trigger_json) : NULL;
+    if (!origin) origin = cJSON_CreateNull(); /* absent or not JSON: the file name still tells */
+    if (!origin || !cJSON_AddItemToObject(t, "origin", origin)) {
+      cJSON_Delete(origin);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static int put_config(cJSON *root, const wd_config *cfg_in) {
+  wd_config def;
+  const wd_config *cfg = cfg_in;
+  if (!cfg) {
+    wd_config_defaults(&def);
+    cfg = &def;
+  }
+  cJSON *o = cJSON_AddObjectToObject(root, "config");
+  if (!o) return -1;
+  char s1[32], s2[32];
+  if (add_bool(o, "enable", cfg->enable) || add_ms(o, "timeoutMs", cfg->timeout_ns) ||
+      add_ms(o, "pollMs", cfg->poll_ns) ||
+      add_ms(o, "unreachedTimeoutMs", cfg->unreached_timeout_ns) ||
+      add_bounded_str(o, "dumpDir", cfg->dump_dir, sizeof(cfg->dump_dir)) ||
+      add_num(o, "ringSize", cfg->ring_size) || add_num(o, "proxyRingSize", cfg->proxy_ring_size) ||
+      add_num(o, "maxEvents", cfg->max_events) ||
+      add_str(o, "signal", wd_signal_name(cfg->signal, s1, sizeof(s1))) ||
+      add_str(o, "backtraceSignal", wd_signal_name(cfg->bt_signal, s2, sizeof(s2))) ||
+      add_str(o, "action", cfg->action == WD_ACTION_ABORT ? "abort" : "dump") ||
+      add_hex(o, "eventMask", (uint64_t)(unsigned)cfg->event_mask) ||
+      add_bool(o, "backtrace", cfg->backtrace) || add_ms(o, "backtraceWaitMs", cfg->bt_wait_ns) ||
+      add_bool(o, "peerDumps", cfg->peer_dumps) || add_num(o, "maxDumps", cfg->max_dumps))
+    return -1;
+  return 0;
+}
+
+static const char *const wd_env_names[] = {
+    "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
+    "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK",
+    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+
+static int env_wanted(const char *kv, size_t klen) {
+  if (klen > 5 && !strncmp(kv, "NCCL_", 5)) return 1;
+  for (size_t i = 0; i < sizeof(wd_env_names) / sizeof(wd_env_names[0]); i++)
+    if (strlen(wd_env_names[i]) == klen && !strncmp(kv, wd_env_names[i], klen)) return 1;
+  return 0;
+}
+
+static int put_env(cJSON *root) {
+  cJSON *o = cJSON_AddObjectToObject(root, "env");
+  if (!o) return -1;
+  for (char **e = environ; e && *e; e++) {
+    const char *eq = strchr(*e, '=');
+    if (!eq) continue;
+    size_t klen = (size_t)(eq - *e);
+    if (!env_wanted(*e, klen) || klen >= 256) continue;
+    char key[256];
+    memcpy(key, *e, klen);
+    key[klen] = 0;
+    char *ckey = utf8_clean(key);
+    if (!ckey) return -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, ckey)) { /* duplicate entry: the first one wins */
+      free(ckey);
+      continue;
+    }
+    int rc = add_str(o, ckey, eq + 1);
+    free(ckey);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+static int put_strings(cJSON *root) {
+  cJSON *arr = cJSON_AddArrayToObject(root, "strings");
+  if (!arr) return -1;
+  unsigned n = wd_str_count();
+  if (n > WD_STR_MAX) n = WD_STR_MAX;
+  for (unsigned i = 0; i < n; i++) {
+    char *clean = utf8_clean(wd_str((uint8_t)i));
+    if (!clean) return -1;
+    int rc = push(arr, cJSON_CreateString(clean));
+    free(clean);
+    if (rc) return -1;
+  }
+  return 0;
+}
+
+static int put_ring(wd_ctx *c, cJSON *parent, const char *key, const wd_ring_snap *rs) {
+  cJSON *o = cJSON_AddObjectToObject(parent, key);
+  if (!o) return -1;
+  if (add_num(o, "capacity", rs->capacity) || add_num(o, "written", (double)rs->written) ||
+      add_num(o, "torn", rs->torn) || add_num(o, "lost", (double)rs->lost))
+    return -1;
+  return add_section(c, o, "records", (wd_section){SEC_RECORDS, rs, NULL, 0});
+}
+
+static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
+  cJSON *o = cJSON_CreateObject();
+  if (push(arr, o)) return -1;
+  if (add_hex(o, "commId", cs->comm_id) ||
+      add_bounded_str(o, "commName", cs->name, sizeof(cs->name)) || add_num(o, "rank", cs->rank) ||
+      add_num(o, "nranks", cs->nranks) || add_num(o, "nNodes", cs->nnodes) ||
+      add_num(o, "abi", cs->abi) || add_num(o, "cudaDev", cs->cuda_dev) ||
+      add_bounded_str(o, "gpuUuid", cs->gpu_uuid, sizeof(cs->gpu_uuid)))
+    return -1;
+  if (cs->init_ns ? add_ms(o, "initAgoMs", ago(c, cs->init_ns))
+                  : !cJSON_AddNullToObject(o, "initAgoMs"))
+    return -1;
+  if (cs->last_progress_ns ? add_ms(o, "sinceProgressMs", ago(c, cs->last_progress_ns))
+                           : !cJSON_AddNullToObject(o, "sinceProgressMs"))
+    return -1;
+  if (add_num(o, "droppedEvents", (double)cs->dropped) ||
+      add_num(o, "staleHandles", (double)cs->stale))
+    return -1;
+  cJSON *seq = cJSON_AddArrayToObject(o, "seq");
+  if (!seq) return -1;
+  uint32_t nseq = cs->nseq < 32 ? cs->nseq : 32;
+  for (uint32_t i = 0; i < nseq; i++) {
+    cJSON *s = cJSON_CreateObject();
+    if (push(seq, s)) return -1;
+    if (add_str(s, "func", wd_str(cs->seq[i].func)) ||
+        add_num(s, "lastEnqueued", (double)cs->seq[i].enqueued) ||
+        add_num(s, "lastCompleted", (double)cs->seq[i].completed))
+      return -1;
+  }
+  cJSON *p2p = cJSON_AddObjectToObject(o, "p2p");
+  if (!p2p || add_num(p2p, "enqueued", (double)cs->p2p_enqueued) ||
+      add_num(p2p, "completed", (double)cs->p2p_completed))
+    return -1;
+  uint32_t nev = cs->events ? cs->nevents : 0;
+  if (add_section(c, o, "inflight", (wd_section){SEC_INFLIGHT, NULL, cs->events, nev}) ||
+      add_section(c, o, "open", (wd_section){SEC_OPEN, NULL, cs->events, nev}))
+    return -1;
+  if (put_ring(c, o, "ring", &cs->ring) || put_ring(c, o, "proxyRing", &cs->proxy_ring)) return -1;
+  return 0;
+}
+
+static int put_detached(wd_ctx *c, cJSON *root, const wd_dump_input *in) {
+  cJSON *o = cJSON_AddObjectToObject(root, "detached");
+  if (!o) return -1;
+  uint32_t n = in->detached ? in->ndetached : 0;
+  if (add_section(c, o, "open", (wd_section){SEC_DETACHED, NULL, in->detached, n})) return -1;
+  return put_ring(c, o, "ring", &in->detached_ring);
+}
+
+static int put_threads(cJSON *root, const wd_bt_result *bt) {
+  cJSON *o = cJSON_AddObjectToObject(root, "threads");
+  if (!o) return -1;
+  cJSON *mods = cJSON_AddArrayToObject(root, "modules");
+  if (!mods) return -1;
+  if (!bt) return add_bool(o, "disabled", 1);
+  if (add_num(o, "asked", bt->asked) || add_num(o, "answered", bt->answered)) return -1;
+  cJSON *list = cJSON_AddArrayToObject(o, "list");
+  if (!list) return -1;
+  for (int i = 0; bt->threads && i < bt->nthreads; i++) {
+    const wd_bt_thread *t = &bt->threads[i];
+    cJSON *to = cJSON_CreateObject();
+    if (push(list, to)) return -1;
+    if (add_num(to, "tid", t->tid) || add_bounded_str(to, "name", t->name, sizeof(t->name)) ||
+        add_str(to, "status", bt_status_name(t->status)))
+      return -1;
+    cJSON *frames = cJSON_AddArrayToObject(to, "frames");
+    if (!frames) return -1;
+    int nf = t->nframes < 0 ? 0 : t->nframes > WD_BT_MAX_FRAMES ? WD_BT_MAX_FRAMES : t->nframes;
+    for (int k = 0; k < nf; k++) {
+      const wd_bt_frame *fr = &t->frames[k];
+      cJSON *fo = cJSON_CreateObject();
+      if (push(frames, fo)) return -1;
+      if (add_hex(fo, "pc", fr->pc)) return -1;
+      if (fr->module[0] && (add_bounded_str(fo, "module", fr->module, sizeof(fr->module)) ||
+                            add_hex(fo, "moduleOffset", fr->module_offset)))
+        return -1;
+      if (fr->symbol[0] && (add_bounded_str(fo, "symbol", fr->symbol, sizeof(fr->symbol)) ||
+                            add_num(fo, "symbolOffset", (double)fr->symbol_offset)))
+        return -1;
+    }
+  }
+  for (int i = 0; bt->modules && i < bt->nmodules; i++) {
+    const wd_bt_module *m = &bt->modules[i];
+    cJSON *mo = cJSON_CreateObject();
+    if (push(mods, mo)) return -1;
+    if (add_bounded_str(mo, "path", m->path, sizeof(m->path)) || add_hex(mo, "start", m->start) ||
+        add_hex(mo, "end", m->end) || add_hex(mo, "offset", m->offset) ||
+        add_bounded_str(mo, "perms", m->perms, sizeof(m->perms)))
+      return -1;
+  }
+  return 0;
+}
+
+static int put_time(cJSON *root, const wd_dump_input *in) {
+  cJSON *o = cJSON_AddObjectToObject(root, "time");
+  if (!o) return -1;
+  char buf[64];
+  struct tm tm;
+  time_t sec = (time_t)in->wall_sec;
+  if (!gmtime_r(&sec, &tm)) memset(&tm, 0, sizeof(tm));
+  snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%09lldZ", tm.tm_year + 1900,
+           tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (long long)in->wall_nsec);
+  uint64_t wall_ns = (uint64_t)in->wall_sec * 1000000000ull + (uint64_t)in->wall_nsec;
+  if (add_str(o, "wall", buf) || add_hex(o, "wall_ns", wall_ns) || add_hex(o, "mono_ns", in->mono_ns))
+    return -1;
+  return 0;
+}
+
+/* Room for the bulky parts, so the document buffer is mapped once (it grows if needed). */
+static size_t estimate(const wd_dump_input *in) {
+  size_t n = 0;
+  for (uint32_t i = 0; in->comms && i < in->ncomms; i++)
+    n += ((size_t)in->comms[i].ring.n + in->comms[i].proxy_ring.n) * 220 +
+         (size_t)in->comms[i].nevents * 400;
+  n += (size_t)in->detached_ring.n * 220 + (size_t)in->ndetached * 400;
+  return n;
+}
+
+/* The whole document into out (a mapped buffer): the skeleton from cJSON with the bulky parts
+ * formatted in place of their placeholders. */
+static int render_doc(const wd_dump_input *in, wd_sb *out) {
+  int rc = -1;
+  char *skel = NULL;
+  wd_ctx *c = malloc(sizeof(*c));
+  cJSON *root = cJSON_CreateObject();
+  if (!c || !root) goto end;
+  ctx_init(c, in);
+
+  if (add_str(root, "format", WD_DUMP_FORMAT) || add_num(root, "version", WD_DUMP_VERSION) ||
+      add_str(root, "reason", in->reason ? in->reason : "") ||
+      add_num(root, "dumpSeq", in->dump_seq) ||
+      add_bounded_str(root, "host", in->host, sizeof(in->host)) || add_num(root, "pid", in->pid))
+    goto end;
+  cJSON *plugin = cJSON_AddObjectToObject(root, "plugin");
+  if (!plugin || add_str(plugin, "name", "nccl-watchdog") ||
+      add_str(plugin, "version", WD_VERSION) || add_num(plugin, "abi", in->abi))
+    goto end;
+  if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg) || put_env(root) ||
+      put_strings(root))
+    goto end;
+  cJSON *comms = cJSON_AddArrayToObject(root, "comms");
+  if (!comms) goto end;
+  for (uint32_t i = 0; in->comms && i < in->ncomms; i++)
+    if (put_comm(c, comms, &in->comms[i])) goto end;
+  if (put_detached(c, root, in) || put_threads(root, in->threads)) goto end;
+
+  skel = cJSON_PrintUnformatted(root);
+  if (!skel) goto end;
+  size_t skel_len = strlen(skel);
+  memset(out, 0, sizeof(*out));
+  out->mapped = 1;
+  if (sb_reserve(out, skel_len + estimate(in))) goto end;
+  const char *p = skel;
+  for (;;) {
+    const char *m = strchr(p, '\x01');
+    size_t n = m ? (size_t)(m - p) : strlen(p);
+    if (sb_reserve(out, n)) goto end;
+    sb_mem(out, p, n);
+    if (!m) break;
+    uint32_t idx = 0;
+    for (p = m + 1; *p >= '0' && *p <= '9'; p++) idx = idx * 10 + (uint32_t)(*p - '0');
+    if (idx >= c->nsecs || put_section(c, out, &c->secs[idx])) goto end;
+  }
+  out->p[out->len] = 0;
+  rc = 0;
+end:
+  if (rc) sb_free(out);
+  if (c) {
+    forest_end(c);
+    free(c->secs);
+  }
+  free(skel);
+  cJSON_Delete(root);
+  free(c);
+  return rc;
+}
+
+char *wd_dump_render(const wd_dump_input *in) {
+  if (!in) return NULL;
+  wd_sb doc;
+  if (render_doc(in, &doc)) return NULL;
+  char *out = malloc(doc.len + 1);
+  if (out) memcpy(out, doc.p, doc.len + 1);
+  sb_free(&doc);
+  return out;
+}
+
+int wd_dump_write(const wd_dump_input *in, const char *dir, char *path_out, size_t path_len) {
+  if (!in || !dir) return -1;
+  wd_sb doc;
+  if (render_doc(in, &doc)) return -1;
+  int rc = wd_dumpfile_write(dir, in->host, in->pid, in->dump_seq, in->reason ? in->reason : "dump",
+                             doc.p, doc.len, path_out, path_len);
+  sb_free(&doc);
+  return rc;
+}

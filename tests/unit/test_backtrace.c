@@ -1,0 +1,532 @@
+/*
+ * All-thread backtraces. Every test installs a signal handler and starts threads, so each runs
+ * in a forked child with a bounded wait; the child reports failed checks on stderr and through
+ * its exit status.
+ */
+#include "watchdog/backtrace.h"
+
+#include <CUnit/Basic.h>
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || __has_feature(thread_sanitizer)
+#define WD_TEST_TSAN 1
+#else
+#define WD_TEST_TSAN 0
+#endif
+
+/* ---- child-side checks ---- */
+
+static int g_fail;
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      g_fail++;                                                                \
+    }                                                                          \
+  } while (0)
+
+static int run_isolated(void (*fn)(void), int timeout_s) {
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    g_fail = 0;
+    fn();
+    fflush(stderr);
+    /* exit (not _exit) so LeakSanitizer checks the child. */
+    exit(g_fail ? 1 : 0);
+  }
+  for (int i = 0; i < timeout_s * 100; i++) {
+    int st;
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(st)) return WEXITSTATUS(st);
+      fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
+      return 128 + WTERMSIG(st);
+    }
+    struct timespec ts = {0, 10000000};
+    nanosleep(&ts, NULL);
+  }
+  fprintf(stderr, "child timed out after %d s\n", timeout_s);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int bt_signo(void) { return SIGRTMIN + 5; }
+
+/* TSan defers a signal until the thread enters one of its interceptors or a blocking call it
+ * knows about; read() on a pipe is neither, so under TSan park_c answers only once the read
+ * returns. That is TSan's delivery model, not ours: expect no answer from it there. */
+static int park_answers(int i) { return !(WD_TEST_TSAN && i == 2); }
+
+/* ---- parked threads, each in a recognisable function ---- */
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static atomic_int g_stop;
+static atomic_int g_ready;
+static int g_pipe[2];
+
+/* Each park function keeps working after its blocking call so the call is not a tail call and
+ * the function stays on the stack. */
+__attribute__((noinline, visibility("default"))) int wd_test_park_a(void) {
+  int rounds = 0;
+  pthread_mutex_lock(&g_mu);
+  atomic_fetch_add(&g_ready, 1);
+  while (!atomic_load(&g_stop)) {
+    pthread_cond_wait(&g_cv, &g_mu);
+    rounds++;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return rounds;
+}
+
+__attribute__((noinline, visibility("default"))) int wd_test_park_b(void) {
+  int rounds = 0;
+  atomic_fetch_add(&g_ready, 1);
+  while (!atomic_load(&g_stop)) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+    rounds++;
+  }
+  return rounds;
+}
+
+__attribute__((noinline, visibility("default"))) int wd_test_park_c(void) {
+  int rounds = 0;
+  char c;
+  atomic_fetch_add(&g_ready, 1);
+  while (read(g_pipe[0], &c, 1) < 0 && errno == EINTR) rounds++;
+  return rounds + c;
+}
+
+__attribute__((noinline, visibility("default"))) int wd_test_park_d(void) {
+  int rounds = 0;
+  atomic_fetch_add(&g_ready, 1);
+  while (!atomic_load(&g_stop)) {
+    poll(NULL, 0, 3);
+    rounds++;
+  }
+  return rounds;
+}
+
+__attribute__((noinline, visibility("default"))) int wd_test_park_e(void) {
+  int rounds = 0;
+  atomic_fetch_add(&g_ready, 1);
+  while (!atomic_load(&g_stop)) {
+    sched_yield();
+    rounds++;
+  }
+  return rounds;
+}
+
+/* Interrupted outside any call: frame 0 is an instruction of this function itself. */
+__attribute__((noinline, visibility("default"))) int wd_test_park_f(void) {
+  volatile unsigned x = 1;
+  atomic_fetch_add(&g_ready, 1);
+  while (!atomic_load_explicit(&g_stop, memory_order_relaxed)) x = x * 1103515245u + 12345u;
+  return (int)x;
+}
+
+__attribute__((noinline, visibility("default"))) int wd_test_park_blocked(void) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, bt_signo());
+  pthread_sigmask(SIG_BLOCK, &set, NULL);
+  return wd_test_park_b();
+}
+
+typedef int (*park_fn)(void);
+static const struct {
+  const char *name;
+  park_fn fn;
+} g_parks[] = {
+    {"wd_test_park_a", wd_test_park_a}, {"wd_test_park_b", wd_test_park_b},
+    {"wd_test_park_c", wd_test_park_c}, {"wd_test_park_d", wd_test_park_d},
+    {"wd_test_park_e", wd_test_park_e}, {"wd_test_park_f", wd_test_park_f},
+};
+#define NPARK 6
+
+typedef struct parked {
+  park_fn fn;
+  char name[16];
+  atomic_int tid;
+  pthread_t th;
+} parked;
+
+static void *park_main(void *arg) {
+  parked *p = arg;
+  pthread_setname_np(pthread_self(), p->name);
+  atomic_store(&p->tid, (int)syscall(SYS_gettid));
+  p->fn();
+  return NULL;
+}
+
+static void start_parked(parked *p, park_fn fn, const char *name) {
+  p->fn = fn;
+  snprintf(p->name, sizeof(p->name), "%s", name);
+  atomic_store(&p->tid, 0);
+  CHECK(pthread_create(&p->th, NULL, park_main, p) == 0);
+}
+
+static void wait_ready(int n) {
+  uint64_t end = now_ns() + 5000000000ull;
+  while (atomic_load(&g_ready) < n && now_ns() < end) {
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+  CHECK(atomic_load(&g_ready) >= n);
+  /* Let each reach its blocking call. */
+  struct timespec ts = {0, 20000000};
+  nanosleep(&ts, NULL);
+}
+
+static void stop_parked(parked *ps, int n) {
+  atomic_store(&g_stop, 1);
+  pthread_mutex_lock(&g_mu);
+  pthread_cond_broadcast(&g_cv);
+  pthread_mutex_unlock(&g_mu);
+  CHECK(write(g_pipe[1], "x", 1) == 1);
+  for (int i = 0; i < n; i++) pthread_join(ps[i].th, NULL);
+}
+
+static const wd_bt_thread *find_thread(const wd_bt_result *r, int tid) {
+  for (int i = 0; i < r->nthreads; i++)
+    if (r->threads[i].tid == tid) return &r->threads[i];
+  return NULL;
+}
+
+static const wd_bt_frame *find_frame(const wd_bt_thread *t, const char *sym) {
+  for (int i = 0; i < t->nframes; i++)
+    if (strcmp(t->frames[i].symbol, sym) == 0) return &t->frames[i];
+  return NULL;
+}
+
+static void dump_thread(const wd_bt_thread *t) {
+  fprintf(stderr, "  tid %d '%s' status %d frames %d\n", t->tid, t->name, t->status, t->nframes);
+  for (int i = 0; i < t->nframes; i++)
+    fprintf(stderr, "    #%d 0x%llx %s+0x%llx (%s+0x%llx)\n", i, (unsigned long long)t->frames[i].pc,
+            t->frames[i].symbol, (unsigned long long)t->frames[i].symbol_offset, t->frames[i].module,
+            (unsigned long long)t->frames[i].module_offset);
+}
+
+/* ---- tests ---- */
+
+__attribute__((noinline, visibility("default"))) int wd_test_collector(wd_bt_result *r) {
+  int rc = wd_bt_collect(r, 2000000000ull);
+  __asm__ volatile("" ::: "memory"); /* not a tail call */
+  return rc;
+}
+
+static void child_all_threads(void) {
+  CHECK(pipe(g_pipe) == 0);
+  CHECK(wd_bt_init(bt_signo()) == 0);
+  parked ps[NPARK + 1];
+  char name[16];
+  for (int i = 0; i < NPARK; i++) {
+    snprintf(name, sizeof(name), "wdpark-%c", 'a' + i);
+    start_parked(&ps[i], g_parks[i].fn, name);
+  }
+  start_parked(&ps[NPARK], wd_test_park_blocked, "wdpark-blk");
+  wait_ready(NPARK + 1);
+
+  wd_bt_result r;
+  CHECK(wd_test_collector(&r) == 0);
+  int self = (int)syscall(SYS_gettid);
+  CHECK(r.nthreads >= NPARK + 2);
+  /* Asked: every thread but this one and the blocked ones (sanitizer runtimes may add
+   * threads of their own; they are counted wherever their mask puts them). */
+  int nblocked = 0, nself = 0, nok = 0;
+  for (int i = 0; i < r.nthreads; i++) {
+    nblocked += r.threads[i].status == WD_BT_BLOCKED;
+    nself += r.threads[i].status == WD_BT_SELF;
+    nok += r.threads[i].status == WD_BT_OK;
+  }
+  CHECK(nself == 1 && nblocked >= 1);
+  CHECK(r.asked == r.nthreads - nself - nblocked);
+  CHECK(r.asked >= NPARK);
+  CHECK(nok == r.answered);
+  CHECK(r.answered == r.asked - (WD_TEST_TSAN ? 1 : 0));
+  for (int i = 0; i < NPARK; i++) {
+    const wd_bt_thread *t = find_thread(&r, atomic_load(&ps[i].tid));
+    CHECK(t != NULL);
+    if (!t) continue;
+    if (!park_answers(i)) {
+      fprintf(stderr, "TSan: not expecting an answer from %s (signal deferred in read)\n",
+              g_parks[i].name);
+      CHECK(t->status == WD_BT_NO_ANSWER && t->nframes == 0);
+      continue;
+    }
+    CHECK(t->status == WD_BT_OK);
+    CHECK(strcmp(t->name, ps[i].name) == 0);
+    CHECK(t->nframes > 1);
+    const wd_bt_frame *f = find_frame(t, g_parks[i].name);
+    CHECK(f != NULL);
+    if (f) {
+      /* The frame's pc lies inside the function, at the offset the symboliser reports. */
+      uint64_t start = (uint64_t)(uintptr_t)g_parks[i].fn;
+      CHECK(f->pc > start && f->pc - start == f->symbol_offset);
+      CHECK(f->module[0] == '/');
+      CHECK(f->module_offset > 0 && f->module_offset < f->pc);
+    }
+    /* The thread's start routine is further up than the park function. */
+    CHECK(find_frame(t, "park_main") != NULL);
+    if (!f || t->status != WD_BT_OK) dump_thread(t);
+  }
+  /* The spinning thread was interrupted inside its own function: frame 0 is in it. */
+  const wd_bt_thread *spin = find_thread(&r, atomic_load(&ps[5].tid));
+  /* Under TSan the handler runs later from its runtime, not at the interrupted instruction. */
+  if (spin && !WD_TEST_TSAN) {
+    CHECK(spin->nframes > 0 && strcmp(spin->frames[0].symbol, "wd_test_park_f") == 0);
+    if (spin->nframes == 0 || strcmp(spin->frames[0].symbol, "wd_test_park_f") != 0)
+      dump_thread(spin);
+  }
+
+  const wd_bt_thread *blk = find_thread(&r, atomic_load(&ps[NPARK].tid));
+  CHECK(blk && blk->status == WD_BT_BLOCKED && blk->nframes == 0);
+  CHECK(blk && strcmp(blk->name, "wdpark-blk") == 0);
+
+  const wd_bt_thread *me = find_thread(&r, self);
+  CHECK(me && me->status == WD_BT_SELF);
+  CHECK(me && find_frame(me, "wd_test_collector") != NULL);
+  CHECK(me && find_frame(me, "child_all_threads") != NULL);
+  if (me && !find_frame(me, "wd_test_collector")) dump_thread(me);
+
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+  CHECK(n > 0);
+  exe[n > 0 ? n : 0] = '\0';
+  int has_exe = 0;
+  CHECK(r.nmodules > 0);
+  for (int i = 0; i < r.nmodules; i++) {
+    CHECK(r.modules[i].start < r.modules[i].end);
+    CHECK(strchr(r.modules[i].perms, 'x') != NULL);
+    if (strcmp(r.modules[i].path, exe) == 0) has_exe = 1;
+  }
+  CHECK(has_exe);
+  wd_bt_free(&r);
+  CHECK(r.threads == NULL && r.modules == NULL && r.nthreads == 0);
+
+  stop_parked(ps, NPARK + 1);
+  wd_bt_fini();
+  close(g_pipe[0]);
+  close(g_pipe[1]);
+}
+
+static void child_repeat(void) {
+  CHECK(pipe(g_pipe) == 0);
+  CHECK(wd_bt_init(bt_signo()) == 0);
+  parked ps[NPARK];
+  int np = 0;
+  for (int i = 0; i < NPARK; i++)
+    if (park_answers(i)) start_parked(&ps[np++], g_parks[i].fn, "wdrep");
+  wait_ready(np);
+  for (int k = 0; k < 20; k++) {
+    wd_bt_result r;
+    CHECK(wd_bt_collect(&r, 2000000000ull) == 0);
+    CHECK(r.asked >= np && r.answered == r.asked);
+    for (int i = 0, j = 0; i < NPARK; i++) {
+      if (!park_answers(i)) continue;
+      const wd_bt_thread *t = find_thread(&r, atomic_load(&ps[j++].tid));
+      CHECK(t && t->status == WD_BT_OK && find_frame(t, g_parks[i].name));
+    }
+    wd_bt_free(&r);
+  }
+  stop_parked(ps, np);
+  wd_bt_fini();
+  close(g_pipe[0]);
+  close(g_pipe[1]);
+}
+
+/* Threads come and go while collections run: each may be listed and then exit before or after
+ * it is signalled. Collection must neither crash nor wait the full bound for them. */
+static void *short_lived(void *arg) {
+  (void)arg;
+  volatile int x = 0;
+  for (int i = 0; i < 1000; i++) x += i;
+  return NULL;
+}
+
+static void *churn_main(void *arg) {
+  (void)arg;
+  while (!atomic_load(&g_stop)) {
+    pthread_t th[8];
+    int k = 0;
+    for (; k < 8; k++)
+      if (pthread_create(&th[k], NULL, short_lived, NULL) != 0) break;
+    for (int i = 0; i < k; i++) pthread_join(th[i], NULL);
+  }
+  return NULL;
+}
+
+static void child_churn(void) {
+  CHECK(pipe(g_pipe) == 0);
+  CHECK(wd_bt_init(bt_signo()) == 0);
+  parked p;
+  start_parked(&p, wd_test_park_b, "wdstable");
+  wait_ready(1);
+  pthread_t churn;
+  CHECK(pthread_create(&churn, NULL, churn_main, NULL) == 0);
+  int gone = 0, slow = 0;
+  for (int k = 0; k < 20; k++) {
+    wd_bt_result r;
+    uint64_t t0 = now_ns();
+    CHECK(wd_bt_collect(&r, 5000000000ull) == 0);
+    /* Exited threads are noticed within a few polls, not after the 5 s bound. */
+    if (now_ns() - t0 > 2500000000ull) slow++;
+    const wd_bt_thread *t = find_thread(&r, atomic_load(&p.tid));
+    CHECK(t && t->status == WD_BT_OK && find_frame(t, "wd_test_park_b"));
+    int ok = 0;
+    for (int i = 0; i < r.nthreads; i++) {
+      int st = r.threads[i].status;
+      CHECK(st >= WD_BT_OK && st <= WD_BT_GONE);
+      if (st == WD_BT_GONE) gone++;
+      if (st == WD_BT_OK) ok++;
+      if (st != WD_BT_OK && st != WD_BT_SELF) CHECK(r.threads[i].nframes == 0);
+    }
+    CHECK(ok == r.answered);
+    wd_bt_free(&r);
+  }
+  CHECK(slow == 0);
+  fprintf(stderr, "churn: %d threads reported gone over 20 collections\n", gone);
+  atomic_store(&g_stop, 1);
+  pthread_join(churn, NULL);
+  pthread_join(p.th, NULL);
+  wd_bt_fini();
+  close(g_pipe[0]);
+  close(g_pipe[1]);
+}
+
+/* A thread suspended by vfork (until its child exits) has the signal unblocked but cannot run
+ * a handler: the honest way to get a thread that is asked and never answers in time. The raw
+ * clone keeps sanitizers from turning vfork into fork. */
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) static int
+vfork_child(void *arg) {
+  (void)arg;
+  static const struct timespec ts = {1, 500000000};
+  syscall(SYS_nanosleep, &ts, NULL);
+  return 0;
+}
+
+static atomic_int g_vfork_tid;
+static atomic_int g_vfork_in;
+
+static void *vfork_main(void *arg) {
+  (void)arg;
+  static char stack[64 * 1024] __attribute__((aligned(16)));
+  atomic_store(&g_vfork_tid, (int)syscall(SYS_gettid));
+  atomic_store(&g_vfork_in, 1);
+  pid_t pid = clone(vfork_child, stack + sizeof(stack), CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
+  if (pid > 0) waitpid(pid, NULL, 0);
+  return NULL;
+}
+
+static void child_no_answer(void) {
+  CHECK(wd_bt_init(bt_signo()) == 0);
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, vfork_main, NULL) == 0);
+  while (!atomic_load(&g_vfork_in)) sched_yield();
+  struct timespec ts = {0, 100000000};
+  nanosleep(&ts, NULL); /* inside the vfork wait by now */
+  wd_bt_result r;
+  uint64_t t0 = now_ns();
+  CHECK(wd_bt_collect(&r, 200000000ull) == 0);
+  uint64_t took = now_ns() - t0;
+  const wd_bt_thread *t = find_thread(&r, atomic_load(&g_vfork_tid));
+  CHECK(t && t->status == WD_BT_NO_ANSWER && t->nframes == 0);
+  CHECK(r.answered == r.asked - 1);
+  CHECK(took >= 200000000ull);
+  CHECK(took < 200000000ull + 1000000000ull);
+  fprintf(stderr, "no_answer: collect with a 200 ms bound took %.1f ms\n", (double)took / 1e6);
+  wd_bt_free(&r);
+  /* The late signal lands after the table is withdrawn: it must find nothing and do nothing. */
+  pthread_join(th, NULL);
+  CHECK(wd_bt_collect(&r, 1000000000ull) == 0);
+  CHECK(r.answered == r.asked);
+  wd_bt_free(&r);
+  wd_bt_fini();
+}
+
+static atomic_int g_app_calls;
+static void app_handler(int sig) {
+  (void)sig;
+  atomic_fetch_add(&g_app_calls, 1);
+}
+
+/* A signal that is not part of a collection goes to the application's handler; fini puts that
+ * handler back; without a previous function handler it is swallowed, never fatal. */
+static void child_chain_and_fini(void) {
+  int sig = bt_signo();
+  struct sigaction sa, cur;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = app_handler;
+  sigemptyset(&sa.sa_mask);
+  CHECK(sigaction(sig, &sa, NULL) == 0);
+  CHECK(wd_bt_init(sig) == 0);
+  CHECK(wd_bt_init(sig) == 0);       /* idempotent */
+  CHECK(wd_bt_init(sig + 1) == -1);  /* one signal at a time */
+  CHECK(kill(getpid(), sig) == 0);
+  CHECK(atomic_load(&g_app_calls) == 1);
+  wd_bt_fini();
+  CHECK(sigaction(sig, NULL, &cur) == 0 && cur.sa_handler == app_handler);
+  wd_bt_fini(); /* idempotent */
+
+  signal(sig, SIG_DFL);
+  CHECK(wd_bt_init(sig) == 0);
+  CHECK(kill(getpid(), sig) == 0); /* would kill us if chained to SIG_DFL */
+  /* Someone replaces our handler: fini leaves theirs. */
+  CHECK(sigaction(sig, &sa, NULL) == 0);
+  wd_bt_fini();
+  CHECK(sigaction(sig, NULL, &cur) == 0 && cur.sa_handler == app_handler);
+  wd_bt_result r;
+  CHECK(wd_bt_collect(&r, 1000000) == -1); /* not initialised */
+  CHECK(r.nthreads == 0 && r.threads == NULL);
+}
+
+/* ---- CUnit wrappers ---- */
+
+static void test_all_threads(void) { CU_ASSERT_EQUAL(run_isolated(child_all_threads, 60), 0); }
+static void test_repeat(void) { CU_ASSERT_EQUAL(run_isolated(child_repeat, 90), 0); }
+static void test_churn(void) { CU_ASSERT_EQUAL(run_isolated(child_churn, 90), 0); }
+static void test_no_answer(void) { CU_ASSERT_EQUAL(run_isolated(child_no_answer, 30), 0); }
+static void test_chain_and_fini(void) { CU_ASSERT_EQUAL(run_isolated(child_chain_and_fini, 30), 0); }
+
+int main(void) {
+  if (CU_initialize_registry() != CUE_SUCCESS) return 1;
+  CU_pSuite s = CU_add_suite("backtrace", NULL, NULL);
+  if (!s) return 1;
+  CU_add_test(s, "all threads: parked ok, blocked, self, modules", test_all_threads);
+  CU_add_test(s, "20 collections in a row", test_repeat);
+  CU_add_test(s, "threads exiting during collection", test_churn);
+  CU_add_test(s, "wait bound with a thread that cannot answer", test_no_answer);
+  CU_add_test(s, "chaining to the application's handler, fini", test_chain_and_fini);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  int failed = (int)CU_get_number_of_tests_failed();
+  CU_cleanup_registry();
+  return failed ? 1 : 0;
+}
