@@ -7,6 +7,8 @@
 #include "dump.h"
 
 #include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,23 @@ typedef struct wd_sb {
  * transparent huge pages: faulting in 4 KB pages one by one costs more than formatting the whole
  * dump on some virtual machines. Without THP it is an ordinary mapping.
  */
+static int thp_available(void) {
+  static atomic_int cached = -1; /* racing first calls compute the same value */
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+    char buf[128] = "";
+    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ssize_t n = read(fd, buf, sizeof(buf) - 1);
+      buf[n > 0 ? n : 0] = 0;
+      close(fd);
+    }
+    v = strstr(buf, "[always]") || strstr(buf, "[madvise]");
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
+}
+
 static char *map_big(size_t len) {
   size_t span = len + WD_HUGE;
   char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -48,6 +67,11 @@ static char *map_big(size_t len) {
   if (head) munmap(p, head);
   if (tail) munmap((char *)a + len, tail);
   madvise((void *)a, len, MADV_HUGEPAGE); /* advice only: fine when it fails */
+#ifdef MADV_POPULATE_WRITE
+  /* Without THP, fault everything in with one call instead of one trap per 4 KB page (with THP,
+   * lazy faults are cheaper). Fails harmlessly (EINVAL) on kernels before 5.14. */
+  if (!thp_available()) madvise((void *)a, len, MADV_POPULATE_WRITE);
+#endif
   return (char *)a;
 }
 

@@ -236,7 +236,8 @@ static int dump_name(char *out, size_t len, const void *arg, unsigned seq) {
 
 static int join_path(char *out, size_t len, const char *dir, const char *name) {
   if (!out || !len) return 0;
-  int n = snprintf(out, len, "%s/%s", dir, name);
+  size_t dl = strlen(dir);
+  int n = snprintf(out, len, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", name);
   return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
@@ -371,7 +372,8 @@ int wd_trigger_poll(wd_trigger_watch *w, char *name_out, size_t name_len, char *
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   int changed = sec != w->mtime_sec || nsec != w->mtime_nsec;
-  int recent = (int64_t)now.tv_sec - sec <= WD_MTIME_SLACK_SEC;
+  int64_t age = (int64_t)now.tv_sec - sec; /* a server clock far ahead must not mean "always" */
+  int recent = age >= -WD_MTIME_SLACK_SEC && age <= WD_MTIME_SLACK_SEC;
   if (!changed && !recent) return 0;
   char name[256];
   if (!scan(w, name, sizeof(name))) {

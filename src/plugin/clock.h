@@ -5,16 +5,19 @@
 #include <stdint.h>
 #include <time.h>
 
-/* CLOCK_MONOTONIC through the vDSO. */
+/* The clock every record and progress stamp uses: CLOCK_MONOTONIC_COARSE by default (a few ns
+ * through the vDSO, resolution of one kernel tick), CLOCK_MONOTONIC with NCCL_WATCHDOG_CLOCK=precise
+ * (20-90 ns depending on the machine's clock source). Both share one time line. */
+extern int wd_clock_id;
 static inline uint64_t wd_now_ns(void) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(wd_clock_id, &ts);
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Kernel thread id, cached per thread (one gettid per thread, refreshed after fork). */
 int wd_tid_slow(void);
-extern __thread int wd_tid_cache;
+extern __thread int wd_tid_cache __attribute__((tls_model("initial-exec")));
 static inline int wd_tid(void) {
   int t = wd_tid_cache;
   return t ? t : wd_tid_slow();

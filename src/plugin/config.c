@@ -313,7 +313,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_COUNT
+  K_CLOCK, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -333,6 +333,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_BT_WAIT] = "NCCL_WATCHDOG_BACKTRACE_WAIT",
     [K_PEER_DUMPS] = "NCCL_WATCHDOG_PEER_DUMPS",
     [K_MAX_DUMPS] = "NCCL_WATCHDOG_MAX_DUMPS",
+    [K_CLOCK] = "NCCL_WATCHDOG_CLOCK",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -364,6 +365,7 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->bt_wait_ns = 500 * WD_NS_PER_MS;
   cfg->peer_dumps = 1;
   cfg->max_dumps = 32;
+  cfg->precise_clock = 0;
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room
@@ -433,6 +435,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_BT_WAIT] = "300, 2.5, 500ms, 30s, 5m, 1h",
     [K_PEER_DUMPS] = "1/0, true/false, yes/no, on/off",
     [K_MAX_DUMPS] = "an integer",
+    [K_CLOCK] = "coarse or precise",
 };
 
 /* The value a key has now, as the "using ..." part of a warning. */
@@ -460,6 +463,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_BT_WAIT: wd_fmt_duration(cfg->bt_wait_ns, buf, len); break;
   case K_PEER_DUMPS: snprintf(buf, len, "%d", cfg->peer_dumps); break;
   case K_MAX_DUMPS: snprintf(buf, len, "%d", cfg->max_dumps); break;
+  case K_CLOCK: snprintf(buf, len, "%s", cfg->precise_clock ? "precise" : "coarse"); break;
   default: buf[0] = '\0'; break;
   }
 }
@@ -615,6 +619,13 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       if (wd_trim_copy(val, v, sizeof v) == 0 && strcasecmp(v, "dump") == 0) cfg->action = WD_ACTION_DUMP;
       else if (strcasecmp(v, "abort") == 0) cfg->action = WD_ACTION_ABORT;
       else why = "is not an action (expected dump or abort)";
+      break;
+    }
+    case K_CLOCK: {
+      char v[16] = "";
+      if (wd_trim_copy(val, v, sizeof v) == 0 && strcasecmp(v, "coarse") == 0) cfg->precise_clock = 0;
+      else if (strcasecmp(v, "precise") == 0 || strcasecmp(v, "monotonic") == 0) cfg->precise_clock = 1;
+      else why = "is not a clock (expected coarse or precise)";
       break;
     }
     case K_MASK:
@@ -834,9 +845,10 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            "enable=%d timeout=%s poll=%s unreached_timeout=%s dump_dir=%s ring_size=%" PRIu32
            "%s proxy_ring_size=%" PRIu32 "%s max_events=%" PRIu32
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%d"
-           " backtrace_wait=%s peer_dumps=%d max_dumps=%d",
+           " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
-           cfg->backtrace, btwait, cfg->peer_dumps, cfg->max_dumps);
+           cfg->backtrace, btwait, cfg->peer_dumps, cfg->max_dumps,
+           cfg->precise_clock ? "precise" : "coarse");
 }

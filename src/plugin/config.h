@@ -25,6 +25,7 @@ typedef struct wd_config {
   uint64_t bt_wait_ns;           /* NCCL_WATCHDOG_BACKTRACE_WAIT: per-dump wait for threads, 500ms */
   int peer_dumps;                /* NCCL_WATCHDOG_PEER_DUMPS: trigger files, default 1 */
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
+  int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).

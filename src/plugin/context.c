@@ -103,6 +103,7 @@ static int wd_process_start(void) {
   wd_config_describe(&wd_proc.cfg, desc, sizeof(desc));
   WD_INFO("nccl-watchdog %s: %s", WD_VERSION, desc);
   if (!wd_proc.cfg.enable) return 0;
+  wd_clock_id = wd_proc.cfg.precise_clock ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE;
   wd_proc.pid = getpid();
   wd_proc.abi_max = 0;
   atomic_store(&wd_proc.detached_dropped, 0);

@@ -48,6 +48,7 @@ typedef struct wd_event {
   _Atomic uint8_t state;     /* last NCCL state id, 0xff none */
   _Atomic uint8_t kind;      /* WD_KIND_* */
   _Atomic uint8_t reported;  /* stall already reported in the current episode */
+  _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
   _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
   struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */
   struct wd_context *ctx;             /* owning context; NULL for detached events */

@@ -80,7 +80,6 @@ static int wd_pool_add_chunk(wd_pool *p) {
   atomic_store_explicit(&p->chunks[n], chunk, memory_order_release);
   atomic_store_explicit(&p->nchunks, n + 1, memory_order_release);
   for (uint32_t i = 0; i < WD_CHUNK_SLOTS; i++) wd_q_push(p, n * WD_CHUNK_SLOTS + i);
-  atomic_fetch_add_explicit(&p->nfree, WD_CHUNK_SLOTS, memory_order_relaxed);
   return 0;
 }
 
@@ -160,8 +159,11 @@ wd_event *wd_pool_alloc(wd_pool *p) {
       wd_q_push(p, idx);
       continue;
     }
-    atomic_fetch_sub_explicit(&p->nfree, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&ev->seq, 1, memory_order_acq_rel); /* odd: initialising */
+    /* Only the thread that popped the slot writes seq, tag and live until it is freed again,
+     * so plain atomic stores do (no read-modify-write on the hot path). */
+    atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed); /* odd: initialising */
+    atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&ev->live, 1, memory_order_relaxed);
     return ev;
   }
@@ -171,8 +173,8 @@ wd_event *wd_pool_alloc(wd_pool *p) {
 
 void wd_pool_free(wd_pool *p, wd_event *ev) {
   atomic_store_explicit(&ev->live, 0, memory_order_release);
-  atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
-  atomic_fetch_add_explicit(&p->nfree, 1, memory_order_relaxed);
+  atomic_store_explicit(&ev->tag, atomic_load_explicit(&ev->tag, memory_order_relaxed) + 1,
+                        memory_order_release);
   wd_q_push(p, ev->slot_id & ~p->id_base);
 }
 
@@ -190,18 +192,22 @@ void wd_pool_recycle(wd_pool *p) {
   }
   atomic_store_explicit(&p->qhead, 0, memory_order_relaxed);
   atomic_store_explicit(&p->qtail, 0, memory_order_relaxed);
-  atomic_store_explicit(&p->nfree, 0, memory_order_relaxed);
   for (uint32_t i = 0; i < n; i++) wd_q_push(p, i);
-  atomic_store_explicit(&p->nfree, n, memory_order_release);
   atomic_store_explicit(&p->exhausted, 0, memory_order_relaxed);
 }
 
 void wd_pool_reserve(wd_pool *p, uint32_t min_free) {
-  if (atomic_load_explicit(&p->nfree, memory_order_relaxed) >= min_free) return;
+  if (wd_pool_nfree(p) >= min_free) return;
   pthread_mutex_lock(&p->grow_lock);
   if (wd_pool_add_chunk(p) == 0)
     WD_INFO("event pool grown to %u slots", wd_pool_nslots(p));
   pthread_mutex_unlock(&p->grow_lock);
+}
+
+uint32_t wd_pool_nfree(const wd_pool *p) {
+  uint32_t head = atomic_load_explicit(&p->qhead, memory_order_acquire);
+  uint32_t tail = atomic_load_explicit(&p->qtail, memory_order_acquire);
+  return (int32_t)(tail - head) > 0 ? tail - head : 0;
 }
 
 uint32_t wd_pool_nslots(const wd_pool *p) {

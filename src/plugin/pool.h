@@ -31,7 +31,6 @@ typedef struct wd_pool {
   wd_pool_cell *cells;
   uint32_t qmask;
   _Atomic uint32_t qhead, qtail;
-  _Atomic uint32_t nfree;
   pthread_mutex_t grow_lock;
   struct wd_context *ctx;
   struct wd_blacklist *blacklist; /* optional: addresses that must not be handed out */
@@ -54,6 +53,8 @@ void wd_pool_recycle(wd_pool *p);
 /* Add one chunk if fewer than min_free slots are free. Off the hot path. */
 void wd_pool_reserve(wd_pool *p, uint32_t min_free);
 uint32_t wd_pool_nslots(const wd_pool *p);
+/* Free slots (approximate while other threads allocate). */
+uint32_t wd_pool_nfree(const wd_pool *p);
 /* Slot by index (0..nslots-1), for scans. */
 wd_event *wd_pool_slot(const wd_pool *p, uint32_t idx);
 /* Whether ptr points into one of this pool's chunks (no dereference). */
@@ -61,7 +62,8 @@ int wd_pool_owns(const wd_pool *p, const void *ptr);
 
 /* Make a freshly initialised slot visible to readers (seq turns even). */
 static inline void wd_event_publish(wd_event *ev) {
-  atomic_fetch_add_explicit(&ev->seq, 1, memory_order_release);
+  atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
+                        memory_order_release);
 }
 
 #endif

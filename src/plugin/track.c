@@ -8,7 +8,8 @@
 #include "clock.h"
 #include "profiler_abi.h"
 
-__thread int wd_tid_cache;
+__thread int wd_tid_cache __attribute__((tls_model("initial-exec")));
+int wd_clock_id = CLOCK_MONOTONIC_COARSE;
 
 static inline void wd_max_u64(_Atomic uint64_t *a, uint64_t v) {
   uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
@@ -64,9 +65,11 @@ static void wd_complete_root(wd_event *ev) {
     atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed);
   /* Groups of one communicator complete in enqueue order on its stream, so a completed op
    * vouches for every op of older groups (the watchdog retires those: captured-never-replayed,
-   * childless ops). Ops of one group may complete in any order, hence orders per group. Only
-   * ops that saw children count: a childless op proves nothing about the GPU. */
-  if (atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0)
+   * childless ops). Ops of one group may complete in any order, hence orders per group, and a
+   * P2p whose group is unknown vouches for nothing (its batch may hold a hung send). Only ops
+   * that saw children count: a childless op proves nothing about the GPU. */
+  if (atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0 &&
+      (rec.type != WD_T_P2P || atomic_load_explicit(&ev->grouped, memory_order_relaxed)))
     wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed) + 1);
 }
 
@@ -136,10 +139,10 @@ static inline int wd_is_tracked_child(unsigned type) {
 
 /* Enqueue order of a root operation: that of its Group event (still live while its Coll/P2p
  * start), or a fresh one when there is none. */
-static uint64_t wd_group_order(wd_context *ctx, void *group_obj) {
+static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
   wd_event *g = wd_event_from_handle(group_obj);
-  if (g && ((__atomic_load_n(&g->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff) == WD_T_GROUP)
-    return atomic_load_explicit(&g->order, memory_order_relaxed);
+  *grouped = g && ((__atomic_load_n(&g->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff) == WD_T_GROUP;
+  if (*grouped) return atomic_load_explicit(&g->order, memory_order_relaxed);
   return atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed);
 }
 
@@ -210,7 +213,9 @@ void *wd_track_start(wd_start_req *req) {
     kind = WD_KIND_ROOT;
     root = ev;
     if (!detached) {
-      atomic_store_explicit(&ev->order, wd_group_order(ctx, req->group_obj), memory_order_relaxed);
+      int grouped;
+      atomic_store_explicit(&ev->order, wd_group_order(ctx, req->group_obj, &grouped), memory_order_relaxed);
+      atomic_store_explicit(&ev->grouped, (uint8_t)grouped, memory_order_relaxed);
       if (ctx->kch_on && type != WD_T_CECOLL && type != WD_T_PROXYOP && rec->nChannels > 0)
         hold = 1;
       if (type == WD_T_COLL || type == WD_T_CECOLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
@@ -223,7 +228,6 @@ void *wd_track_start(wd_start_req *req) {
     root = atomic_load_explicit(&parent->root, memory_order_relaxed);
     atomic_fetch_add_explicit(&parent->children_open, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&parent->children_seen, 1, memory_order_relaxed);
-    if (root && root != parent) atomic_fetch_add_explicit(&root->children_seen, 1, memory_order_relaxed);
   }
 
   ev->parent = parent;
