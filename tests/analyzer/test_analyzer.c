@@ -1,0 +1,472 @@
+/*
+ * Analyzer tests: unit logic through the wdaz library, and the command line on synthetic dumps
+ * from gen_dumps (one scenario per test, the exact suspect asserted from --json output).
+ * Usage: test_analyzer GEN_DUMPS ANALYZER
+ */
+#include <CUnit/Basic.h>
+#include <cjson/cJSON.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "load.h"
+#include "model.h"
+#include "verdict.h"
+
+static const char *g_gen, *g_az;
+static char g_tmp[256];
+
+/* ---- helpers ---- */
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+  char cmd[4096];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(cmd, sizeof(cmd), fmt, ap);
+  va_end(ap);
+  int st = system(cmd);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  rewind(f);
+  char *buf = malloc((size_t)n + 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
+  if (buf) buf[n] = '\0';
+  fclose(f);
+  return buf;
+}
+
+static int gen(const char *name, const char *args) {
+  return sh("rm -rf %s/%s && %s %s/%s %s", g_tmp, name, g_gen, g_tmp, name, args);
+}
+
+/* Run the analyzer with --json on a directory; returns the parsed report (NULL on failure). */
+static cJSON *analyze_json(const char *name, const char *extra, int *rc) {
+  char out[512];
+  snprintf(out, sizeof(out), "%s/%s.out.json", g_tmp, name);
+  *rc = sh("%s --json %s %s/%s >%s 2>%s/%s.err", g_az, extra, g_tmp, name, out, g_tmp, name);
+  char *text = slurp(out);
+  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  return j;
+}
+
+static cJSON *comm0(cJSON *rep) {
+  return cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "comms"), 0);
+}
+
+static const char *sget(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItem(o, k);
+  return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double nget(const cJSON *o, const char *k) {
+  const cJSON *v = cJSON_GetObjectItem(o, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : -999;
+}
+
+/* Asserts the communicator's verdict and that its first suspect is (rank, reason, culprit). */
+static const cJSON *expect_suspect(cJSON *rep, const char *verdict, int rank, const char *reason) {
+  const cJSON *c = comm0(rep);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+  CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), verdict);
+  const cJSON *sus = cJSON_GetObjectItem(c, "suspects");
+  const cJSON *s = cJSON_GetArrayItem(sus, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+  CU_ASSERT_EQUAL(nget(s, "rank"), rank);
+  CU_ASSERT_STRING_EQUAL(sget(s, "reason"), reason);
+  CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(s, "culprit")));
+  return s;
+}
+
+static int count_culprits(const cJSON *c) {
+  int n = 0;
+  const cJSON *s;
+  cJSON_ArrayForEach(s, cJSON_GetObjectItem(c, "suspects")) n +=
+      cJSON_IsTrue(cJSON_GetObjectItem(s, "culprit"));
+  return n;
+}
+
+/* ---- unit logic ---- */
+
+static void test_ranges(void) {
+  char buf[64];
+  int a[] = {0, 1, 2, 4, 5, 6, 7};
+  wd_az_ranges(a, 7, buf, sizeof(buf));
+  CU_ASSERT_STRING_EQUAL(buf, "0-2,4-7");
+  int b[] = {3};
+  wd_az_ranges(b, 1, buf, sizeof(buf));
+  CU_ASSERT_STRING_EQUAL(buf, "3");
+  wd_az_ranges(NULL, 0, buf, sizeof(buf));
+  CU_ASSERT_STRING_EQUAL(buf, "");
+  int c[] = {1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23};
+  wd_az_ranges(c, 12, buf, 16);
+  CU_ASSERT_TRUE(strlen(buf) < 16);
+  CU_ASSERT_PTR_NOT_NULL(strstr(buf, "..."));
+}
+
+static int load_text(wd_az_set *set, const char *text, char *why) {
+  why[0] = '\0';
+  return wd_az_load_buffer(set, "mem", text, strlen(text), why, 256);
+}
+
+static void test_load_rejects(void) {
+  wd_az_set set;
+  memset(&set, 0, sizeof(set));
+  char why[256];
+  CU_ASSERT_EQUAL(load_text(&set, "", why), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "empty"));
+  CU_ASSERT_EQUAL(load_text(&set, "{\"format\":\"nccl-watchdog-dump\",\"vers", why), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "truncated"));
+  CU_ASSERT_EQUAL(load_text(&set, "{\"traceEvents\":[]}", why), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "foreign"));
+  CU_ASSERT_EQUAL(load_text(&set, "{\"format\":\"nccl-watchdog-dump\",\"version\":2}", why), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "future"));
+  CU_ASSERT_EQUAL(load_text(&set, "{\"format\":\"nccl-watchdog-dump\",\"version\":1,\"host\":"
+                                  "\"h\",\"pid\":1,\"comms\":[]}", why), -1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "wall_ns"));
+  CU_ASSERT_EQUAL(set.ndumps, 0);
+  CU_ASSERT_EQUAL(set.ncranks, 0);
+  wd_az_set_free(&set);
+}
+
+/* Only documented fields, optional ones absent, unknown ones ignored, backtraces disabled. */
+static void test_load_minimal(void) {
+  static const char *doc =
+      "{\"format\":\"nccl-watchdog-dump\",\"version\":1,\"host\":\"n1\",\"pid\":42,"
+      "\"future\":{\"x\":1},\"time\":{\"wall_ns\":\"0x100\"},\"threads\":{\"disabled\":true},"
+      "\"comms\":[{\"commId\":\"0xabc\",\"rank\":1,\"nranks\":2,"
+      "\"seq\":[{\"func\":\"AllReduce\",\"lastEnqueued\":5,\"lastCompleted\":4}],"
+      "\"inflight\":[{\"slot\":1,\"type\":\"Coll\",\"status\":\"stalled\",\"func\":\"AllReduce\","
+      "\"seq\":5,\"sinceProgressMs\":1000,\"children\":[{\"type\":\"ProxyOp\",\"peer\":0,"
+      "\"channel\":3,\"stopped\":false,\"sinceProgressMs\":900,\"children\":[{\"type\":"
+      "\"ProxyStep\",\"step\":2,\"state\":\"RecvWait\",\"stopped\":false,\"sinceProgressMs\":"
+      "1000}]}]}]},{\"commId\":\"0xdef\",\"rank\":5,\"nranks\":2}]}";
+  wd_az_set set;
+  memset(&set, 0, sizeof(set));
+  char why[256];
+  CU_ASSERT_EQUAL_FATAL(load_text(&set, doc, why), 0);
+  CU_ASSERT_EQUAL(set.ndumps, 1);
+  CU_ASSERT_EQUAL(set.ncranks, 1); /* rank 5 of 2 is dropped */
+  CU_ASSERT_TRUE(set.dumps[0].threads_disabled);
+  CU_ASSERT_EQUAL(set.dumps[0].wall_ns, 0x100);
+  const wd_az_crank *cr = &set.cranks[0];
+  CU_ASSERT_EQUAL(cr->comm_id, 0xabc);
+  CU_ASSERT_EQUAL(cr->nops, 1);
+  CU_ASSERT_EQUAL(cr->ops[0].seq, 5);
+  CU_ASSERT_TRUE(cr->ops[0].wait.valid);
+  CU_ASSERT_EQUAL(cr->ops[0].wait.peer, 0);
+  CU_ASSERT_EQUAL(cr->ops[0].wait.channel, 3);
+  CU_ASSERT_EQUAL(cr->ops[0].wait.step, 2);
+  CU_ASSERT_STRING_EQUAL(wd_az_s(cr->ops[0].wait.state), "RecvWait");
+  CU_ASSERT_EQUAL(wd_az_enq(cr, wd_az_intern("AllReduce")), 5);
+  /* Rank 0 left no dump: it is the only explanation, so it is the culprit. */
+  wd_az_select(&set, 0);
+  wd_az_opts o = {0};
+  wd_az_result res;
+  CU_ASSERT_EQUAL_FATAL(wd_az_analyze(&set, &o, &res), 0);
+  CU_ASSERT_EQUAL(res.comms[0].verdict, WD_AZ_HANG);
+  CU_ASSERT_EQUAL_FATAL(res.comms[0].nsus, 2);
+  CU_ASSERT_EQUAL(res.comms[0].sus[0].rank, 0);
+  CU_ASSERT_EQUAL(res.comms[0].sus[0].reason, WD_AZ_MISSING);
+  CU_ASSERT_TRUE(res.comms[0].sus[0].culprit);
+  /* Rank 1 waits on it in the network: listed, not blamed. */
+  CU_ASSERT_EQUAL(res.comms[0].sus[1].rank, 1);
+  CU_ASSERT_EQUAL(res.comms[0].sus[1].reason, WD_AZ_NETWORK_STALL);
+  CU_ASSERT_FALSE(res.comms[0].sus[1].culprit);
+  CU_ASSERT_TRUE(res.comms[0].sus[1].peer_is_suspect);
+  CU_ASSERT_PTR_NOT_NULL(strstr(res.summary, "rank 0 left no dump; rank 1 waits on it"));
+  wd_az_result_free(&res);
+  wd_az_set_free(&set);
+}
+
+/* Every prefix and some byte flips of a real-looking dump: rejected or loaded, never a crash. */
+static void test_load_truncations(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("small", "--ranks 2 --scenario not-entered --ring 16 --victim 1"), 0);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/small/node000-10000-0001-stall.json", g_tmp);
+  char *doc = slurp(path);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+  size_t len = strlen(doc), loaded = 0;
+  wd_az_set set;
+  memset(&set, 0, sizeof(set));
+  char why[256];
+  for (size_t n = 0; n + 1 < len; n += 7) loaded += wd_az_load_buffer(&set, "p", doc, n, why, 256) == 0;
+  CU_ASSERT_EQUAL(loaded, 0); /* the newline at the end is the only optional byte */
+  CU_ASSERT_EQUAL(wd_az_load_buffer(&set, "p", doc, len, why, 256), 0);
+  for (size_t i = 0; i < len; i += 13) {
+    char saved = doc[i];
+    doc[i] = (char)(saved ^ 0x5a);
+    wd_az_load_buffer(&set, "flip", doc, len, why, 256);
+    doc[i] = saved;
+  }
+  wd_az_select(&set, 0);
+  wd_az_opts o = {0};
+  wd_az_result res;
+  CU_ASSERT_EQUAL(wd_az_analyze(&set, &o, &res), 0);
+  wd_az_result_free(&res);
+  wd_az_set_free(&set);
+  wd_az_load_release();
+  free(doc);
+}
+
+/* ---- scenarios through the command line ---- */
+
+static void test_healthy(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("healthy", "--ranks 8 --scenario healthy --ring 200"), 0);
+  int rc;
+  cJSON *rep = analyze_json("healthy", "", &rc);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(rep, "summary"), "no hang found"));
+  const cJSON *c = comm0(rep);
+  CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "no_hang");
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "suspects")), 0);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "ranksPresent")), 8);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "ranksMissing")), 0);
+  CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(c, "stuck")));
+  CU_ASSERT_STRING_EQUAL(sget(c, "commId"), "0x6b8b4567327b23c6");
+  CU_ASSERT_STRING_EQUAL(sget(c, "commName"), "default_pg");
+  cJSON_Delete(rep);
+}
+
+static void test_not_entered(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("ne", "--ranks 8 --scenario not-entered --ring 200"), 0);
+  int rc;
+  cJSON *rep = analyze_json("ne", "", &rc);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  const cJSON *s = expect_suspect(rep, "hang", 3, "not_entered");
+  CU_ASSERT_EQUAL(count_culprits(comm0(rep)), 1);
+  CU_ASSERT_STRING_EQUAL(sget(s, "host"), "node000");
+  CU_ASSERT_EQUAL(nget(s, "pid"), 10003);
+  /* What it was doing instead: its main thread's stack. */
+  const cJSON *fr = cJSON_GetArrayItem(cJSON_GetObjectItem(s, "topFrames"), 1);
+  CU_ASSERT_TRUE(cJSON_IsString(fr) && strstr(fr->valuestring, "recv_batch") != NULL);
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(s, "doing"), "last in: AllReduce seq 88411"));
+  const char *sum = sget(rep, "summary");
+  CU_ASSERT_PTR_NOT_NULL(strstr(sum, "rank 3 never entered AllReduce seq 88412"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(sum, "ranks 0-2,4-7 are waiting in it"));
+  const cJSON *stuck = cJSON_GetObjectItem(comm0(rep), "stuck");
+  CU_ASSERT_EQUAL(nget(stuck, "seq"), 88412);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(stuck, "ranksWaiting")), 7);
+  const cJSON *f = cJSON_GetArrayItem(cJSON_GetObjectItem(comm0(rep), "functions"), 0);
+  CU_ASSERT_STRING_EQUAL(sget(f, "func"), "AllReduce");
+  CU_ASSERT_EQUAL(nget(f, "firstDivergingSeq"), 88412);
+  cJSON_Delete(rep);
+}
+
+static void test_not_entered_wrapped_multi_comm(void) {
+  CU_ASSERT_EQUAL_FATAL(
+      gen("ne2", "--ranks 16 --scenario not-entered --ring 40 --comms 2 --victim 11"), 0);
+  int rc;
+  cJSON *rep = analyze_json("ne2", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  expect_suspect(rep, "hang", 11, "not_entered");
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "comms")), 2);
+  const cJSON *c1 = cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "comms"), 1);
+  CU_ASSERT_STRING_EQUAL(sget(c1, "verdict"), "no_hang");
+  CU_ASSERT_STRING_EQUAL(sget(c1, "commName"), "pg_1");
+  cJSON_Delete(rep);
+}
+
+static void test_missing_rank(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("miss", "--ranks 8 --scenario missing-rank --ring 200"), 0);
+  int rc;
+  cJSON *rep = analyze_json("miss", "", &rc);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  expect_suspect(rep, "hang", 3, "missing");
+  const cJSON *missing = cJSON_GetObjectItem(comm0(rep), "ranksMissing");
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(missing), 1);
+  CU_ASSERT_EQUAL(cJSON_GetArrayItem(missing, 0)->valueint, 3);
+  CU_ASSERT_EQUAL(count_culprits(comm0(rep)), 1);
+  cJSON_Delete(rep);
+}
+
+static void test_mismatch(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("mm", "--ranks 8 --scenario mismatch --ring 200"), 0);
+  int rc;
+  cJSON *rep = analyze_json("mm", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  const cJSON *s = expect_suspect(rep, "hang", 3, "mismatch");
+  CU_ASSERT_STRING_EQUAL(sget(s, "func"), "AllGather");
+  CU_ASSERT_EQUAL(nget(s, "seq"), 902);
+  CU_ASSERT_EQUAL(count_culprits(comm0(rep)), 1);
+  cJSON_Delete(rep);
+}
+
+static void test_network_stall(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("net", "--ranks 8 --scenario network-stall --ring 200 --victim 5"), 0);
+  int rc;
+  cJSON *rep = analyze_json("net", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  const cJSON *s = expect_suspect(rep, "hang", 5, "network_stall");
+  CU_ASSERT_EQUAL(nget(s, "peer"), 4);
+  CU_ASSERT_EQUAL(nget(s, "channel"), 1);
+  CU_ASSERT_EQUAL(nget(s, "step"), 4);
+  CU_ASSERT_STRING_EQUAL(sget(s, "state"), "RecvWait");
+  CU_ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(s, "peerIsSuspect")));
+  CU_ASSERT_EQUAL(count_culprits(comm0(rep)), 1);
+  cJSON_Delete(rep);
+}
+
+/* Rings of different depth: the common window only, and no divergence. */
+static void test_wrapped(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("wrap", "--ranks 8 --scenario wrapped --ring 120"), 0);
+  int rc;
+  cJSON *rep = analyze_json("wrap", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  const cJSON *c = comm0(rep);
+  CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "no_hang");
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "suspects")), 0);
+  const cJSON *f;
+  cJSON_ArrayForEach(f, cJSON_GetObjectItem(c, "functions")) {
+    CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(f, "firstDivergingSeq")));
+    CU_ASSERT_TRUE(cJSON_IsNull(cJSON_GetObjectItem(f, "historyDivergingSeq")));
+  }
+  /* Odd ranks keep less history: the compared window starts where theirs does. */
+  const cJSON *ar = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "functions"), 0);
+  const cJSON *win = cJSON_GetObjectItem(ar, "historyCompared");
+  CU_ASSERT_TRUE(nget(win, "from") > 88411 - 20);
+  CU_ASSERT_EQUAL(nget(win, "to"), 88411);
+  cJSON_Delete(rep);
+}
+
+/* Broken files are skipped with one line each; exit 0 when others are fine, 3 when none. */
+static void test_bad_files(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("bad", "--ranks 2 --scenario healthy --ring 16"), 0);
+  sh("cd %s/bad && : >empty.json && head -c 300 node000-10000-0001-signal.json >trunc.json && "
+     "echo '{\"a\":1}' >foreign.json && sed 's/\"version\":1/\"version\":9/' "
+     "node000-10001-0001-signal.json >future.json && echo junk >notes.txt",
+     g_tmp);
+  int rc;
+  cJSON *rep = analyze_json("bad", "", &rc);
+  CU_ASSERT_EQUAL(rc, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  CU_ASSERT_EQUAL(nget(rep, "dumpsRead"), 2);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "skipped")), 4);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/bad.err", g_tmp);
+  char *err = slurp(path);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(err);
+  int lines = 0;
+  for (char *p = err; *p; p++) lines += *p == '\n';
+  CU_ASSERT_EQUAL(lines, 4);
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "empty.json: empty file"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "future.json: future format version 9"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "foreign.json: foreign JSON"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(err, "trunc.json: truncated"));
+  free(err);
+  cJSON_Delete(rep);
+  CU_ASSERT_EQUAL(sh("cd %s/bad && rm node0*.json", g_tmp), 0);
+  CU_ASSERT_EQUAL(sh("%s %s/bad >/dev/null 2>&1", g_az, g_tmp), 3);
+  CU_ASSERT_EQUAL(sh("%s >/dev/null 2>&1", g_az), 2);
+  CU_ASSERT_EQUAL(sh("%s --nope %s/bad >/dev/null 2>&1", g_az, g_tmp), 2);
+}
+
+/* The newest dump per (host, pid, comm rank) is used unless --all-dumps. */
+static void test_newest_dump(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("old", "--ranks 4 --scenario healthy --ring 16"), 0);
+  CU_ASSERT_EQUAL_FATAL(gen("new", "--ranks 4 --scenario not-entered --ring 16 --victim 2"), 0);
+  /* Rank 0's later dump ("peer", 200 ms later) shows it stuck in AllReduce seq 88412. */
+  CU_ASSERT_EQUAL(sh("cp %s/new/node000-10000-0001-peer.json %s/old/", g_tmp, g_tmp), 0);
+  int rc;
+  cJSON *rep = analyze_json("old", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  CU_ASSERT_EQUAL(nget(rep, "dumpsRead"), 5);
+  CU_ASSERT_EQUAL(nget(rep, "dumpsUsed"), 4);
+  const cJSON *r0 = cJSON_GetArrayItem(cJSON_GetObjectItem(comm0(rep), "ranks"), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(r0, "file"), "peer.json"));
+  CU_ASSERT_STRING_EQUAL(sget(comm0(rep), "verdict"), "hang");
+  cJSON_Delete(rep);
+  rep = analyze_json("old", "--all-dumps", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  CU_ASSERT_EQUAL(nget(rep, "dumpsUsed"), 5);
+  cJSON_Delete(rep);
+}
+
+static int count_ph(const cJSON *events, const char *ph) {
+  int n = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, events) n += strcmp(sget(e, "ph"), ph) == 0;
+  return n;
+}
+
+static void test_trace(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("tr", "--ranks 4 --scenario not-entered --ring 40"), 0);
+  CU_ASSERT_EQUAL(sh("%s --trace %s/tr.trace.json %s/tr >/dev/null", g_az, g_tmp, g_tmp), 0);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/tr.trace.json", g_tmp);
+  char *text = slurp(path);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  cJSON *t = cJSON_Parse(text);
+  free(text);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+  const cJSON *ev = cJSON_GetObjectItem(t, "traceEvents");
+  CU_ASSERT_TRUE(cJSON_IsArray(ev));
+  CU_ASSERT_TRUE(count_ph(ev, "X") > 10);
+  CU_ASSERT_TRUE(count_ph(ev, "i") > 0);
+  CU_ASSERT_TRUE(count_ph(ev, "s") > 0);
+  CU_ASSERT_EQUAL(count_ph(ev, "s"), count_ph(ev, "f"));
+  int procs = 0, open = 0, negative = 0;
+  const cJSON *e;
+  cJSON_ArrayForEach(e, ev) {
+    if (strcmp(sget(e, "name"), "process_name") == 0) {
+      procs++;
+      if (nget(e, "pid") == 1)
+        CU_ASSERT_STRING_EQUAL(sget(cJSON_GetObjectItem(e, "args"), "name"), "node000:10000");
+    }
+    open += cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "open"));
+    negative += cJSON_GetObjectItem(e, "ts") && nget(e, "ts") < 0;
+  }
+  CU_ASSERT_EQUAL(procs, 4);
+  CU_ASSERT_TRUE(open > 0); /* the stalled operations of ranks 0-2 */
+  CU_ASSERT_EQUAL(negative, 0);
+  cJSON_Delete(t);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: test_analyzer GEN_DUMPS ANALYZER\n");
+    return 2;
+  }
+  g_gen = argv[1];
+  g_az = argv[2];
+  const char *tmp = getenv("TMPDIR");
+  snprintf(g_tmp, sizeof(g_tmp), "%s/wd-az-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(g_tmp)) return 2;
+  if (CU_initialize_registry() != CUE_SUCCESS) return 2;
+  CU_pSuite unit = CU_add_suite("analyzer_unit", NULL, NULL);
+  CU_add_test(unit, "ranges", test_ranges);
+  CU_add_test(unit, "load_rejects", test_load_rejects);
+  CU_add_test(unit, "load_minimal", test_load_minimal);
+  CU_add_test(unit, "load_truncations", test_load_truncations);
+  CU_pSuite cli = CU_add_suite("analyzer_cli", NULL, NULL);
+  CU_add_test(cli, "healthy", test_healthy);
+  CU_add_test(cli, "not_entered", test_not_entered);
+  CU_add_test(cli, "not_entered_wrapped_multi_comm", test_not_entered_wrapped_multi_comm);
+  CU_add_test(cli, "missing_rank", test_missing_rank);
+  CU_add_test(cli, "mismatch", test_mismatch);
+  CU_add_test(cli, "network_stall", test_network_stall);
+  CU_add_test(cli, "wrapped", test_wrapped);
+  CU_add_test(cli, "bad_files", test_bad_files);
+  CU_add_test(cli, "newest_dump", test_newest_dump);
+  CU_add_test(cli, "trace", test_trace);
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
+  CU_cleanup_registry();
+  wd_az_strings_free();
+  if (!failed) sh("rm -rf %s", g_tmp);
+  return failed ? 1 : 0;
+}

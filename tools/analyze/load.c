@@ -1,0 +1,642 @@
+#include "load.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define DUMP_FORMAT "nccl-watchdog-dump"
+#define DUMP_VERSION 1
+
+/* ---- field access: absent or mistyped optional fields give the default ---- */
+
+static const cJSON *get(const cJSON *o, const char *key) {
+  return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+}
+
+static double num(const cJSON *o, const char *key, double def) {
+  const cJSON *v = get(o, key);
+  return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+static int inum(const cJSON *o, const char *key, int def) {
+  double d = num(o, key, def);
+  return (d >= -2147483648.0 && d <= 2147483647.0) ? (int)d : def;
+}
+
+static int64_t lnum(const cJSON *o, const char *key, int64_t def) {
+  double d = num(o, key, (double)def);
+  return (d >= -9.2e18 && d <= 9.2e18) ? (int64_t)d : def;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+  const cJSON *v = get(o, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static wd_az_str istr(const cJSON *o, const char *key) {
+  return wd_az_intern(str(o, key));
+}
+
+/* 64-bit values are hex strings; a plain number is accepted too. */
+static int hex(const cJSON *o, const char *key, uint64_t *out) {
+  const cJSON *v = get(o, key);
+  if (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1.8e19) {
+    *out = (uint64_t)v->valuedouble;
+    return 0;
+  }
+  if (!cJSON_IsString(v) || !v->valuestring[0]) return -1;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(v->valuestring, &end, 16);
+  if (errno || *end) return -1;
+  *out = x;
+  return 0;
+}
+
+static int is_true(const cJSON *o, const char *key) {
+  return cJSON_IsTrue(get(o, key));
+}
+
+/* ---- threads ---- */
+
+static void frame_text(const cJSON *f, char *out, size_t len) {
+  const char *sym = str(f, "symbol"), *mod = str(f, "module"), *moff = str(f, "moduleOffset");
+  if (sym && *sym) {
+    snprintf(out, len, "%s+0x%llx", sym, (unsigned long long)lnum(f, "symbolOffset", 0));
+  } else if (mod && *mod && moff) {
+    const char *base = strrchr(mod, '/');
+    snprintf(out, len, "%s+%s", base ? base + 1 : mod, moff);
+  } else {
+    const char *pc = str(f, "pc");
+    snprintf(out, len, "%s", pc ? pc : "?");
+  }
+}
+
+static wd_az_str top_frame(const cJSON *th) {
+  const cJSON *frames = get(th, "frames");
+  const cJSON *f = cJSON_IsArray(frames) ? cJSON_GetArrayItem(frames, 0) : NULL;
+  if (!cJSON_IsObject(f)) return 0;
+  char buf[512];
+  frame_text(f, buf, sizeof(buf));
+  return wd_az_intern(buf);
+}
+
+/* Helper threads NCCL, CUDA and the plugin create: never the application's main thread. */
+static int helper_thread(const char *name) {
+  static const char *const pfx[] = {"NCCL", "nccl", "cuda", "pt_", "wd-", "python3-auto"};
+  if (!name) return 0;
+  for (size_t i = 0; i < sizeof(pfx) / sizeof(pfx[0]); i++)
+    if (strncmp(name, pfx[i], strlen(pfx[i])) == 0) return 1;
+  return 0;
+}
+
+static const cJSON *main_thread(const cJSON *list, int pid) {
+  const cJSON *th, *fallback = NULL;
+  cJSON_ArrayForEach(th, list) {
+    if (inum(th, "tid", -1) == pid) return th;
+    if (!fallback && !helper_thread(str(th, "name")) && cJSON_IsArray(get(th, "frames")))
+      fallback = th;
+  }
+  return fallback;
+}
+
+static void load_main_frames(wd_az_dump *d, const cJSON *th) {
+  d->main_tid = inum(th, "tid", -1);
+  d->main_name = istr(th, "name");
+  const cJSON *f, *frames = get(th, "frames");
+  if (!cJSON_IsArray(frames)) return;
+  cJSON_ArrayForEach(f, frames) {
+    if (d->nframes == WD_AZ_FRAMES) break;
+    char buf[512];
+    frame_text(f, buf, sizeof(buf));
+    d->frames[d->nframes++] = wd_az_intern(buf);
+  }
+}
+
+static void load_threads(wd_az_dump *d, const cJSON *threads) {
+  d->main_tid = -1;
+  if (!cJSON_IsObject(threads) || is_true(threads, "disabled")) {
+    d->threads_disabled = 1;
+    return;
+  }
+  const cJSON *th, *list = get(threads, "list");
+  if (!cJSON_IsArray(list)) return;
+  cJSON_ArrayForEach(th, list) {
+    d->threads_total++;
+    if (d->nthreads == WD_AZ_THREADS) continue;
+    wd_az_thread *t = &d->threads[d->nthreads++];
+    t->tid = inum(th, "tid", -1);
+    t->name = istr(th, "name");
+    t->status = istr(th, "status");
+    t->top = top_frame(th);
+  }
+  const cJSON *m = main_thread(list, d->pid);
+  if (m) load_main_frames(d, m);
+}
+
+/* ---- open trees ---- */
+
+static int wait_rank(const char *type) {
+  if (!type) return 0;
+  if (strcmp(type, "ProxyStep") == 0) return 3;
+  if (strcmp(type, "ProxyOp") == 0) return 2;
+  if (strcmp(type, "KernelCh") == 0) return 1;
+  return 0;
+}
+
+/* Keep the open proxy/kernel node that has waited longest; prefer the most precise type. */
+static void consider_wait(wd_az_op *op, const cJSON *node, const cJSON *proxyop) {
+  const char *type = str(node, "type");
+  int rank = wait_rank(type);
+  if (!rank || is_true(node, "stopped")) return;
+  double since = num(node, "sinceProgressMs", 0);
+  wd_az_wait *w = &op->wait;
+  if (w->valid) {
+    int old_rank = wait_rank(wd_az_s(w->type));
+    if (since < w->since_ms || (since == w->since_ms && rank <= old_rank)) return;
+  }
+  const cJSON *src = proxyop ? proxyop : node;
+  w->valid = 1;
+  w->type = wd_az_intern(type);
+  w->state = istr(node, "state");
+  w->peer = inum(src, "peer", -1);
+  w->channel = inum(src, "channel", -1);
+  w->is_send = is_true(src, "isSend");
+  w->steps_done = inum(src, "stepsDone", -1);
+  w->nsteps = inum(src, "nSteps", -1);
+  w->step = rank == 3 ? inum(node, "step", -1) : -1;
+  w->since_ms = since;
+}
+
+static void walk_children(wd_az_op *op, const cJSON *node, const cJSON *proxyop, int depth) {
+  const cJSON *c, *children = get(node, "children");
+  if (!cJSON_IsArray(children) || depth > 8) return;
+  cJSON_ArrayForEach(c, children) {
+    const char *type = str(c, "type");
+    int is_op = type && strcmp(type, "ProxyOp") == 0;
+    if (is_op && !is_true(c, "stopped")) op->nproxy_open++;
+    consider_wait(op, c, is_op ? NULL : proxyop);
+    walk_children(op, c, is_op ? c : proxyop, depth + 1);
+  }
+}
+
+static void load_op(wd_az_op *op, const cJSON *node) {
+  op->type = istr(node, "type");
+  op->func = istr(node, "func");
+  op->dtype = istr(node, "datatype");
+  op->status = istr(node, "status");
+  op->seq = lnum(node, "seq", -1);
+  op->count = lnum(node, "count", -1);
+  op->root = inum(node, "root", -1);
+  op->peer = inum(node, "peer", -1);
+  op->age_ms = num(node, "ageMs", 0);
+  op->since_ms = num(node, "sinceProgressMs", 0);
+  const cJSON *k = get(node, "kernelChannels");
+  op->kch_expected = inum(k, "expected", 0);
+  op->kch_done = inum(k, "done", 0);
+  const char *type = str(node, "type");
+  if (type && strcmp(type, "ProxyOp") == 0) consider_wait(op, node, NULL);
+  walk_children(op, node, type && strcmp(type, "ProxyOp") == 0 ? node : NULL, 0);
+}
+
+static void load_inflight(wd_az_crank *cr, const cJSON *inflight) {
+  const cJSON *node;
+  cJSON_ArrayForEach(node, inflight) {
+    cr->ops_total++;
+    if (cr->nops < WD_AZ_MAX_OPS && cJSON_IsObject(node)) load_op(&cr->ops[cr->nops++], node);
+  }
+}
+
+/* ---- rings ---- */
+
+static int op_level_kept(const char *type) {
+  static const char *const keep[] = {"Coll", "P2p", "CollApi", "P2pApi", "CeColl"};
+  if (!type) return 0;
+  for (size_t i = 0; i < sizeof(keep) / sizeof(keep[0]); i++)
+    if (strcmp(type, keep[i]) == 0) return 1;
+  return 0;
+}
+
+static uint8_t phase(const char *ph) {
+  if (ph && strcmp(ph, "state") == 0) return 1;
+  if (ph && strcmp(ph, "stop") == 0) return 2;
+  return 0;
+}
+
+static void keep_last(wd_az_crank *cr, const cJSON *r, const char *type, size_t *pos) {
+  wd_az_rec *x = &cr->last[*pos % WD_AZ_LAST_RECS];
+  x->t = lnum(r, "t", 0);
+  x->ph = phase(str(r, "ph"));
+  x->type = wd_az_intern(type);
+  x->func = istr(r, "func");
+  x->dtype = istr(r, "datatype");
+  x->seq = lnum(r, "seq", -1);
+  x->count = lnum(r, "count", -1);
+  x->peer = inum(r, "root", inum(r, "peer", -1));
+  (*pos)++;
+}
+
+static void keep_hist(wd_az_crank *cr, const cJSON *r, size_t *pos) {
+  wd_az_hist *h = &cr->hist[*pos % WD_AZ_HIST];
+  h->func = istr(r, "func");
+  h->dtype = istr(r, "datatype");
+  h->seq = lnum(r, "seq", -1);
+  h->count = lnum(r, "count", -1);
+  h->root = inum(r, "root", -1);
+  (*pos)++;
+}
+
+/* Circular buffers filled oldest first are rotated so index 0 is the oldest kept. */
+static void rotate(void *arr, size_t elem, size_t cap, size_t written, int *n) {
+  *n = written < cap ? (int)written : (int)cap;
+  if (written <= cap) return;
+  size_t start = written % cap;
+  char *tmp = malloc(elem * cap);
+  if (!tmp) return;
+  memcpy(tmp, (char *)arr + start * elem, (cap - start) * elem);
+  memcpy(tmp + (cap - start) * elem, arr, start * elem);
+  memcpy(arr, tmp, elem * cap);
+  free(tmp);
+}
+
+static void ring_min_t(const cJSON *ring, int64_t *min_t) {
+  const cJSON *r, *recs = get(ring, "records");
+  if (!cJSON_IsArray(recs)) return;
+  cJSON_ArrayForEach(r, recs) {
+    int64_t t = lnum(r, "t", 0);
+    if (t < *min_t) *min_t = t;
+  }
+}
+
+static void load_ring(wd_az_crank *cr, const cJSON *ring, int64_t *min_t) {
+  const cJSON *r, *recs = get(ring, "records");
+  cr->ring_written = (uint64_t)lnum(ring, "written", 0);
+  cr->ring_lost = (uint64_t)lnum(ring, "lost", 0);
+  if (!cJSON_IsArray(recs)) return;
+  size_t nlast = 0, nhist = 0;
+  cJSON_ArrayForEach(r, recs) {
+    int64_t t = lnum(r, "t", 0);
+    if (t < *min_t) *min_t = t;
+    const char *type = str(r, "type");
+    if (!op_level_kept(type)) continue;
+    keep_last(cr, r, type, &nlast);
+    if (phase(str(r, "ph")) == 0 && strcmp(type, "Coll") == 0 && get(r, "seq"))
+      keep_hist(cr, r, &nhist);
+  }
+  rotate(cr->last, sizeof(cr->last[0]), WD_AZ_LAST_RECS, nlast, &cr->nlast);
+  rotate(cr->hist, sizeof(cr->hist[0]), WD_AZ_HIST, nhist, &cr->nhist);
+}
+
+/* ---- communicators ---- */
+
+static void load_seq(wd_az_crank *cr, const cJSON *seq) {
+  const cJSON *e;
+  cJSON_ArrayForEach(e, seq) {
+    if (cr->nseq == WD_AZ_MAX_FUNCS) break;
+    wd_az_str f = istr(e, "func");
+    if (!f) continue;
+    wd_az_seq *s = &cr->seq[cr->nseq++];
+    s->func = f;
+    s->enq = lnum(e, "lastEnqueued", -1);
+    s->done = lnum(e, "lastCompleted", -1);
+  }
+}
+
+static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t *min_t) {
+  uint64_t id;
+  int rank = inum(c, "rank", -1), nranks = inum(c, "nranks", 0);
+  if (hex(c, "commId", &id) != 0 || nranks <= 0 || nranks > (1 << 22) || rank < 0 ||
+      rank >= nranks)
+    return -1;
+  wd_az_crank *cr = wd_az_add_crank(set);
+  if (!cr) return -1;
+  cr->comm_id = id;
+  cr->name = istr(c, "commName");
+  cr->rank = rank;
+  cr->nranks = nranks;
+  cr->dump = dump_idx;
+  cr->since_ms = num(c, "sinceProgressMs", 0);
+  load_seq(cr, get(c, "seq"));
+  const cJSON *p2p = get(c, "p2p");
+  cr->p2p_enq = lnum(p2p, "enqueued", -1);
+  cr->p2p_done = lnum(p2p, "completed", -1);
+  load_inflight(cr, get(c, "inflight"));
+  load_ring(cr, get(c, "ring"), min_t);
+  ring_min_t(get(c, "proxyRing"), min_t);
+  return 0;
+}
+
+/* ---- top level ---- */
+
+static int check_header(const cJSON *root, char *why, size_t why_len) {
+  if (!cJSON_IsObject(root)) {
+    snprintf(why, why_len, "not a JSON object");
+    return -1;
+  }
+  const char *fmt = str(root, "format");
+  if (!fmt || strcmp(fmt, DUMP_FORMAT) != 0) {
+    snprintf(why, why_len, "foreign JSON (format is not \"%s\")", DUMP_FORMAT);
+    return -1;
+  }
+  const cJSON *v = get(root, "version");
+  if (!cJSON_IsNumber(v) || v->valuedouble < 1) {
+    snprintf(why, why_len, "missing or invalid version");
+    return -1;
+  }
+  if (v->valuedouble > DUMP_VERSION) {
+    snprintf(why, why_len, "future format version %g (this analyzer reads %d)", v->valuedouble,
+             DUMP_VERSION);
+    return -1;
+  }
+  return 0;
+}
+
+static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why_len) {
+  const cJSON *time = get(root, "time");
+  const char *host = str(root, "host");
+  d->pid = inum(root, "pid", -1);
+  if (!host || d->pid < 0) {
+    snprintf(why, why_len, "missing host or pid");
+    return -1;
+  }
+  if (hex(time, "wall_ns", &d->wall_ns) != 0) {
+    snprintf(why, why_len, "missing or invalid time.wall_ns");
+    return -1;
+  }
+  if (!cJSON_IsArray(get(root, "comms"))) {
+    snprintf(why, why_len, "missing comms array");
+    return -1;
+  }
+  if (hex(time, "mono_ns", &d->mono_ns) != 0) d->mono_ns = 0;
+  d->host = wd_az_intern(host);
+  d->reason = istr(root, "reason");
+  d->dump_seq = inum(root, "dumpSeq", 0);
+  d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
+  return 0;
+}
+
+static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *why,
+                     size_t why_len) {
+  wd_az_dump tmp;
+  memset(&tmp, 0, sizeof(tmp));
+  if (check_header(root, why, why_len) != 0 || load_identity(&tmp, root, why, why_len) != 0)
+    return -1;
+  size_t first_crank = set->ncranks;
+  uint32_t idx = (uint32_t)set->ndumps;
+  const cJSON *c;
+  int64_t min_t = 0;
+  cJSON_ArrayForEach(c, get(root, "comms")) load_comm(set, idx, c, &min_t);
+  ring_min_t(get(get(root, "detached"), "ring"), &min_t);
+  wd_az_dump *d = wd_az_add_dump(set);
+  if (!d || !(tmp.path = strdup(path))) {
+    set->ncranks = first_crank;
+    if (d) set->ndumps--;
+    snprintf(why, why_len, "out of memory");
+    return -1;
+  }
+  tmp.min_t = min_t;
+  tmp.crank0 = first_crank;
+  tmp.ncranks = set->ncranks - first_crank;
+  load_threads(&tmp, get(root, "threads"));
+  *d = tmp;
+  return 0;
+}
+
+/* ---- parse arena: a tree lives only while its file is summarised, so cJSON's many small
+ * allocations come from chunks that are dropped together (parsing twice as fast) ---- */
+
+#define ARENA_CHUNK (16u << 20)
+#define ARENA_MAX (3ull << 30) /* a tree larger than this fails to parse: file skipped */
+
+typedef struct chunk {
+  struct chunk *next;
+  size_t used, cap;
+  _Alignas(16) char data[];
+} chunk;
+
+static chunk *g_arena;
+static size_t g_arena_total;
+
+static void *arena_alloc(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (!g_arena || g_arena->used + n > g_arena->cap) {
+    size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
+    if (g_arena_total + cap > ARENA_MAX) return NULL;
+    chunk *c = malloc(sizeof(chunk) + cap);
+    if (!c) return NULL;
+    c->next = g_arena;
+    c->used = 0;
+    c->cap = cap;
+    g_arena = c;
+    g_arena_total += cap;
+  }
+  void *p = g_arena->data + g_arena->used;
+  g_arena->used += n;
+  return p;
+}
+
+static void arena_free(void *p) { (void)p; }
+
+/* Keep one chunk for the next file. */
+static void arena_reset(void) {
+  while (g_arena && g_arena->next) {
+    chunk *c = g_arena;
+    g_arena = c->next;
+    g_arena_total -= c->cap;
+    free(c);
+  }
+  if (g_arena) g_arena->used = 0;
+}
+
+void wd_az_load_release(void) {
+  arena_reset();
+  free(g_arena);
+  g_arena = NULL;
+  g_arena_total = 0;
+}
+
+int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t len, char *why,
+                      size_t why_len) {
+  if (len == 0) {
+    snprintf(why, why_len, "empty file");
+    return -1;
+  }
+  cJSON_Hooks hooks = {arena_alloc, arena_free};
+  cJSON_InitHooks(&hooks);
+  cJSON *root = cJSON_ParseWithLength(data, len);
+  int rc = -1;
+  if (!root) snprintf(why, why_len, "truncated or invalid JSON");
+  else rc = load_root(set, path, root, why, why_len);
+  cJSON_InitHooks(NULL); /* the reports build their JSON with malloc */
+  arena_reset();
+  return rc;
+}
+
+static char *read_all(const char *path, size_t *len, char *why, size_t why_len);
+
+struct cJSON *wd_az_parse_file(const char *path) {
+  char why[256];
+  size_t len = 0;
+  char *buf = read_all(path, &len, why, sizeof(why));
+  if (!buf) return NULL;
+  cJSON_Hooks hooks = {arena_alloc, arena_free};
+  cJSON_InitHooks(&hooks);
+  cJSON *root = len ? cJSON_ParseWithLength(buf, len) : NULL;
+  cJSON_InitHooks(NULL);
+  free(buf);
+  if (!root) arena_reset();
+  return root;
+}
+
+void wd_az_parse_free(void) { arena_reset(); }
+
+static char *read_all(const char *path, size_t *len, char *why, size_t why_len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    return NULL;
+  }
+  struct stat st;
+  char *buf = NULL;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > WD_AZ_MAX_FILE) {
+    snprintf(why, why_len, "not a regular file of at most 1 GiB");
+    goto out;
+  }
+  buf = malloc((size_t)st.st_size + 1);
+  if (!buf) {
+    snprintf(why, why_len, "out of memory");
+    goto out;
+  }
+  *len = fread(buf, 1, (size_t)st.st_size, f);
+  if (ferror(f)) {
+    snprintf(why, why_len, "read error");
+    free(buf);
+    buf = NULL;
+    goto out;
+  }
+  buf[*len] = '\0';
+out:
+  fclose(f);
+  return buf;
+}
+
+static void skip(wd_az_set *set, const char *path, const char *why, int quiet) {
+  if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, why);
+  wd_az_add_skip(set, path, why);
+}
+
+int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
+  char why[256];
+  size_t len = 0;
+  char *buf = read_all(path, &len, why, sizeof(why));
+  int rc = buf ? wd_az_load_buffer(set, path, buf, len, why, sizeof(why)) : -1;
+  free(buf);
+  if (rc != 0) skip(set, path, why, quiet);
+  return rc;
+}
+
+static int dump_name(const char *name) {
+  size_t n = strlen(name);
+  return name[0] != '.' && strncmp(name, "trigger-", 8) != 0 && n > 5 &&
+         strcmp(name + n - 5, ".json") == 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int list_dir(const char *dir, char ***names, size_t *n) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  size_t cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!dump_name(e->d_name)) continue;
+    if (*n == cap) {
+      cap = cap ? cap * 2 : 256;
+      char **p = realloc(*names, cap * sizeof(*p));
+      if (!p) break;
+      *names = p;
+    }
+    if (((*names)[*n] = strdup(e->d_name)) != NULL) (*n)++;
+  }
+  closedir(d);
+  if (*n) qsort(*names, *n, sizeof(**names), cmp_str);
+  return 0;
+}
+
+static int load_dir(wd_az_set *set, const char *dir, int quiet) {
+  char **names = NULL;
+  size_t n = 0;
+  if (list_dir(dir, &names, &n) != 0) return -1;
+  for (size_t i = 0; i < n; i++) {
+    char *path;
+    if (asprintf(&path, "%s/%s", dir, names[i]) >= 0) {
+      wd_az_load_file(set, path, quiet);
+      free(path);
+    }
+    free(names[i]);
+  }
+  free(names);
+  return 0;
+}
+
+int wd_az_load_path(wd_az_set *set, const char *path, int quiet) {
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    char why[128];
+    snprintf(why, sizeof(why), "cannot open: %s", strerror(errno));
+    skip(set, path, why, quiet);
+    return -1;
+  }
+  if (S_ISDIR(st.st_mode)) return load_dir(set, path, quiet);
+  wd_az_load_file(set, path, quiet);
+  return 0;
+}
+
+/* ---- selection ---- */
+
+static const wd_az_set *g_sort_set; /* qsort has no context argument */
+
+static int cmp_key(const void *a, const void *b) {
+  const wd_az_crank *x = &g_sort_set->cranks[*(const size_t *)a];
+  const wd_az_crank *y = &g_sort_set->cranks[*(const size_t *)b];
+  const wd_az_dump *dx = &g_sort_set->dumps[x->dump], *dy = &g_sort_set->dumps[y->dump];
+  if (x->comm_id != y->comm_id) return x->comm_id < y->comm_id ? -1 : 1;
+  if (x->rank != y->rank) return x->rank - y->rank;
+  if (dx->host != dy->host) return dx->host < dy->host ? -1 : 1;
+  if (dx->pid != dy->pid) return dx->pid - dy->pid;
+  if (dx->wall_ns != dy->wall_ns) return dx->wall_ns > dy->wall_ns ? -1 : 1;
+  return x->dump < y->dump ? 1 : -1; /* later file wins a tie */
+}
+
+static int same_key(const wd_az_set *s, const wd_az_crank *x, const wd_az_crank *y) {
+  return x->comm_id == y->comm_id && x->rank == y->rank &&
+         s->dumps[x->dump].host == s->dumps[y->dump].host &&
+         s->dumps[x->dump].pid == s->dumps[y->dump].pid;
+}
+
+void wd_az_select(wd_az_set *set, int all_dumps) {
+  size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
+  for (size_t i = 0; i < set->ndumps; i++) set->dumps[i].kept = all_dumps;
+  if (!idx) return;
+  for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
+  g_sort_set = set;
+  qsort(idx, set->ncranks, sizeof(*idx), cmp_key);
+  for (size_t i = 0; i < set->ncranks; i++) {
+    wd_az_crank *c = &set->cranks[idx[i]];
+    c->kept = all_dumps || i == 0 || !same_key(set, c, &set->cranks[idx[i - 1]]);
+    if (c->kept) set->dumps[c->dump].kept = 1;
+  }
+  /* A process that had no communicator alive still counts as read. */
+  char *has = calloc(set->ndumps ? set->ndumps : 1, 1);
+  for (size_t j = 0; has && j < set->ncranks; j++) has[set->cranks[j].dump] = 1;
+  for (size_t i = 0; has && i < set->ndumps; i++)
+    if (!has[i]) set->dumps[i].kept = 1;
+  free(has);
+  free(idx);
+}

@@ -1,0 +1,37 @@
+/* Reading dump files (docs/dump-format.md) into the analyzer's model, one file at a time. */
+#ifndef WD_AZ_LOAD_H
+#define WD_AZ_LOAD_H
+
+#include <stddef.h>
+
+#include "model.h"
+
+#define WD_AZ_MAX_FILE (1024L * 1024 * 1024) /* larger files are skipped */
+
+/* Parse one document. On success appends one dump (and its communicator ranks) to set and
+ * returns 0; otherwise returns -1 and writes a one-line reason into why. Never keeps a pointer
+ * into data. */
+int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t len, char *why,
+                      size_t why_len);
+
+/* Read and parse one file. A file that cannot be used is recorded in set->skips and, unless
+ * quiet, reported on stderr as "skipped PATH: REASON". Returns 0 when a dump was added. */
+int wd_az_load_file(wd_az_set *set, const char *path, int quiet);
+
+/* A file, or a directory whose *.json files (trigger-*.json and hidden files excluded) are
+ * loaded in name order. Returns -1 when path cannot be opened at all, else 0. */
+int wd_az_load_path(wd_az_set *set, const char *path, int quiet);
+
+/* For a second reading (trace export): the tree of one file, allocated in the parse arena and
+ * valid until wd_az_parse_free(). NULL when unreadable. */
+struct cJSON *wd_az_parse_file(const char *path);
+void wd_az_parse_free(void);
+
+/* Free the parse arena kept between files. */
+void wd_az_load_release(void);
+
+/* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
+ * everything when all_dumps. */
+void wd_az_select(wd_az_set *set, int all_dumps);
+
+#endif

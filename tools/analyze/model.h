@@ -1,0 +1,141 @@
+/*
+ * What the analyzer keeps of each dump. A dump is parsed, summarised into these fixed-size
+ * structures and its JSON tree freed at once, so memory grows with the number of communicator
+ * ranks, not with the size of the rings.
+ */
+#ifndef WD_AZ_MODEL_H
+#define WD_AZ_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WD_AZ_MAX_FUNCS 16  /* seq table entries kept per communicator rank */
+#define WD_AZ_MAX_OPS 8     /* in-flight root operations kept (oldest first) */
+#define WD_AZ_LAST_RECS 8   /* last operation-level ring records kept */
+#define WD_AZ_HIST 64       /* last Coll start records kept for cross-rank comparison */
+#define WD_AZ_FRAMES 6      /* top frames kept for the main thread */
+#define WD_AZ_THREADS 16    /* threads whose top frame is kept */
+
+/* Strings are interned once (function and type names, hosts, frames): records hold small ids. */
+typedef uint32_t wd_az_str;
+wd_az_str wd_az_intern(const char *s); /* 0 is "" (also for NULL) */
+const char *wd_az_s(wd_az_str id);
+void wd_az_strings_free(void);
+
+typedef struct wd_az_seq {
+  wd_az_str func;
+  int64_t enq, done; /* lastEnqueued / lastCompleted, -1 when none */
+} wd_az_seq;
+
+/* Where an in-flight operation waits, taken from the open ProxyOp/ProxyStep of its tree that
+ * has gone longest without progress. */
+typedef struct wd_az_wait {
+  int valid;
+  wd_az_str type;  /* "ProxyStep", "ProxyOp" or "KernelCh" */
+  wd_az_str state; /* last state name, 0 when none */
+  int peer, channel, step, is_send;
+  int steps_done, nsteps;
+  double since_ms;
+} wd_az_wait;
+
+typedef struct wd_az_op {
+  wd_az_str type;   /* "Coll", "P2p", "ProxyOp" ... */
+  wd_az_str func;
+  wd_az_str dtype;
+  wd_az_str status; /* posting/enqueued/reached/gpu_done/stalled */
+  int64_t seq;      /* -1 for p2p */
+  int64_t count;
+  int root, peer;   /* -1 when absent */
+  double age_ms, since_ms;
+  int kch_expected, kch_done, nproxy_open;
+  wd_az_wait wait;
+} wd_az_op;
+
+/* An operation-level ring record, reduced to what a report says about it. */
+typedef struct wd_az_rec {
+  int64_t t;
+  uint8_t ph; /* 0 start, 1 state, 2 stop */
+  wd_az_str type, func, dtype;
+  int64_t seq, count;
+  int peer; /* root for colls, peer for p2p, -1 */
+} wd_az_rec;
+
+/* A Coll start record, for comparing ranks' histories. */
+typedef struct wd_az_hist {
+  wd_az_str func, dtype;
+  int64_t seq, count;
+  int root;
+} wd_az_hist;
+
+/* One communicator rank as one dump shows it. */
+typedef struct wd_az_crank {
+  uint64_t comm_id;
+  wd_az_str name;
+  int rank, nranks;
+  uint32_t dump;  /* index into the dump list */
+  int kept;       /* used by the analysis (newest for its key, or --all-dumps) */
+  double since_ms;
+  int nseq;
+  wd_az_seq seq[WD_AZ_MAX_FUNCS];
+  int64_t p2p_enq, p2p_done;
+  int nops, ops_total;
+  wd_az_op ops[WD_AZ_MAX_OPS];
+  int nlast;
+  wd_az_rec last[WD_AZ_LAST_RECS]; /* oldest first */
+  int nhist;
+  wd_az_hist hist[WD_AZ_HIST]; /* oldest first */
+  uint64_t ring_written, ring_lost;
+} wd_az_crank;
+
+typedef struct wd_az_thread {
+  int tid;
+  wd_az_str name, status, top; /* top: first frame, 0 when none */
+} wd_az_thread;
+
+typedef struct wd_az_dump {
+  char *path;
+  wd_az_str host, reason;
+  int pid, dump_seq;
+  uint64_t wall_ns, mono_ns;
+  double timeout_ms;   /* config.timeoutMs, 0 when absent */
+  int threads_disabled;
+  int main_tid;        /* -1 when no thread list */
+  wd_az_str main_name;
+  int nframes;
+  wd_az_str frames[WD_AZ_FRAMES]; /* main thread, innermost first */
+  int nthreads, threads_total;
+  wd_az_thread threads[WD_AZ_THREADS];
+  int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
+  size_t crank0, ncranks; /* its communicator ranks: cranks[crank0 .. crank0+ncranks) */
+  int kept;
+} wd_az_dump;
+
+typedef struct wd_az_skip {
+  char *path;
+  char *why;
+} wd_az_skip;
+
+/* Everything loaded. */
+typedef struct wd_az_set {
+  wd_az_dump *dumps;
+  size_t ndumps, cap_dumps;
+  wd_az_crank *cranks;
+  size_t ncranks, cap_cranks;
+  wd_az_skip *skips;
+  size_t nskips, cap_skips;
+} wd_az_set;
+
+void wd_az_set_free(wd_az_set *set);
+/* Grow helpers: return a zeroed new element, or NULL when out of memory. */
+wd_az_dump *wd_az_add_dump(wd_az_set *set);
+wd_az_crank *wd_az_add_crank(wd_az_set *set);
+int wd_az_add_skip(wd_az_set *set, const char *path, const char *why);
+
+/* "0-2,4-7" from a sorted list of ranks (duplicates ignored); truncated with "..." to fit. */
+void wd_az_ranges(const int *ranks, size_t n, char *out, size_t len);
+/* snprintf that truncates silently: report lines are bounded on purpose. */
+void wd_az_fmt(char *out, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Seconds with one decimal from milliseconds: "300.1". */
+const char *wd_az_secs(double ms, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,350 @@
+#include "trace.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "load.h"
+
+#define TRACK_PROXY_BASE 1000000 /* proxy tracks: comm track * this + recording tid */
+
+typedef struct tw {
+  FILE *f;
+  int first;             /* no event written yet */
+  uint64_t base_ns;      /* wall time of ts 0 */
+  int64_t dump_off_ns;   /* this dump's wall time - base */
+  int pid;               /* trace process id of this dump */
+  uint64_t flow_id;
+  int *named;            /* tracks already named in this process */
+  size_t nnamed, cap_named;
+} tw;
+
+/* Coll/P2p starts of one op ring, for drawing flow arrows to their ProxyOps. */
+typedef struct parent_start {
+  uint32_t slot;
+  int64_t t;
+  int track;
+} parent_start;
+
+typedef struct parents {
+  parent_start *v;
+  size_t n, cap;
+} parents;
+
+/* ---- output ---- */
+
+static void put_str(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+    else fputc(ch, f);
+  }
+  fputc('"', f);
+}
+
+static void sep(tw *w) {
+  if (!w->first) fputs(",\n", w->f);
+  w->first = 0;
+}
+
+static double ts_us(const tw *w, int64_t t) {
+  return ((double)w->dump_off_ns + (double)t) / 1000.0;
+}
+
+static void meta(tw *w, const char *what, int tid, const char *name) {
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"M\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", what,
+          w->pid, tid);
+  put_str(w->f, name);
+  fputs("}}", w->f);
+}
+
+static void name_track(tw *w, int tid, const char *name) {
+  for (size_t i = 0; i < w->nnamed; i++)
+    if (w->named[i] == tid) return;
+  if (w->nnamed == w->cap_named) {
+    size_t cap = w->cap_named ? w->cap_named * 2 : 16;
+    int *p = realloc(w->named, cap * sizeof(*p));
+    if (!p) return;
+    w->named = p;
+    w->cap_named = cap;
+  }
+  w->named[w->nnamed++] = tid;
+  meta(w, "thread_name", tid, name);
+}
+
+/* The record's own fields (all but the common ones) as the event's args. */
+static void put_args(FILE *f, const cJSON *rec, int open) {
+  static const char *const skip[] = {"t", "ph", "type"};
+  const cJSON *it;
+  int n = 0;
+  fputs(",\"args\":{", f);
+  cJSON_ArrayForEach(it, rec) {
+    int common = 0;
+    for (size_t i = 0; i < sizeof(skip) / sizeof(skip[0]); i++)
+      common |= strcmp(it->string, skip[i]) == 0;
+    if (common || !(cJSON_IsNumber(it) || cJSON_IsString(it) || cJSON_IsBool(it))) continue;
+    fprintf(f, "%s", n++ ? "," : "");
+    put_str(f, it->string);
+    fputc(':', f);
+    if (cJSON_IsString(it)) put_str(f, it->valuestring);
+    else if (cJSON_IsBool(it)) fputs(cJSON_IsTrue(it) ? "true" : "false", f);
+    else fprintf(f, "%.17g", it->valuedouble);
+  }
+  if (open) fprintf(f, "%s\"open\":true", n ? "," : "");
+  fputc('}', f);
+}
+
+/* ---- record fields ---- */
+
+static const char *rstr(const cJSON *r, const char *k) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, k);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double rnum(const cJSON *r, const char *k, double def) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(r, k);
+  return cJSON_IsNumber(v) ? v->valuedouble : def;
+}
+
+/* Conversions that stay defined whatever a damaged file holds. */
+static int64_t rt(const cJSON *r) {
+  double t = rnum(r, "t", 0);
+  return t > -9e18 && t < 9e18 ? (int64_t)t : 0;
+}
+
+static uint32_t to_slot(double v) { return v >= 0 && v < 4294967295.0 ? (uint32_t)v : 0; }
+static uint32_t rslot(const cJSON *r) { return to_slot(rnum(r, "slot", 0)); }
+
+static int has_type(const cJSON *r, const char *t) {
+  const char *s = rstr(r, "type");
+  return s && strcmp(s, t) == 0;
+}
+
+static void event_name(const cJSON *r, char *out, size_t len) {
+  const char *type = rstr(r, "type"), *func = rstr(r, "func");
+  type = type ? type : "?";
+  double seq = rnum(r, "seq", -1);
+  if (func && seq >= 0) snprintf(out, len, "%s #%.0f", func, seq);
+  else if (func) snprintf(out, len, "%s %s", type, func);
+  else if (strcmp(type, "ProxyOp") == 0)
+    snprintf(out, len, "ProxyOp %s peer %.0f ch %.0f",
+             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "isSend")) ? "send" : "recv",
+             rnum(r, "peer", -1), rnum(r, "channel", -1));
+  else if (strcmp(type, "ProxyStep") == 0) snprintf(out, len, "ProxyStep %.0f", rnum(r, "step", -1));
+  else if (strcmp(type, "KernelCh") == 0) snprintf(out, len, "KernelCh ch %.0f", rnum(r, "channel", -1));
+  else snprintf(out, len, "%s", type);
+}
+
+/* ---- slot matching: the pending start of each slot within one ring ---- */
+
+typedef struct slotmap {
+  uint32_t *keys; /* slot + 1, 0 = empty */
+  const cJSON **vals;
+  size_t cap;
+} slotmap;
+
+static int map_init(slotmap *m, size_t n) {
+  m->cap = 64;
+  while (m->cap < n * 2) m->cap *= 2;
+  m->keys = calloc(m->cap, sizeof(*m->keys));
+  m->vals = calloc(m->cap, sizeof(*m->vals));
+  return m->keys && m->vals ? 0 : -1;
+}
+
+static const cJSON **map_at(slotmap *m, uint32_t slot) {
+  size_t h = (slot * 2654435761u) & (m->cap - 1);
+  while (m->keys[h] && m->keys[h] != slot + 1) h = (h + 1) & (m->cap - 1);
+  m->keys[h] = slot + 1;
+  return &m->vals[h];
+}
+
+static void map_free(slotmap *m) {
+  free(m->keys);
+  free(m->vals);
+}
+
+/* ---- events ---- */
+
+static void complete(tw *w, int tid, const cJSON *start, int64_t t_end, int open) {
+  char name[128];
+  event_name(start, name, sizeof(name));
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":", w->pid,
+          tid, ts_us(w, rt(start)), ((double)t_end - (double)rt(start)) / 1000.0);
+  put_str(w->f, name);
+  fprintf(w->f, ",\"cat\":\"%s\"", rstr(start, "type") ? rstr(start, "type") : "?");
+  put_args(w->f, start, open);
+  fputc('}', w->f);
+}
+
+static void instant(tw *w, int tid, const cJSON *r) {
+  const char *state = rstr(r, "state");
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"name\":", w->pid,
+          tid, ts_us(w, rt(r)));
+  put_str(w->f, state ? state : "state");
+  put_args(w->f, r, 0);
+  fputc('}', w->f);
+}
+
+static void flow(tw *w, const parent_start *p, int tid, int64_t t) {
+  uint64_t id = ++w->flow_id;
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"s\",\"id\":%" PRIu64 ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                "\"name\":\"coll-proxy\",\"cat\":\"flow\"}",
+          id, w->pid, p->track, ts_us(w, p->t));
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%" PRIu64 ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                "\"name\":\"coll-proxy\",\"cat\":\"flow\"}",
+          id, w->pid, tid, ts_us(w, t));
+}
+
+static void add_parent(parents *ps, uint32_t slot, int64_t t, int track) {
+  if (ps->n == ps->cap) {
+    size_t cap = ps->cap ? ps->cap * 2 : 256;
+    parent_start *v = realloc(ps->v, cap * sizeof(*v));
+    if (!v) return;
+    ps->v = v;
+    ps->cap = cap;
+  }
+  ps->v[ps->n++] = (parent_start){slot, t, track};
+}
+
+/* The latest Coll/P2p start of that slot at or before t (records are in time order). */
+static const parent_start *find_parent(const parents *ps, uint32_t slot, int64_t t) {
+  const parent_start *best = NULL;
+  for (size_t i = 0; i < ps->n; i++)
+    if (ps->v[i].slot == slot && ps->v[i].t <= t) best = &ps->v[i];
+  return best;
+}
+
+typedef struct ring_ctx {
+  int comm_track;      /* op-level track of the communicator rank */
+  const char *label;   /* "comm NAME rank R" */
+  int proxy;           /* proxy-level ring: one track per recording tid */
+  parents *ps;
+} ring_ctx;
+
+static int track_of(tw *w, const ring_ctx *rc, const cJSON *r) {
+  if (!rc->proxy) return rc->comm_track;
+  double d = rnum(r, "tid", 0);
+  int rtid = d >= 0 && d < 2147483647.0 ? (int)d : 0;
+  int tid = rc->comm_track * TRACK_PROXY_BASE + (rtid % TRACK_PROXY_BASE);
+  char name[256];
+  snprintf(name, sizeof(name), "%s, proxy tid %d", rc->label, rtid);
+  name_track(w, tid, name);
+  return tid;
+}
+
+static void on_start(tw *w, const ring_ctx *rc, slotmap *m, const cJSON *r, int tid) {
+  *map_at(m, rslot(r)) = r;
+  if (!rc->proxy && (has_type(r, "Coll") || has_type(r, "P2p")))
+    add_parent(rc->ps, rslot(r), rt(r), tid);
+  const cJSON *parent = cJSON_GetObjectItemCaseSensitive(r, "parent");
+  if (rc->proxy && has_type(r, "ProxyOp") && cJSON_IsNumber(parent)) {
+    const parent_start *p = find_parent(rc->ps, to_slot(parent->valuedouble), rt(r));
+    if (p) flow(w, p, tid, rt(r));
+  }
+}
+
+static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
+  const cJSON *r, *recs = cJSON_GetObjectItemCaseSensitive(ring, "records");
+  int n = cJSON_GetArraySize(recs);
+  slotmap m;
+  if (!cJSON_IsArray(recs) || map_init(&m, (size_t)n + 1) != 0) {
+    if (cJSON_IsArray(recs)) map_free(&m);
+    return;
+  }
+  cJSON_ArrayForEach(r, recs) {
+    const char *ph = rstr(r, "ph");
+    if (!ph || !cJSON_IsObject(r)) continue;
+    int tid = track_of(w, rc, r);
+    if (strcmp(ph, "start") == 0) {
+      on_start(w, rc, &m, r, tid);
+    } else if (strcmp(ph, "state") == 0) {
+      instant(w, tid, r);
+    } else if (strcmp(ph, "stop") == 0) {
+      const cJSON **start = map_at(&m, rslot(r));
+      if (*start) complete(w, track_of(w, rc, *start), *start, rt(r), 0);
+      *start = NULL;
+    }
+  }
+  /* Still open at the dump: extend to the dump time. */
+  for (size_t i = 0; i < m.cap; i++)
+    if (m.keys[i] && m.vals[i]) complete(w, track_of(w, rc, m.vals[i]), m.vals[i], 0, 1);
+  map_free(&m);
+}
+
+static void emit_comm(tw *w, const cJSON *c, int index) {
+  char label[192];
+  const char *name = rstr(c, "commName");
+  snprintf(label, sizeof(label), "comm %s rank %.0f", name ? name : "?", rnum(c, "rank", -1));
+  parents ps = {0};
+  ring_ctx rc = {index + 1, label, 0, &ps};
+  name_track(w, rc.comm_track, label);
+  emit_ring(w, cJSON_GetObjectItemCaseSensitive(c, "ring"), &rc);
+  rc.proxy = 1;
+  emit_ring(w, cJSON_GetObjectItemCaseSensitive(c, "proxyRing"), &rc);
+  free(ps.v);
+}
+
+static void emit_dump(tw *w, const wd_az_dump *d, const cJSON *root) {
+  char pname[128];
+  snprintf(pname, sizeof(pname), "%s:%d", wd_az_s(d->host), d->pid);
+  meta(w, "process_name", 0, pname);
+  w->nnamed = 0;
+  w->dump_off_ns = (int64_t)(d->wall_ns - w->base_ns);
+  const cJSON *c;
+  int i = 0;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "comms")) emit_comm(w, c, i++);
+  const cJSON *det = cJSON_GetObjectItemCaseSensitive(root, "detached");
+  parents ps = {0};
+  ring_ctx rc = {i + 1, "detached (PXN)", 1, &ps};
+  emit_ring(w, cJSON_GetObjectItemCaseSensitive(det, "ring"), &rc);
+  free(ps.v);
+}
+
+static uint64_t base_time(const wd_az_set *set) {
+  uint64_t base = UINT64_MAX;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    uint64_t t = d->wall_ns + (uint64_t)d->min_t; /* min_t <= 0: wraps to a subtraction */
+    if (d->kept && t < base) base = t;
+  }
+  return base == UINT64_MAX ? 0 : base;
+}
+
+/* Dumps of one process share a trace process id. */
+static int process_index(const wd_az_set *set, size_t i) {
+  for (size_t j = 0; j < i; j++)
+    if (set->dumps[j].kept && set->dumps[j].host == set->dumps[i].host &&
+        set->dumps[j].pid == set->dumps[i].pid)
+      return process_index(set, j);
+  return (int)i + 1;
+}
+
+int wd_az_trace_write(const wd_az_set *set, const char *path) {
+  FILE *f = fopen(path, "w");
+  if (!f) return -1;
+  tw w = {.f = f, .first = 1, .base_ns = base_time(set)};
+  fputs("{\"traceEvents\":[\n", f);
+  for (size_t i = 0; i < set->ndumps; i++) {
+    if (!set->dumps[i].kept) continue;
+    cJSON *root = wd_az_parse_file(set->dumps[i].path);
+    if (!root) continue;
+    w.pid = process_index(set, i);
+    emit_dump(&w, &set->dumps[i], root);
+    wd_az_parse_free();
+  }
+  wd_az_load_release();
+  fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"tool\":\"nccl-watchdog-analyze\","
+             "\"baseWallNs\":\"0x%016" PRIx64 "\"}}\n",
+          w.base_ns);
+  free(w.named);
+  return fclose(f) == 0 ? 0 : -1;
+}

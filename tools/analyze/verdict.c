@@ -1,0 +1,799 @@
+#include "verdict.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_MS 300000.0
+#define STANDOUT_MS 1000.0 /* a rank "stalled first" only when earlier by at least this */
+#define MAX_KEYS 64
+#define MAX_MISSING_SUSPECTS 256
+
+const char *wd_az_verdict_name(int v) {
+  return v == WD_AZ_HANG ? "hang" : v == WD_AZ_NO_VERDICT ? "no_verdict" : "no_hang";
+}
+
+const char *wd_az_reason_name(int r) {
+  static const char *const names[] = {"not_entered", "mismatch", "network_stall", "missing"};
+  return r >= 0 && r <= WD_AZ_MISSING ? names[r] : "?";
+}
+
+const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr) {
+  return &set->dumps[cr->dump];
+}
+
+int64_t wd_az_enq(const wd_az_crank *cr, wd_az_str func) {
+  for (int i = 0; i < cr->nseq; i++)
+    if (cr->seq[i].func == func) return cr->seq[i].enq;
+  return -1;
+}
+
+int64_t wd_az_done(const wd_az_crank *cr, wd_az_str func) {
+  for (int i = 0; i < cr->nseq; i++)
+    if (cr->seq[i].func == func) return cr->seq[i].done;
+  return -1;
+}
+
+static int is(wd_az_str id, const char *s) { return strcmp(wd_az_s(id), s) == 0; }
+static int is_coll(const wd_az_op *op) { return is(op->type, "Coll") || is(op->type, "CeColl"); }
+static int is_root_op(const wd_az_op *op) { return is_coll(op) || is(op->type, "P2p"); }
+
+static double threshold(const wd_az_set *set, const wd_az_opts *o, const wd_az_crank *cr) {
+  if (o->stall_ms > 0) return o->stall_ms;
+  double t = set->dumps[cr->dump].timeout_ms;
+  return t > 0 ? t : DEFAULT_TIMEOUT_MS;
+}
+
+/* Stuck: the watchdog said so, or it reached the GPU/network and made no progress for the
+ * timeout (snapshots taken by signal before the watchdog fired). Not-reached operations wait
+ * for the GPU and are not stuck by themselves. */
+static int op_stuck(const wd_az_op *op, double thr) {
+  if (is(op->status, "stalled")) return 1;
+  return (is(op->status, "reached") || is(op->status, "gpu_done")) && op->since_ms >= thr;
+}
+
+/* ---- text helpers ---- */
+
+void wd_az_op_text(const wd_az_op *op, char *out, size_t len) {
+  char secs[32];
+  const char *func = op->func ? wd_az_s(op->func) : wd_az_s(op->type);
+  if (op->seq >= 0)
+    wd_az_fmt(out, len, "%s seq %" PRId64 " (%s, %s s without progress)", func, op->seq,
+             wd_az_s(op->status), wd_az_secs(op->since_ms, secs, sizeof(secs)));
+  else
+    wd_az_fmt(out, len, "%s %s peer %d (%s, %s s without progress)", wd_az_s(op->type), func,
+             op->peer, wd_az_s(op->status), wd_az_secs(op->since_ms, secs, sizeof(secs)));
+}
+
+void wd_az_wait_text(const wd_az_wait *w, char *out, size_t len) {
+  if (!w->valid) {
+    wd_az_fmt(out, len, "no open proxy or kernel event");
+    return;
+  }
+  char step[32] = "", state[64] = "", done[48] = "";
+  if (w->step >= 0) wd_az_fmt(step, sizeof(step), ", step %d", w->step);
+  if (w->state) wd_az_fmt(state, sizeof(state), " in %s", wd_az_s(w->state));
+  if (w->steps_done >= 0 && w->nsteps > 0)
+    wd_az_fmt(done, sizeof(done), " (%d of %d steps done)", w->steps_done, w->nsteps);
+  if (is(w->type, "KernelCh"))
+    wd_az_fmt(out, len, "KernelCh channel %d%s", w->channel, state);
+  else
+    wd_az_fmt(out, len, "%s peer %d, channel %d%s%s%s", w->is_send ? "send to" : "recv from",
+             w->peer, w->channel, step, state, done);
+}
+
+void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len) {
+  size_t pos = 0;
+  out[0] = '\0';
+  for (int i = 0; i < d->nframes && i < max && pos + 1 < len; i++) {
+    int n = snprintf(out + pos, len - pos, "%s%s", i ? " <- " : "", wd_az_s(d->frames[i]));
+    if (n < 0) break;
+    pos += (size_t)n;
+  }
+}
+
+static void last_text(const wd_az_crank *cr, char *out, size_t len) {
+  if (!cr->nlast) {
+    wd_az_fmt(out, len, "no operation in its ring");
+    return;
+  }
+  const wd_az_rec *r = &cr->last[cr->nlast - 1];
+  static const char *const ph[] = {"start", "state", "stop"};
+  char secs[32], seq[48] = "";
+  if (r->seq >= 0) wd_az_fmt(seq, sizeof(seq), " seq %" PRId64, r->seq);
+  /* A stop record may carry no fields: name the function from an earlier record of the ring. */
+  wd_az_str func = r->func;
+  for (int i = cr->nlast - 1; !func && i >= 0; i--) func = cr->last[i].func;
+  if (!seq[0])
+    for (int i = cr->nlast - 1; i >= 0; i--)
+      if (cr->last[i].seq >= 0 && cr->last[i].func == func) {
+        wd_az_fmt(seq, sizeof(seq), " seq %" PRId64, cr->last[i].seq);
+        break;
+      }
+  wd_az_fmt(out, len, "%s%s (%s %s, %s s before its dump)", wd_az_s(func), seq, wd_az_s(r->type),
+           ph[r->ph % 3], wd_az_secs(-(double)r->t / 1e6, secs, sizeof(secs)));
+}
+
+static size_t inflight_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len) {
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  size_t pos = 0;
+  out[0] = '\0';
+  for (size_t i = d->crank0; i < d->crank0 + d->ncranks && pos + 1 < len; i++) {
+    const wd_az_crank *o = &set->cranks[i];
+    for (int k = 0; k < o->nops && pos + 1 < len; k++) {
+      char op[256];
+      wd_az_op_text(&o->ops[k], op, sizeof(op));
+      int n = snprintf(out + pos, len - pos, "%s%s on \"%s\"", pos ? ", " : "", op,
+                       wd_az_s(o->name));
+      if (n < 0) break;
+      pos += (size_t)n;
+    }
+  }
+  if (!pos) wd_az_fmt(out, len, "nothing");
+  return pos;
+}
+
+void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len) {
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  char last[256], infl[512], frames[512];
+  last_text(cr, last, sizeof(last));
+  inflight_text(set, cr, infl, sizeof(infl));
+  if (d->threads_disabled) wd_az_fmt(frames, sizeof(frames), "backtraces disabled");
+  else if (!d->nframes) wd_az_fmt(frames, sizeof(frames), "no stack");
+  else wd_az_frames_text(d, WD_AZ_FRAMES, frames, sizeof(frames));
+  wd_az_fmt(out, len, "rank %d (host %s pid %d) was last in: %s; in flight: %s; main thread: %s",
+           cr->rank, wd_az_s(d->host), d->pid, last, infl, frames);
+}
+
+static void rank_list(const int *r, int n, char *out, size_t len) {
+  char tmp[256];
+  wd_az_ranges(r, (size_t)n, tmp, sizeof(tmp));
+  wd_az_fmt(out, len, "%s %s", n == 1 ? "rank" : "ranks", tmp);
+}
+
+/* ---- building communicators ---- */
+
+static const wd_az_set *g_set; /* qsort has no context argument */
+
+static int cmp_crank(const void *a, const void *b) {
+  const wd_az_crank *x = &g_set->cranks[*(const size_t *)a];
+  const wd_az_crank *y = &g_set->cranks[*(const size_t *)b];
+  if (x->comm_id != y->comm_id) return x->comm_id < y->comm_id ? -1 : 1;
+  return x->rank - y->rank;
+}
+
+static int newer(const wd_az_set *set, const wd_az_crank *a, const wd_az_crank *b) {
+  return set->dumps[a->dump].wall_ns > set->dumps[b->dump].wall_ns;
+}
+
+static int fill_comm(const wd_az_set *set, wd_az_comm *c, const size_t *idx, size_t n) {
+  c->comm_id = set->cranks[idx[0]].comm_id;
+  for (size_t i = 0; i < n; i++) {
+    const wd_az_crank *cr = &set->cranks[idx[i]];
+    if (cr->nranks > c->nranks) c->nranks = cr->nranks;
+    if (!c->name) c->name = cr->name;
+  }
+  c->by_rank = calloc((size_t)c->nranks, sizeof(*c->by_rank));
+  c->present = malloc((size_t)c->nranks * sizeof(int));
+  c->missing = malloc((size_t)c->nranks * sizeof(int));
+  c->waiting = malloc((size_t)c->nranks * sizeof(int));
+  if (!c->by_rank || !c->present || !c->missing || !c->waiting) return -1;
+  for (size_t i = 0; i < n; i++) {
+    const wd_az_crank *cr = &set->cranks[idx[i]];
+    const wd_az_crank **slot = &c->by_rank[cr->rank];
+    if (!*slot || newer(set, cr, *slot)) *slot = cr;
+  }
+  for (int r = 0; r < c->nranks; r++) {
+    if (c->by_rank[r]) c->present[c->npresent++] = r;
+    else c->missing[c->nmissing++] = r;
+  }
+  /* Missing ranks beyond MAX_MISSING_SUSPECTS are counted, not listed one by one. */
+  c->cap_sus = c->npresent + (c->nmissing < MAX_MISSING_SUSPECTS ? c->nmissing
+                                                                 : MAX_MISSING_SUSPECTS) + 8;
+  c->sus = calloc((size_t)c->cap_sus, sizeof(*c->sus));
+  return c->sus ? 0 : -1;
+}
+
+/* ---- per-function table and history ---- */
+
+static wd_az_func_row *func_row(wd_az_comm *c, wd_az_str func) {
+  for (int i = 0; i < c->nfuncs; i++)
+    if (c->funcs[i].func == func) return &c->funcs[i];
+  if (c->nfuncs == WD_AZ_MAX_FUNCS) return NULL;
+  wd_az_func_row *f = &c->funcs[c->nfuncs++];
+  memset(f, 0, sizeof(*f));
+  f->func = func;
+  return f;
+}
+
+static void func_table(wd_az_comm *c) {
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    for (int k = 0; k < cr->nseq; k++) func_row(c, cr->seq[k].func);
+  }
+  for (int k = 0; k < c->nfuncs; k++) {
+    wd_az_func_row *f = &c->funcs[k];
+    f->enq_min = f->done_min = INT64_MAX;
+    f->enq_max = f->done_max = INT64_MIN;
+    for (int i = 0; i < c->npresent; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      int64_t e = wd_az_enq(cr, f->func), d = wd_az_done(cr, f->func);
+      if (e < f->enq_min) f->enq_min = e;
+      if (e > f->enq_max) f->enq_max = e;
+      if (d < f->done_min) f->done_min = d;
+      if (d > f->done_max) f->done_max = d;
+    }
+    f->first_div = f->enq_min != f->enq_max ? f->enq_min + 1 : -1;
+    f->hist_div = f->hist_lo = f->hist_hi = -1;
+  }
+}
+
+static const wd_az_hist *hist_find(const wd_az_crank *cr, wd_az_str func, int64_t seq) {
+  for (int i = cr->nhist - 1; i >= 0; i--)
+    if (cr->hist[i].func == func && cr->hist[i].seq == seq) return &cr->hist[i];
+  return NULL;
+}
+
+static int hist_same(const wd_az_hist *a, const wd_az_hist *b) {
+  return a->count == b->count && a->dtype == b->dtype && a->root == b->root;
+}
+
+/* The window every rank's ring still holds: from the newest "oldest record" to the oldest
+ * "newest record". Ranks whose ring holds nothing of func take no part. */
+static void hist_window(const wd_az_comm *c, wd_az_func_row *f) {
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  int any = 0;
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
+    for (int k = 0; k < cr->nhist; k++) {
+      if (cr->hist[k].func != f->func) continue;
+      if (cr->hist[k].seq < mn) mn = cr->hist[k].seq;
+      if (cr->hist[k].seq > mx) mx = cr->hist[k].seq;
+    }
+    if (mn == INT64_MAX) continue;
+    any = 1;
+    if (mn > lo) lo = mn;
+    if (mx < hi) hi = mx;
+  }
+  if (any && lo <= hi) {
+    f->hist_lo = lo;
+    f->hist_hi = hi;
+  }
+}
+
+static const wd_az_hist *majority(const wd_az_comm *c, wd_az_str func, int64_t seq, int *nvote) {
+  const wd_az_hist *cand = NULL;
+  int votes = 0;
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_hist *h = hist_find(c->by_rank[c->present[i]], func, seq);
+    if (!h) continue;
+    (*nvote)++;
+    if (!votes) cand = h, votes = 1;
+    else votes += hist_same(cand, h) ? 1 : -1;
+  }
+  return cand;
+}
+
+static int is_suspect(const wd_az_comm *c, int rank) {
+  for (int i = 0; i < c->nsus; i++)
+    if (c->sus[i].rank == rank) return 1;
+  return 0;
+}
+
+static wd_az_suspect *add_suspect(wd_az_comm *c, int rank, int reason, const wd_az_crank *cr) {
+  if (c->nsus >= c->cap_sus || is_suspect(c, rank)) return NULL;
+  wd_az_suspect *s = &c->sus[c->nsus++];
+  memset(s, 0, sizeof(*s));
+  s->rank = rank;
+  s->reason = reason;
+  s->cr = cr;
+  s->culprit = reason != WD_AZ_MISSING;
+  return s;
+}
+
+static void hist_mismatch(wd_az_comm *c, wd_az_func_row *f, int64_t seq,
+                          const wd_az_hist *maj) {
+  f->hist_div = seq;
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    const wd_az_hist *h = hist_find(cr, f->func, seq);
+    if (!h || hist_same(h, maj)) continue;
+    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_MISMATCH, cr);
+    if (!s) continue;
+    s->hist = h;
+    wd_az_fmt(s->detail, sizeof(s->detail),
+             "called %s seq %" PRId64 " with count %" PRId64 " %s root %d; the other ranks used "
+             "count %" PRId64 " %s root %d",
+             wd_az_s(f->func), seq, h->count, wd_az_s(h->dtype), h->root, maj->count,
+             wd_az_s(maj->dtype), maj->root);
+  }
+}
+
+/* Completed history: the first seq, inside the common window, where a minority of ranks called
+ * the function with other arguments. Without a strict majority nobody is blamed. */
+static void history_check(wd_az_comm *c) {
+  for (int k = 0; k < c->nfuncs; k++) {
+    wd_az_func_row *f = &c->funcs[k];
+    hist_window(c, f);
+    for (int64_t s = f->hist_lo; f->hist_lo >= 0 && s <= f->hist_hi; s++) {
+      int nvote = 0, agree = 0;
+      const wd_az_hist *maj = majority(c, f->func, s, &nvote);
+      if (!maj) continue;
+      for (int i = 0; i < c->npresent; i++) {
+        const wd_az_hist *h = hist_find(c->by_rank[c->present[i]], f->func, s);
+        agree += h && hist_same(h, maj);
+      }
+      if (agree == nvote) continue;
+      if (agree * 2 > nvote) hist_mismatch(c, f, s, maj);
+      else f->hist_div = s;
+      break;
+    }
+  }
+}
+
+/* ---- the stuck operation ---- */
+
+typedef struct key {
+  wd_az_str type, func;
+  int64_t seq;
+  int n, nstuck;
+} key;
+
+static const wd_az_op *find_op(const wd_az_crank *cr, wd_az_str func, int64_t seq) {
+  for (int i = 0; i < cr->nops; i++)
+    if (is_coll(&cr->ops[i]) && cr->ops[i].func == func && cr->ops[i].seq == seq)
+      return &cr->ops[i];
+  return NULL;
+}
+
+static void count_key(key *keys, int *nkeys, const wd_az_op *op, int stuck) {
+  for (int i = 0; i < *nkeys; i++)
+    if (keys[i].func == op->func && keys[i].seq == op->seq) {
+      keys[i].n++;
+      keys[i].nstuck += stuck;
+      return;
+    }
+  if (*nkeys == MAX_KEYS) return;
+  keys[(*nkeys)++] = (key){op->type, op->func, op->seq, 1, stuck};
+}
+
+static int pick_stuck(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  key keys[MAX_KEYS];
+  int nkeys = 0;
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    double thr = threshold(set, o, cr);
+    c->ninflight += cr->nops > 0;
+    for (int k = 0; k < cr->nops; k++)
+      if (is_coll(&cr->ops[k]) && cr->ops[k].seq >= 0)
+        count_key(keys, &nkeys, &cr->ops[k], op_stuck(&cr->ops[k], thr));
+  }
+  const key *best = NULL;
+  for (int i = 0; i < nkeys; i++) {
+    if (!keys[i].nstuck) continue;
+    if (!best || keys[i].n > best->n || (keys[i].n == best->n && keys[i].seq < best->seq))
+      best = &keys[i];
+  }
+  if (!best) return 0;
+  c->stuck = 1;
+  c->stuck_type = best->type;
+  c->stuck_func = best->func;
+  c->stuck_seq = best->seq;
+  return 1;
+}
+
+static void collect_waiting(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
+    if (!op) continue;
+    c->waiting[c->nwaiting++] = cr->rank;
+    if (op_stuck(op, threshold(set, o, cr)) && op->since_ms > c->stalled_ms)
+      c->stalled_ms = op->since_ms;
+  }
+}
+
+static const wd_az_op *first_root_op(const wd_az_crank *cr) {
+  for (int i = 0; i < cr->nops; i++)
+    if (is_root_op(&cr->ops[i])) return &cr->ops[i];
+  return NULL;
+}
+
+/* A rank that is not in the stuck operation: behind it and idle (never entered), or behind it
+ * and inside another operation (mismatch). A rank past it is no suspect. */
+static void classify_outside(wd_az_comm *c, const wd_az_crank *cr) {
+  if (find_op(cr, c->stuck_func, c->stuck_seq)) return;
+  int64_t enq = wd_az_enq(cr, c->stuck_func);
+  if (enq >= c->stuck_seq) return;
+  const wd_az_op *other = first_root_op(cr);
+  wd_az_suspect *s = add_suspect(c, cr->rank, other ? WD_AZ_MISMATCH : WD_AZ_NOT_ENTERED, cr);
+  if (!s) return;
+  s->op = other;
+  if (other) {
+    char op[256];
+    wd_az_op_text(other, op, sizeof(op));
+    wd_az_fmt(s->detail, sizeof(s->detail), "is in %s instead of %s seq %" PRId64, op,
+             wd_az_s(c->stuck_func), c->stuck_seq);
+  } else {
+    wd_az_fmt(s->detail, sizeof(s->detail),
+             "never entered %s seq %" PRId64 " (its last enqueued %s is %" PRId64 ")",
+             wd_az_s(c->stuck_func), c->stuck_seq, wd_az_s(c->stuck_func), enq);
+  }
+}
+
+static int same_args(const wd_az_op *a, const wd_az_op *b) {
+  return a->count == b->count && a->dtype == b->dtype && a->root == b->root;
+}
+
+/* Ranks inside the stuck operation with other count/datatype/root than a strict majority. */
+static void args_check(wd_az_comm *c) {
+  const wd_az_op *cand = NULL;
+  int votes = 0, agree = 0;
+  for (int i = 0; i < c->nwaiting; i++) {
+    const wd_az_op *op = find_op(c->by_rank[c->waiting[i]], c->stuck_func, c->stuck_seq);
+    if (!votes) cand = op, votes = 1;
+    else votes += same_args(cand, op) ? 1 : -1;
+  }
+  for (int i = 0; i < c->nwaiting; i++)
+    agree += same_args(cand, find_op(c->by_rank[c->waiting[i]], c->stuck_func, c->stuck_seq));
+  if (!cand || agree == c->nwaiting) return;
+  if (agree * 2 <= c->nwaiting) {
+    wd_az_fmt(c->note, sizeof(c->note), "ranks disagree on the arguments of %s seq %" PRId64
+             " and no majority exists", wd_az_s(c->stuck_func), c->stuck_seq);
+    return;
+  }
+  for (int i = 0; i < c->nwaiting; i++) {
+    const wd_az_crank *cr = c->by_rank[c->waiting[i]];
+    const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
+    if (same_args(cand, op)) continue;
+    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_MISMATCH, cr);
+    if (!s) continue;
+    s->op = op;
+    wd_az_fmt(s->detail, sizeof(s->detail),
+             "called %s seq %" PRId64 " with count %" PRId64 " %s root %d; the majority used "
+             "count %" PRId64 " %s root %d",
+             wd_az_s(op->func), op->seq, op->count, wd_az_s(op->dtype), op->root, cand->count,
+             wd_az_s(cand->dtype), cand->root);
+  }
+}
+
+/* When the stall began, on the common wall-clock axis (ms). */
+static double stall_start_ms(const wd_az_set *set, const wd_az_crank *cr, const wd_az_op *op) {
+  double since = op->since_ms;
+  if (op->wait.valid && op->wait.since_ms > since) since = op->wait.since_ms;
+  return (double)wd_az_dump_of(set, cr)->wall_ns / 1e6 - since;
+}
+
+/* Everyone is in the stuck operation: the rank whose operation stopped progressing first, by a
+ * clear margin, and whose wait is on the network, is the suspect. */
+static void network_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  const wd_az_crank *first = NULL;
+  const wd_az_op *fop = NULL;
+  double t1 = 0, t2 = 0;
+  int n = 0;
+  for (int i = 0; i < c->nwaiting; i++) {
+    const wd_az_crank *cr = c->by_rank[c->waiting[i]];
+    const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
+    if (!op_stuck(op, threshold(set, o, cr))) continue;
+    double t = stall_start_ms(set, cr, op);
+    if (n == 0 || t < t1) {
+      t2 = t1;
+      t1 = t, first = cr, fop = op;
+    } else if (n == 1 || t < t2) {
+      t2 = t;
+    }
+    n++;
+  }
+  if (!n) return;
+  if (n > 1 && t2 - t1 < STANDOUT_MS) {
+    wd_az_fmt(c->note, sizeof(c->note),
+             "every waiting rank stalled within %.1f s of the others; no rank stands out",
+             (t2 - t1) / 1000.0);
+    return;
+  }
+  char wait[256];
+  wd_az_wait_text(&fop->wait, wait, sizeof(wait));
+  if (!fop->wait.valid || is(fop->wait.type, "KernelCh")) {
+    wd_az_fmt(c->note, sizeof(c->note),
+             "rank %d stalled first, but not on the network (%s)", first->rank, wait);
+    return;
+  }
+  wd_az_suspect *s = add_suspect(c, first->rank, WD_AZ_NETWORK_STALL, first);
+  if (!s) return;
+  s->op = fop;
+  wd_az_fmt(s->detail, sizeof(s->detail), "its %s seq %" PRId64 " stalled in the network first: %s",
+           wd_az_s(fop->func), fop->seq, wait);
+  if (n > 1)
+    wd_az_fmt(s->detail + strlen(s->detail), sizeof(s->detail) - strlen(s->detail),
+             " (%.1f s before any other rank)", (t2 - t1) / 1000.0);
+}
+
+static int has_culprit(const wd_az_comm *c);
+static void head(const wd_az_comm *c, const char *tag, char *out, size_t len);
+
+/* ---- point-to-point: no sequence numbers, so a stuck Send/Recv is matched by peer ---- */
+
+static const wd_az_op *stuck_p2p(const wd_az_set *set, const wd_az_opts *o,
+                                 const wd_az_crank *cr) {
+  for (int i = 0; i < cr->nops; i++) {
+    const wd_az_op *op = &cr->ops[i];
+    if ((!is_coll(op) || op->seq < 0) && op_stuck(op, threshold(set, o, cr))) return op;
+  }
+  return NULL;
+}
+
+static int has_p2p_with(const wd_az_crank *cr, int peer) {
+  for (int i = 0; i < cr->nops; i++)
+    if (is(cr->ops[i].type, "P2p") && cr->ops[i].peer == peer) return 1;
+  return 0;
+}
+
+static void p2p_blame(wd_az_comm *c, int r, const wd_az_op *op) {
+  int p = op->peer >= 0 ? op->peer : op->wait.valid ? op->wait.peer : -1;
+  if (p < 0 || p >= c->nranks || !c->by_rank[p] || has_p2p_with(c->by_rank[p], r)) return;
+  wd_az_suspect *s = add_suspect(c, p, WD_AZ_NOT_ENTERED, c->by_rank[p]);
+  if (!s) return;
+  char text[256];
+  wd_az_op_text(op, text, sizeof(text));
+  wd_az_fmt(s->detail, sizeof(s->detail),
+            "has no point-to-point operation with rank %d in flight, while rank %d waits in %s", r,
+            r, text);
+}
+
+static int p2p_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_op *op = stuck_p2p(set, o, c->by_rank[c->present[i]]);
+    if (!op) continue;
+    c->stuck = 1;
+    c->stuck_type = op->type;
+    c->stuck_func = op->func;
+    c->stuck_seq = -1;
+    c->waiting[c->nwaiting++] = c->present[i];
+    if (op->since_ms > c->stalled_ms) c->stalled_ms = op->since_ms;
+  }
+  for (int i = 0; i < c->nwaiting; i++)
+    p2p_blame(c, c->waiting[i], stuck_p2p(set, o, c->by_rank[c->waiting[i]]));
+  if (c->stuck && !has_culprit(c) && !c->nmissing)
+    wd_az_fmt(c->note, sizeof(c->note), "every peer of a stuck point-to-point operation has a "
+              "matching operation in flight");
+  return c->stuck;
+}
+
+static void p2p_summary(wd_az_comm *c) {
+  char h[256], wait[300], secs[32];
+  head(c, c->verdict == WD_AZ_HANG ? "HANG" : "NO VERDICT", h, sizeof(h));
+  rank_list(c->waiting, c->nwaiting, wait, sizeof(wait));
+  wd_az_secs(c->stalled_ms, secs, sizeof(secs));
+  if (c->verdict == WD_AZ_HANG)
+    wd_az_fmt(c->summary, sizeof(c->summary),
+              "%s: rank %d %s; %s %s waiting in point-to-point operations (stalled %s s).", h,
+              c->sus[0].rank, c->sus[0].detail, wait, c->nwaiting == 1 ? "is" : "are", secs);
+  else
+    wd_az_fmt(c->summary, sizeof(c->summary),
+              "%s: %s %s waiting in point-to-point operations (stalled %s s); %s.", h, wait,
+              c->nwaiting == 1 ? "is" : "are", secs,
+              c->note[0] ? c->note : "the evidence names no rank");
+}
+
+static int has_culprit(const wd_az_comm *c) {
+  for (int i = 0; i < c->nsus; i++)
+    if (c->sus[i].culprit) return 1;
+  return 0;
+}
+
+static wd_az_suspect *find_suspect(wd_az_comm *c, int rank) {
+  for (int i = 0; i < c->nsus; i++)
+    if (c->sus[i].rank == rank) return &c->sus[i];
+  return NULL;
+}
+
+/* "left no dump; ranks 4 wait on it in the network" */
+static void missing_detail(const wd_az_comm *c, wd_az_suspect *s) {
+  int *r = malloc((size_t)c->nwaiting * sizeof(int) + 1), n = 0;
+  for (int i = 0; r && i < c->nwaiting; i++) {
+    const wd_az_op *op = find_op(c->by_rank[c->waiting[i]], c->stuck_func, c->stuck_seq);
+    if (op && op->wait.valid && op->wait.peer == s->rank && !is(op->wait.type, "KernelCh"))
+      r[n++] = c->waiting[i];
+  }
+  char who[300];
+  if (n) rank_list(r, n, who, sizeof(who));
+  if (n) wd_az_fmt(s->detail, sizeof(s->detail), "left no dump; %s wait%s on it in the network",
+                   who, n == 1 ? "s" : "");
+  else wd_az_fmt(s->detail, sizeof(s->detail), "left no dump");
+  free(r);
+}
+
+/* Missing ranks are listed; they become culprits only when nothing else explains the hang, or
+ * when the rank that stalled first waits on one of them. */
+static void missing_check(wd_az_comm *c) {
+  int explained = has_culprit(c);
+  for (int i = 0; i < c->nmissing; i++) {
+    wd_az_suspect *s = add_suspect(c, c->missing[i], WD_AZ_MISSING, NULL);
+    if (!s) continue;
+    s->culprit = !explained;
+    missing_detail(c, s);
+  }
+  for (int i = 0; i < c->nsus; i++) {
+    wd_az_suspect *s = &c->sus[i];
+    if (s->reason != WD_AZ_NETWORK_STALL) continue;
+    wd_az_suspect *peer = find_suspect(c, s->op->wait.peer);
+    if (!peer) continue;
+    s->peer_is_suspect = 1;
+    /* Waiting on a process that left no dump: that process is the better explanation. */
+    if (peer->reason == WD_AZ_MISSING) {
+      peer->culprit = 1;
+      s->culprit = 0;
+    }
+    wd_az_fmt(s->detail + strlen(s->detail), sizeof(s->detail) - strlen(s->detail),
+             "; peer %d is itself a suspect (%s)", peer->rank, wd_az_reason_name(peer->reason));
+  }
+}
+
+static int cmp_suspect(const void *a, const void *b) {
+  const wd_az_suspect *x = a, *y = b;
+  if (x->culprit != y->culprit) return y->culprit - x->culprit;
+  if (x->reason != y->reason) return x->reason - y->reason;
+  return x->rank - y->rank;
+}
+
+/* ---- summary lines ---- */
+
+static void head(const wd_az_comm *c, const char *tag, char *out, size_t len) {
+  wd_az_fmt(out, len, "%s: comm 0x%016" PRIx64 " (%d ranks, \"%s\")", tag, c->comm_id, c->nranks,
+           wd_az_s(c->name));
+}
+
+static int culprit_ranks(const wd_az_comm *c, int reason, int *out) {
+  int n = 0;
+  for (int i = 0; i < c->nsus; i++)
+    if (c->sus[i].culprit && c->sus[i].reason == reason) out[n++] = c->sus[i].rank;
+  return n;
+}
+
+static void hang_summary(wd_az_comm *c, const int *tmp, int n) {
+  char h[256], who[300], wait[300], secs[32];
+  head(c, "HANG", h, sizeof(h));
+  rank_list(tmp, n, who, sizeof(who));
+  rank_list(c->waiting, c->nwaiting, wait, sizeof(wait));
+  wd_az_secs(c->stalled_ms, secs, sizeof(secs));
+  const wd_az_suspect *s = &c->sus[0];
+  const char *are = c->nwaiting == 1 ? "is" : "are";
+  const char *F = wd_az_s(c->stuck_func);
+  switch (s->reason) {
+  case WD_AZ_NOT_ENTERED:
+    wd_az_fmt(c->summary, sizeof(c->summary),
+             "%s: %s never entered %s seq %" PRId64 "; %s %s waiting in it (stalled %s s).", h,
+             who, F, c->stuck_seq, wait, are, secs);
+    break;
+  case WD_AZ_MISMATCH:
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d %s; %s %s waiting in %s seq %" PRId64
+             " (mismatch; stalled %s s).", h, s->rank, s->detail, wait, are, F, c->stuck_seq, secs);
+    break;
+  case WD_AZ_NETWORK_STALL:
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s; %s %s waiting in it (stalled %s s).",
+             h, s->rank, s->detail, wait, are, secs);
+    break;
+  default:
+    wd_az_fmt(c->summary, sizeof(c->summary),
+             "%s: %s %s; %s %s waiting in %s seq %" PRId64 " (stalled %s s).", h, who,
+             n == 1 ? s->detail : "left no dump", wait, are, F, c->stuck_seq, secs);
+  }
+}
+
+static void summarize(wd_az_comm *c) {
+  char h[256], tmp[300], secs[32];
+  int *ranks = malloc(((size_t)c->nsus + 1) * sizeof(int));
+  if (c->stuck && c->stuck_seq < 0) {
+    p2p_summary(c);
+  } else if (c->verdict == WD_AZ_HANG && ranks) {
+    hang_summary(c, ranks, culprit_ranks(c, c->sus[0].reason, ranks));
+  } else if (c->verdict == WD_AZ_NO_VERDICT) {
+    head(c, "NO VERDICT", h, sizeof(h));
+    rank_list(c->waiting, c->nwaiting, tmp, sizeof(tmp));
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: %s %s waiting in %s seq %" PRId64
+             " (stalled %s s); %s.", h, tmp, c->nwaiting == 1 ? "is" : "are",
+             wd_az_s(c->stuck_func), c->stuck_seq, wd_az_secs(c->stalled_ms, secs, sizeof(secs)),
+             c->note[0] ? c->note : "the evidence names no rank");
+  } else {
+    head(c, "OK", h, sizeof(h));
+    tmp[0] = '\0';
+    if (c->nmissing) {
+      char r[256];
+      wd_az_ranges(c->missing, (size_t)c->nmissing, r, sizeof(r));
+      wd_az_fmt(tmp, sizeof(tmp), "; no dump from %s %s", c->nmissing == 1 ? "rank" : "ranks", r);
+    }
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: no hang found (%d of %d ranks present%s).", h,
+             c->npresent, c->nranks, tmp);
+  }
+  free(ranks);
+}
+
+/* ---- driver ---- */
+
+static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  func_table(c);
+  history_check(c);
+  if (pick_stuck(set, o, c)) {
+    collect_waiting(set, o, c);
+    for (int i = 0; i < c->npresent; i++) classify_outside(c, c->by_rank[c->present[i]]);
+    args_check(c);
+    if (!has_culprit(c)) network_check(set, o, c);
+    missing_check(c);
+  } else if (p2p_check(set, o, c)) {
+    missing_check(c);
+  }
+  qsort(c->sus, (size_t)c->nsus, sizeof(*c->sus), cmp_suspect);
+  if (!c->stuck) c->verdict = WD_AZ_NO_HANG;
+  else c->verdict = has_culprit(c) ? WD_AZ_HANG : WD_AZ_NO_VERDICT;
+  summarize(c);
+}
+
+static int verdict_rank(int v) { return v == WD_AZ_HANG ? 0 : v == WD_AZ_NO_VERDICT ? 1 : 2; }
+
+static int cmp_comm(const void *a, const void *b) {
+  const wd_az_comm *x = a, *y = b;
+  int rx = verdict_rank(x->verdict), ry = verdict_rank(y->verdict);
+  if (rx != ry) return rx - ry;
+  if (x->nwaiting != y->nwaiting) return y->nwaiting - x->nwaiting;
+  return x->comm_id < y->comm_id ? -1 : x->comm_id > y->comm_id;
+}
+
+static size_t *sorted_kept(const wd_az_set *set, size_t *n) {
+  size_t *idx = malloc((set->ncranks + 1) * sizeof(*idx));
+  *n = 0;
+  if (!idx) return NULL;
+  for (size_t i = 0; i < set->ncranks; i++)
+    if (set->cranks[i].kept) idx[(*n)++] = i;
+  g_set = set;
+  qsort(idx, *n, sizeof(*idx), cmp_crank);
+  return idx;
+}
+
+static void overall_summary(wd_az_result *res) {
+  if (res->ncomms && res->comms[0].verdict != WD_AZ_NO_HANG) {
+    wd_az_fmt(res->summary, sizeof(res->summary), "%s", res->comms[0].summary);
+    return;
+  }
+  wd_az_fmt(res->summary, sizeof(res->summary),
+           "OK: no hang found in %zu communicator%s (%zu dump%s read).", res->ncomms,
+           res->ncomms == 1 ? "" : "s", res->ndumps_read, res->ndumps_read == 1 ? "" : "s");
+}
+
+int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) {
+  memset(res, 0, sizeof(*res));
+  res->set = set;
+  res->ndumps_read = set->ndumps;
+  for (size_t i = 0; i < set->ndumps; i++) res->ndumps_kept += set->dumps[i].kept;
+  size_t n;
+  size_t *idx = sorted_kept(set, &n);
+  if (!idx) return -1;
+  res->comms = calloc(n + 1, sizeof(*res->comms));
+  for (size_t i = 0; res->comms && i < n;) {
+    size_t j = i;
+    while (j < n && set->cranks[idx[j]].comm_id == set->cranks[idx[i]].comm_id) j++;
+    wd_az_comm *c = &res->comms[res->ncomms++];
+    if (fill_comm(set, c, idx + i, j - i) != 0) break;
+    analyze_comm(set, o, c);
+    i = j;
+  }
+  free(idx);
+  if (!res->comms) return -1;
+  qsort(res->comms, res->ncomms, sizeof(*res->comms), cmp_comm);
+  overall_summary(res);
+  return 0;
+}
+
+void wd_az_result_free(wd_az_result *res) {
+  for (size_t i = 0; i < res->ncomms; i++) {
+    wd_az_comm *c = &res->comms[i];
+    free(c->by_rank);
+    free(c->present);
+    free(c->missing);
+    free(c->waiting);
+    free(c->sus);
+  }
+  free(res->comms);
+  memset(res, 0, sizeof(*res));
+}

@@ -1,0 +1,83 @@
+/*
+ * Per-communicator analysis: who is present, where the ranks' sequence numbers diverge, which
+ * operation the job is stuck in, and which ranks explain it (docs/analyzer.md, "Verdict rules").
+ */
+#ifndef WD_AZ_VERDICT_H
+#define WD_AZ_VERDICT_H
+
+#include "model.h"
+
+enum { WD_AZ_NO_HANG = 0, WD_AZ_HANG = 1, WD_AZ_NO_VERDICT = 2 };
+enum { WD_AZ_NOT_ENTERED = 0, WD_AZ_MISMATCH = 1, WD_AZ_NETWORK_STALL = 2, WD_AZ_MISSING = 3 };
+
+const char *wd_az_verdict_name(int verdict); /* "no_hang", "hang", "no_verdict" */
+const char *wd_az_reason_name(int reason);   /* "not_entered", ... */
+
+typedef struct wd_az_suspect {
+  int rank, reason, culprit;
+  const wd_az_crank *cr; /* NULL for a missing rank */
+  const wd_az_op *op;    /* the operation it is in, when it is in one */
+  const wd_az_hist *hist; /* mismatch found in completed history */
+  int peer_is_suspect;    /* network_stall: the peer it waits on is itself a suspect */
+  char detail[512];       /* one sentence */
+} wd_az_suspect;
+
+typedef struct wd_az_func_row {
+  wd_az_str func;
+  int64_t enq_min, enq_max, done_min, done_max;
+  int64_t first_div;      /* first seq some ranks enqueued and others did not, -1 when none */
+  int64_t hist_div;       /* first seq whose parameters differ in the common history, -1 */
+  int64_t hist_lo, hist_hi; /* common history window compared, -1 when none */
+} wd_az_func_row;
+
+typedef struct wd_az_comm {
+  uint64_t comm_id;
+  wd_az_str name;
+  int nranks;
+  const wd_az_crank **by_rank; /* nranks entries, NULL when the rank left no dump */
+  int *present, *missing;
+  int npresent, nmissing;
+  int verdict;
+  /* the operation the job is stuck in */
+  int stuck;
+  wd_az_str stuck_type, stuck_func;
+  int64_t stuck_seq;
+  int *waiting; /* ranks in flight in it */
+  int nwaiting;
+  double stalled_ms;
+  int ninflight; /* present ranks with any operation in flight */
+  int nfuncs;
+  wd_az_func_row funcs[WD_AZ_MAX_FUNCS];
+  int nsus, cap_sus;
+  wd_az_suspect *sus;
+  char summary[1024];
+  char note[512]; /* why no verdict, or what a healthy communicator shows */
+} wd_az_comm;
+
+typedef struct wd_az_opts {
+  double stall_ms; /* > 0: an operation without progress this long counts as stuck */
+  int all_dumps;
+} wd_az_opts;
+
+typedef struct wd_az_result {
+  const wd_az_set *set;
+  wd_az_comm *comms; /* hung first, then no verdict, then healthy */
+  size_t ncomms;
+  size_t ndumps_read, ndumps_kept;
+  char summary[1024]; /* the report's first line */
+} wd_az_result;
+
+int wd_az_analyze(const wd_az_set *set, const wd_az_opts *opts, wd_az_result *out);
+void wd_az_result_free(wd_az_result *res);
+
+/* Helpers shared with the reports. */
+const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr);
+void wd_az_op_text(const wd_az_op *op, char *out, size_t len); /* "AllReduce seq 12 (stalled)" */
+void wd_az_wait_text(const wd_az_wait *w, char *out, size_t len);
+void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len);
+/* What a rank was doing: in-flight ops of its process, last records, main thread frames. */
+void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
+int64_t wd_az_enq(const wd_az_crank *cr, wd_az_str func);
+int64_t wd_az_done(const wd_az_crank *cr, wd_az_str func);
+
+#endif

@@ -1,0 +1,452 @@
+/*
+ * gen_dumps: writes one synthetic dump per rank (docs/dump-format.md) for a job in a chosen
+ * state, for the analyzer's tests and its scale benchmark.
+ *
+ *   gen_dumps OUTDIR --ranks N --scenario healthy|missing-rank|not-entered|mismatch|
+ *             network-stall|wrapped [--ring R] [--comms C] [--victim K]
+ *
+ * Rank r lives on host node<r/8> with pid 10000+r; communicator 0 ("default_pg") carries the
+ * scenario, the others are healthy. The victim (default 3, or N-1 when N <= 3) is the rank the
+ * scenario is about: it never entered AllReduce seq 88412 (not-entered; missing-rank writes no
+ * dump for it), is in AllGather instead (mismatch), or its receive from rank victim-1 on channel 1
+ * stalled first (network-stall). wrapped is a healthy job whose odd ranks have a ring half as
+ * large, with extra records per operation, so their history starts later.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+enum { SC_HEALTHY, SC_MISSING, SC_NOT_ENTERED, SC_MISMATCH, SC_NET_STALL, SC_WRAPPED };
+static const char *const g_scenarios[] = {"healthy",  "missing-rank",  "not-entered",
+                                          "mismatch", "network-stall", "wrapped"};
+
+enum { T_GROUPAPI, T_COLLAPI, T_COLL, T_KERNELCH, T_PROXYOP, T_PROXYSTEP };
+static const char *const g_types[] = {"GroupApi", "CollApi",  "Coll",
+                                      "KernelCh", "ProxyOp", "ProxyStep"};
+static const char *const g_phases[] = {"start", "state", "stop"};
+
+#define SEQ_AR 88412 /* the AllReduce the hung scenarios are stuck in (comm 0) */
+#define SEQ_AG 902   /* next AllGather */
+#define COUNT 1048576
+#define BASE_WALL_NS 1795316729123456789ull
+#define BASE_MONO_NS 5000000000000ull
+#define OP_NS 1000000 /* one collective per millisecond */
+
+typedef struct opts {
+  const char *out;
+  int ranks, scenario, ring, comms, victim;
+} opts;
+
+typedef struct rec {
+  int64_t t;
+  int ph, type, slot, parent, tid;
+  int func; /* 0 AllReduce, 1 AllGather */
+  int64_t seq;
+  int peer, channel, is_send, step;
+  const char *state;
+} rec;
+
+typedef struct recbuf {
+  rec *r;
+  size_t n, cap;
+} recbuf;
+
+/* What one rank shows for one communicator. */
+typedef struct rank_view {
+  int rank, comm;
+  int stuck;          /* in flight in the stalled operation */
+  int stuck_func;     /* 0 AllReduce, 1 AllGather */
+  int64_t stuck_seq;
+  int64_t ar_done, ag_done; /* last completed seqs */
+  double since_ms;    /* since progress of the stuck operation */
+  int wait_peer, wait_channel, wait_step;
+  int64_t t_end;      /* time of the last completed operation, relative to the dump */
+  int ring_cap, extra_records;
+} rank_view;
+
+static const char *func_name(int f) { return f ? "AllGather" : "AllReduce"; }
+
+static void push(recbuf *b, rec r) {
+  if (b->n == b->cap) {
+    b->cap = b->cap ? b->cap * 2 : 4096;
+    b->r = realloc(b->r, b->cap * sizeof(*b->r));
+    if (!b->r) {
+      perror("gen_dumps");
+      exit(1);
+    }
+  }
+  b->r[b->n++] = r;
+}
+
+/* ---- records ---- */
+
+static void print_rec(FILE *f, const rec *r) {
+  fprintf(f, "{\"t\":%" PRId64 ",\"ph\":\"%s\",\"type\":\"%s\",\"slot\":%d,", r->t, g_phases[r->ph],
+          g_types[r->type], r->slot);
+  if (r->parent < 0) fprintf(f, "\"parent\":null,");
+  else fprintf(f, "\"parent\":%d,", r->parent);
+  fprintf(f, "\"tid\":%d", r->tid);
+  if (r->ph == 1) fprintf(f, ",\"state\":\"%s\"", r->state);
+  {
+    switch (r->type) {
+    case T_GROUPAPI: fprintf(f, ",\"groupDepth\":1"); break;
+    case T_COLLAPI:
+      fprintf(f, ",\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"root\":0",
+              func_name(r->func), COUNT);
+      break;
+    case T_COLL:
+      fprintf(f,
+              ",\"func\":\"%s\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
+              "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8",
+              func_name(r->func), r->seq, COUNT);
+      break;
+    case T_KERNELCH: fprintf(f, ",\"channel\":%d,\"pTimer\":\"0x1000\"", r->channel); break;
+    case T_PROXYOP:
+      fprintf(f,
+              ",\"pid\":%d,\"channel\":%d,\"peer\":%d,\"nSteps\":8,\"chunkSize\":524288,"
+              "\"isSend\":%s",
+              r->tid - 7, r->channel, r->peer, r->is_send ? "true" : "false");
+      break;
+    case T_PROXYSTEP: fprintf(f, ",\"step\":%d", r->step); break;
+    }
+  }
+  if (r->ph == 1 && r->type == T_PROXYSTEP) fprintf(f, ",\"transSize\":524288");
+  fputc('}', f);
+}
+
+static void print_ring(FILE *f, const recbuf *b, int cap, uint64_t written) {
+  size_t first = b->n > (size_t)cap ? b->n - (size_t)cap : 0;
+  uint64_t lost = written > (uint64_t)cap ? written - (uint64_t)cap : 0;
+  fprintf(f, "{\"capacity\":%d,\"written\":%" PRIu64 ",\"torn\":0,\"lost\":%" PRIu64
+             ",\"records\":[",
+          cap, written, lost);
+  for (size_t i = first; i < b->n; i++) {
+    if (i > first) fputc(',', f);
+    print_rec(f, &b->r[i]);
+  }
+  fputs("]}", f);
+}
+
+/* One completed collective: its op-level and proxy-level records. */
+static void gen_op(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, int64_t tb,
+                   int func, int64_t seq, int k) {
+  int pid = 10000 + v->rank, main = pid, prog = pid + 7;
+  int api = 20 + k % 40, coll = 100 + k % 40, sop = 200 + (k % 40) * 2, rop = sop + 1;
+  int step = 400 + k % 40, kch = 500 + k % 40;
+  int next = (v->rank + 1) % o->ranks, prev = (v->rank + o->ranks - 1) % o->ranks;
+  for (int e = 0; e < v->extra_records; e++)
+    push(ops, (rec){tb - 3000 + e, e & 1 ? 2 : 0, T_GROUPAPI, 5, -1, main, 0, 0, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb, 0, T_COLLAPI, api, -1, main, func, seq, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 5000, 2, T_COLLAPI, api, -1, main, func, seq, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 10000, 0, T_COLL, coll, api, main, func, seq, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 12000, 2, T_COLL, coll, api, main, func, seq, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 20000, 0, T_KERNELCH, kch, coll, prog, 0, 0, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 30000, 0, T_PROXYOP, sop, coll, prog, 0, 0, next, 0, 1, 0, 0});
+  push(px, (rec){tb + 31000, 0, T_PROXYOP, rop, coll, prog, 0, 0, prev, 0, 0, 0, 0});
+  push(px, (rec){tb + 40000, 0, T_PROXYSTEP, step, rop, prog, 0, 0, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 41000, 1, T_PROXYSTEP, step, rop, prog, 0, 0, 0, 0, 0, 0, "RecvWait"});
+  push(px, (rec){tb + 600000, 2, T_PROXYSTEP, step, rop, prog, 0, 0, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 700000, 1, T_KERNELCH, kch, coll, prog, 0, 0, 0, 0, 0, 0, "KernelChStop"});
+  push(px, (rec){tb + 701000, 2, T_KERNELCH, kch, coll, prog, 0, 0, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 750000, 2, T_PROXYOP, sop, coll, prog, 0, 0, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 751000, 2, T_PROXYOP, rop, coll, prog, 0, 0, 0, 0, 0, 0, 0});
+}
+
+/* The stalled operation's records: started, reached the network, never finished. */
+static void gen_stuck(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, int64_t tb) {
+  int pid = 10000 + v->rank, main = pid, prog = pid + 7;
+  int f = v->stuck_func;
+  int64_t s = v->stuck_seq;
+  int next = (v->rank + 1) % o->ranks;
+  push(ops, (rec){tb, 0, T_COLLAPI, 60, -1, main, f, s, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 5000, 2, T_COLLAPI, 60, -1, main, f, s, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 10000, 0, T_COLL, 150, 60, main, f, s, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 12000, 2, T_COLL, 150, 60, main, f, s, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 20000, 0, T_KERNELCH, 550, 150, prog, 0, 0, 0, 0, 0, 0, 0});
+  push(px, (rec){tb + 30000, 0, T_PROXYOP, 300, 150, prog, 0, 0, next, 0, 1, 0, 0});
+  push(px, (rec){tb + 31000, 0, T_PROXYOP, 301, 150, prog, 0, 0, v->wait_peer, v->wait_channel, 0,
+                 0, 0});
+  push(px, (rec){tb + 40000, 0, T_PROXYSTEP, 450, 301, prog, 0, 0, 0, 0, 0, v->wait_step, 0});
+  push(px, (rec){tb + 41000, 1, T_PROXYSTEP, 450, 301, prog, 0, 0, 0, 0, 0, 0, "RecvWait"});
+}
+
+/* ---- the open tree of the stalled operation ---- */
+
+static void print_inflight(FILE *f, const opts *o, const rank_view *v) {
+  int pid = 10000 + v->rank, next = (v->rank + 1) % o->ranks;
+  double age = v->since_ms + 0.8, s = v->since_ms;
+  fprintf(f,
+          "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
+          "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+          "\"func\":\"%s\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
+          "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
+          "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":0},\"children\":[",
+          age, s, func_name(v->stuck_func), v->stuck_seq, COUNT);
+  fprintf(f,
+          "{\"slot\":300,\"type\":\"ProxyOp\",\"parentSlot\":150,\"channel\":0,\"peer\":%d,"
+          "\"isSend\":true,\"nSteps\":8,\"stepsDone\":8,\"chunkSize\":524288,\"pid\":%d,"
+          "\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+          "\"children\":[]},",
+          next, pid, age, s - 1.0);
+  fprintf(f,
+          "{\"slot\":301,\"type\":\"ProxyOp\",\"parentSlot\":150,\"channel\":%d,\"peer\":%d,"
+          "\"isSend\":false,\"nSteps\":8,\"stepsDone\":%d,\"chunkSize\":524288,\"pid\":%d,"
+          "\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,\"children\":["
+          "{\"slot\":450,\"type\":\"ProxyStep\",\"parentSlot\":301,\"step\":%d,"
+          "\"state\":\"RecvWait\",\"transSize\":0,\"stopped\":false,\"ageMs\":%.1f,"
+          "\"sinceProgressMs\":%.1f,\"children\":[]}]},",
+          v->wait_channel, v->wait_peer, v->wait_step, pid, age, s, v->wait_step, s, s);
+  fprintf(f,
+          "{\"slot\":550,\"type\":\"KernelCh\",\"parentSlot\":150,\"channel\":0,"
+          "\"pTimer\":\"0x1000\",\"state\":null,\"stopped\":false,\"ageMs\":%.1f,"
+          "\"sinceProgressMs\":%.1f,\"children\":[]}]}]",
+          age, s);
+}
+
+/* ---- one communicator ---- */
+
+static void gen_history(const opts *o, const rank_view *v, recbuf *ops, recbuf *px) {
+  int per_op = 4 + v->extra_records;
+  int nops = v->ring_cap / per_op + 2;
+  if (nops < v->ring_cap / 10 + 2) nops = v->ring_cap / 10 + 2;
+  int64_t ar = v->ar_done, ag = v->ag_done;
+  int64_t *seqs = malloc((size_t)nops * sizeof(*seqs));
+  int *funcs = malloc((size_t)nops * sizeof(*funcs));
+  for (int j = 0; j < nops; j++) { /* newest first */
+    funcs[j] = (j % 10 == 5) && ag >= 0;
+    seqs[j] = funcs[j] ? ag-- : ar--;
+  }
+  for (int j = nops - 1; j >= 0; j--) {
+    if (seqs[j] < 0) continue;
+    int64_t tb = v->t_end - (int64_t)(j + 1) * OP_NS;
+    gen_op(o, v, ops, px, tb, funcs[j], seqs[j], j);
+  }
+  free(seqs);
+  free(funcs);
+}
+
+static void print_comm(FILE *f, const opts *o, const rank_view *v) {
+  uint64_t id = 0x6b8b4567327b23c6ull ^ ((uint64_t)v->comm * 0x9e3779b97f4a7c15ull);
+  recbuf ops = {0}, px = {0};
+  gen_history(o, v, &ops, &px);
+  if (v->stuck) gen_stuck(o, v, &ops, &px, -(int64_t)(v->since_ms * 1e6) - 50000);
+  int64_t ar_enq = v->ar_done, ag_enq = v->ag_done;
+  if (v->stuck && v->stuck_func == 0) ar_enq = v->stuck_seq;
+  if (v->stuck && v->stuck_func == 1) ag_enq = v->stuck_seq;
+  char name[32];
+  if (v->comm == 0) snprintf(name, sizeof(name), "default_pg");
+  else snprintf(name, sizeof(name), "pg_%d", v->comm);
+  fprintf(f,
+          "{\"commId\":\"0x%016" PRIx64 "\",\"commName\":\"%s\",\"rank\":%d,\"nranks\":%d,"
+          "\"nNodes\":%d,\"abi\":5,\"cudaDev\":%d,\"gpuUuid\":\"GPU-%08x\",\"initAgoMs\":812345.2,"
+          "\"sinceProgressMs\":%.1f,\"droppedEvents\":0,\"staleHandles\":0,"
+          "\"seq\":[{\"func\":\"AllReduce\",\"lastEnqueued\":%" PRId64 ",\"lastCompleted\":%" PRId64
+          "},{\"func\":\"AllGather\",\"lastEnqueued\":%" PRId64 ",\"lastCompleted\":%" PRId64
+          "}],\"p2p\":{\"enqueued\":0,\"completed\":0},\"inflight\":",
+          id, name, v->rank, o->ranks, (o->ranks + 7) / 8, v->rank % 8, (unsigned)v->rank,
+          v->stuck ? v->since_ms : -(double)v->t_end / 1e6, ar_enq, v->ar_done, ag_enq,
+          v->ag_done);
+  if (v->stuck) print_inflight(f, o, v);
+  else fputs("[]", f);
+  fputs(",\"open\":[],\"ring\":", f);
+  print_ring(f, &ops, v->ring_cap, (uint64_t)ops.n + 4000000);
+  fputs(",\"proxyRing\":", f);
+  print_ring(f, &px, v->ring_cap, (uint64_t)px.n + 9000000);
+  fputc('}', f);
+  free(ops.r);
+  free(px.r);
+}
+
+/* ---- what each rank does in each scenario ---- */
+
+static double stall_ms(const opts *o, int rank) {
+  if (o->scenario == SC_NET_STALL && rank == o->victim) return 305000.0;
+  return 300100.0 + (rank * 7919 % 50);
+}
+
+static rank_view view_of(const opts *o, int rank, int comm) {
+  rank_view v;
+  memset(&v, 0, sizeof(v));
+  v.rank = rank;
+  v.comm = comm;
+  v.ar_done = comm == 0 ? SEQ_AR - 1 : 5000 + comm;
+  v.ag_done = comm == 0 ? SEQ_AG - 1 : 40;
+  v.ring_cap = o->ring;
+  v.t_end = -5 * OP_NS;
+  if (o->scenario == SC_WRAPPED && rank % 2 == 1) {
+    v.ring_cap = o->ring / 2;
+    v.extra_records = 2;
+  }
+  int hung = o->scenario != SC_HEALTHY && o->scenario != SC_WRAPPED;
+  if (comm != 0 || !hung) return v;
+  v.since_ms = stall_ms(o, rank);
+  v.t_end = -(int64_t)(v.since_ms * 1e6) - 2 * OP_NS;
+  int victim = rank == o->victim;
+  if (victim && (o->scenario == SC_NOT_ENTERED || o->scenario == SC_MISSING)) return v;
+  v.stuck = 1;
+  v.stuck_func = victim && o->scenario == SC_MISMATCH;
+  v.stuck_seq = v.stuck_func ? SEQ_AG : SEQ_AR;
+  v.wait_peer = (rank + o->ranks - 1) % o->ranks;
+  v.wait_channel = victim && o->scenario == SC_NET_STALL ? 1 : 0;
+  v.wait_step = victim && o->scenario == SC_NET_STALL ? 4 : 6;
+  return v;
+}
+
+static const char *reason_of(const opts *o, int rank) {
+  if (o->scenario == SC_HEALTHY || o->scenario == SC_WRAPPED) return "signal";
+  int first = o->scenario == SC_NET_STALL ? o->victim : (o->victim + 1) % o->ranks;
+  return rank == first ? "stall" : "peer";
+}
+
+/* ---- one dump ---- */
+
+static void print_frames(FILE *f, const char *const *syms, int n) {
+  fputs("\"frames\":[", f);
+  for (int i = 0; i < n; i++)
+    fprintf(f,
+            "%s{\"pc\":\"0x%llx\",\"module\":\"/usr/lib/libtrain.so\",\"moduleOffset\":\"0x%x\","
+            "\"symbol\":\"%s\",\"symbolOffset\":%d}",
+            i ? "," : "", 0x7f0000001000ull + (unsigned)i * 0x40, 0x1000 + i * 0x40, syms[i],
+            16 + i);
+  fputc(']', f);
+}
+
+static void print_threads(FILE *f, const opts *o, int rank) {
+  static const char *const waiting[] = {"__futex_abstimed_wait_common", "cudaStreamSynchronize",
+                                        "c10d_wait", "train_step", "main"};
+  static const char *const busy[] = {"__poll", "recv_batch", "DataLoader_next", "train_step",
+                                     "main"};
+  static const char *const progress[] = {"epoll_wait", "ncclProxyProgress", "start_thread"};
+  static const char *const wd[] = {"wd_bt_collect", "wd_watchdog_main", "start_thread"};
+  int pid = 10000 + rank;
+  int is_busy = rank == o->victim && (o->scenario == SC_NOT_ENTERED);
+  fprintf(f, "{\"asked\":3,\"answered\":3,\"list\":[{\"tid\":%d,\"name\":\"python\","
+             "\"status\":\"ok\",",
+          pid);
+  print_frames(f, is_busy ? busy : waiting, 5);
+  fprintf(f, "},{\"tid\":%d,\"name\":\"NCCL Progress 2\",\"status\":\"ok\",", pid + 7);
+  print_frames(f, progress, 3);
+  fprintf(f, "},{\"tid\":%d,\"name\":\"nccl-watchdog\",\"status\":\"self\",", pid + 9);
+  print_frames(f, wd, 3);
+  fputs("}]}", f);
+}
+
+static void print_header(FILE *f, const opts *o, int rank, uint64_t wall, uint64_t mono) {
+  const char *reason = reason_of(o, rank);
+  fprintf(f,
+          "{\"format\":\"nccl-watchdog-dump\",\"version\":1,\"reason\":\"%s\",\"dumpSeq\":1,"
+          "\"host\":\"node%03d\",\"pid\":%d,\"plugin\":{\"name\":\"nccl-watchdog\","
+          "\"version\":\"0.1.0\",\"abi\":5},\"time\":{\"wall\":\"2026-11-22T03:12:09.123456789Z\","
+          "\"wall_ns\":\"0x%" PRIx64 "\",\"mono_ns\":\"0x%" PRIx64 "\"},",
+          reason, rank / 8, 10000 + rank, wall, mono);
+  if (strcmp(reason, "signal") == 0)
+    fputs("\"trigger\":{\"signal\":\"SIGUSR1\",\"senderPid\":0},", f);
+  else if (strcmp(reason, "peer") == 0)
+    fputs("\"trigger\":{\"file\":\"trigger-node000-10000-1.json\",\"origin\":{}},", f);
+  else
+    fputs("\"trigger\":{\"stalls\":[]},", f);
+  fprintf(f,
+          "\"config\":{\"enable\":true,\"timeoutMs\":300000,\"pollMs\":1000,"
+          "\"unreachedTimeoutMs\":0,\"dumpDir\":\"dumps\",\"ringSize\":%d,\"proxyRingSize\":%d,"
+          "\"maxEvents\":65536,\"signal\":\"SIGUSR1\",\"backtraceSignal\":\"SIGRTMIN+3\","
+          "\"action\":\"dump\",\"eventMask\":\"0x65f\",\"backtrace\":true,\"peerDumps\":true,"
+          "\"maxDumps\":32},\"env\":{\"RANK\":\"%d\",\"WORLD_SIZE\":\"%d\"},"
+          "\"strings\":[\"\",\"AllReduce\",\"AllGather\",\"ncclFloat32\",\"Ring\",\"Simple\"],",
+          o->ring, o->ring, rank, o->ranks);
+}
+
+static int write_rank(const opts *o, int rank) {
+  uint64_t wall = BASE_WALL_NS + (uint64_t)rank * 100000ull;
+  if (strcmp(reason_of(o, rank), "peer") == 0) wall += 200000000ull;
+  uint64_t mono = BASE_MONO_NS + (wall - BASE_WALL_NS);
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/node%03d-%d-0001-%s.json", o->out, rank / 8, 10000 + rank,
+           reason_of(o, rank));
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    fprintf(stderr, "gen_dumps: %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  static char buf[1 << 20];
+  setvbuf(f, buf, _IOFBF, sizeof(buf));
+  print_header(f, o, rank, wall, mono);
+  fputs("\"comms\":[", f);
+  for (int c = 0; c < o->comms; c++) {
+    if (c) fputc(',', f);
+    rank_view v = view_of(o, rank, c);
+    print_comm(f, o, &v);
+  }
+  fputs("],\"detached\":{\"open\":[],\"ring\":{\"capacity\":0,\"written\":0,\"torn\":0,"
+        "\"lost\":0,\"records\":[]}},\"threads\":",
+        f);
+  print_threads(f, o, rank);
+  fputs(",\"modules\":[{\"path\":\"/usr/lib/libtrain.so\",\"start\":\"0x7f0000000000\","
+        "\"end\":\"0x7f0000100000\",\"offset\":\"0x0\"}]}\n",
+        f);
+  return fclose(f) == 0 ? 0 : -1;
+}
+
+static void write_trigger(const opts *o) {
+  char path[4096];
+  snprintf(path, sizeof(path), "%s/trigger-node000-10000-1.json", o->out);
+  FILE *f = fopen(path, "w");
+  if (!f) return;
+  fputs("{\"host\":\"node000\",\"pid\":10000,\"stalls\":[],\"dump\":\"x.json\"}\n", f);
+  fclose(f);
+}
+
+/* ---- command line ---- */
+
+static int usage(void) {
+  fprintf(stderr, "usage: gen_dumps OUTDIR --ranks N --scenario healthy|missing-rank|"
+                  "not-entered|mismatch|network-stall|wrapped [--ring R] [--comms C] "
+                  "[--victim K]\n");
+  return 2;
+}
+
+static int parse_scenario(const char *s) {
+  for (size_t i = 0; i < sizeof(g_scenarios) / sizeof(g_scenarios[0]); i++)
+    if (strcmp(s, g_scenarios[i]) == 0) return (int)i;
+  return -1;
+}
+
+static int parse_args(int argc, char **argv, opts *o) {
+  o->ranks = 0;
+  o->scenario = -1;
+  o->ring = 2000;
+  o->comms = 1;
+  o->victim = -1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (a[0] != '-') o->out = a;
+    else if (!val) return -1;
+    else if (strcmp(a, "--ranks") == 0) o->ranks = atoi(argv[++i]);
+    else if (strcmp(a, "--scenario") == 0) o->scenario = parse_scenario(argv[++i]);
+    else if (strcmp(a, "--ring") == 0) o->ring = atoi(argv[++i]);
+    else if (strcmp(a, "--comms") == 0) o->comms = atoi(argv[++i]);
+    else if (strcmp(a, "--victim") == 0) o->victim = atoi(argv[++i]);
+    else return -1;
+  }
+  if (!o->out || o->ranks < 2 || o->scenario < 0 || o->ring < 16 || o->comms < 1) return -1;
+  if (o->victim < 0) o->victim = o->ranks > 3 ? 3 : o->ranks - 1;
+  return o->victim < o->ranks ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+  opts o;
+  memset(&o, 0, sizeof(o));
+  if (parse_args(argc, argv, &o) != 0) return usage();
+  if (mkdir(o.out, 0755) != 0 && errno != EEXIST) {
+    fprintf(stderr, "gen_dumps: %s: %s\n", o.out, strerror(errno));
+    return 1;
+  }
+  for (int r = 0; r < o.ranks; r++) {
+    if (o.scenario == SC_MISSING && r == o.victim) continue;
+    if (write_rank(&o, r) != 0) return 1;
+  }
+  if (o.scenario != SC_HEALTHY && o.scenario != SC_WRAPPED) write_trigger(&o);
+  return 0;
+}
