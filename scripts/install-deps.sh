@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages nccl-watchdog needs to build and test, when they are missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev libunwind-dev libcunit1-dev python3)
+pkgs=(build-essential cmake pkg-config libcjson-dev libunwind-dev libcunit1-dev python3 python3-jsonschema)
 [ "${WD_WITH_SANITIZERS:-0}" = 1 ] && pkgs+=(clang libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
