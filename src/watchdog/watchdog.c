@@ -43,6 +43,7 @@ static struct {
   char host[64];
   unsigned ndumps;
   int episode; /* a stall episode is in progress: one dump per episode */
+  uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   int warned_max;
   wd_trigger_watch watch;
   pthread_mutex_t dump_lock; /* serialises dumps from the thread and wd_watchdog_dump_now */
@@ -75,6 +76,7 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
     in.peer_trigger_json = extra->peer_trigger_json;
   }
   rc = wd_dump_write(&in, wd_wd.dir, path, path_len);
+  if (rc == 0 && strcmp(reason, "signal") != 0) wd_wd.last_dump_ns = wd_now_ns();
   if (rc != 0) WD_WARN("could not write a %s dump into %s: %s", reason, wd_wd.dir, strerror(errno));
   wd_collect_free(&in);
 out:
@@ -167,9 +169,18 @@ static void wd_check_signal(void) {
     WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
 }
 
+/* In a large job many ranks stall at once and each posts a trigger: a process answers the
+ * first and lets the others of the same burst go (one dump per process per episode is what the
+ * analyzer needs), so 1,000 stalled ranks do not make every rank write 1,000 dumps. */
 static void wd_check_triggers(void) {
   char name[256], content[8192];
-  for (int i = 0; i < 16 && wd_trigger_poll(&wd_wd.watch, name, sizeof(name), content, sizeof(content)) == 1; i++) {
+  for (int i = 0; i < 64 && wd_trigger_poll(&wd_wd.watch, name, sizeof(name), content, sizeof(content)) == 1; i++) {
+    uint64_t now = wd_now_ns();
+    if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_proc.cfg.timeout_ns) {
+      WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
+              (double)(now - wd_wd.last_dump_ns) / 1e9);
+      continue;
+    }
     wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
     char path[WD_PATH_MAX + 64];
     if (wd_dump("peer", &extra, path, sizeof(path)) == 0)
@@ -207,6 +218,7 @@ int wd_watchdog_start(void) {
   wd_wd.ndumps = 0;
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
+  wd_wd.last_dump_ns = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
   wd_wd.dumps_ok = wd_dumpdir_resolve(&wd_proc.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
   if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");
