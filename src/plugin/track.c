@@ -70,7 +70,7 @@ static void wd_complete_root(wd_event *ev) {
    * that saw children count: a childless op proves nothing about the GPU. */
   if (atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0 &&
       (rec.type != WD_T_P2P || atomic_load_explicit(&ev->grouped, memory_order_relaxed)))
-    wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed) + 1);
+    wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed));
 }
 
 void wd_event_unref(wd_event *ev) {
