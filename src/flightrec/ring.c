@@ -30,8 +30,9 @@ void wd_ring_clear(wd_ring *r) {
 void wd_ring_write(wd_ring *r, const wd_record *rec) {
   uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
   wd_record *slot = &r->recs[t & r->mask];
-  uint64_t *dst = (uint64_t *)slot;
-  const uint64_t *src = (const uint64_t *)rec;
+  uint64_t *dst = (uint64_t *)slot; /* ring memory is only ever accessed as words */
+  uint64_t src[WD_RECORD_WORDS];
+  memcpy(src, rec, sizeof(src));
   __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
   /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
   atomic_thread_fence(memory_order_release);
@@ -50,12 +51,13 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
     const uint64_t *src = (const uint64_t *)&r->recs[t & r->mask];
     uint64_t want = 2 * t + 2;
     if (__atomic_load_n(&src[0], __ATOMIC_ACQUIRE) != want) { bad++; continue; }
-    uint64_t *dst = (uint64_t *)&out[n];
-    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    uint64_t w[WD_RECORD_WORDS];
+    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
     /* Orders the payload loads before the re-check of the turn. */
     atomic_thread_fence(memory_order_acquire);
     if (__atomic_load_n(&src[0], __ATOMIC_RELAXED) != want) { bad++; continue; }
-    dst[0] = want;
+    w[0] = want;
+    memcpy(&out[n], w, sizeof(w));
     n++;
   }
   if (torn) *torn = bad;

@@ -1,6 +1,7 @@
 /* Lock-free string interning: a pointer cache in front of a table of bounded copies. */
 #include "strtab.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -35,21 +36,31 @@ static uint8_t wd_find_text(const char *s, unsigned n) {
   return 0;
 }
 
+/* Adding a string takes a mutex: it happens once per distinct string for the life of the
+ * process (a few dozen function, type, algorithm and protocol names), and one id per text keeps
+ * the per-function sequence tables exact. Lookups of known strings never take it. */
+static pthread_mutex_t wd_str_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static uint8_t wd_intern_text(const char *s) {
-  for (;;) {
-    unsigned n = atomic_load_explicit(&wd_nstrings, memory_order_acquire);
-    uint8_t id = wd_find_text(s, n);
-    if (id) return id;
-    if (n >= WD_STR_OVERFLOW) return WD_STR_OVERFLOW;
-    if (!atomic_compare_exchange_weak_explicit(&wd_nstrings, &n, n + 1, memory_order_acq_rel,
-                                               memory_order_acquire))
-      continue;
-    /* Two threads may intern the same new text at once; a duplicate id is harmless. */
-    strncpy(wd_strings[n].text, s, WD_STR_LEN - 1);
-    wd_strings[n].text[WD_STR_LEN - 1] = '\0';
-    atomic_store_explicit(&wd_strings[n].state, 2, memory_order_release);
-    return (uint8_t)n;
+  unsigned n = atomic_load_explicit(&wd_nstrings, memory_order_acquire);
+  uint8_t id = wd_find_text(s, n);
+  if (id) return id;
+  pthread_mutex_lock(&wd_str_lock);
+  n = atomic_load_explicit(&wd_nstrings, memory_order_acquire);
+  id = wd_find_text(s, n);
+  if (id == 0) {
+    if (n >= WD_STR_OVERFLOW) {
+      id = WD_STR_OVERFLOW;
+    } else {
+      strncpy(wd_strings[n].text, s, WD_STR_LEN - 1);
+      wd_strings[n].text[WD_STR_LEN - 1] = '\0';
+      atomic_store_explicit(&wd_strings[n].state, 2, memory_order_release);
+      atomic_store_explicit(&wd_nstrings, n + 1, memory_order_release);
+      id = (uint8_t)n;
+    }
   }
+  pthread_mutex_unlock(&wd_str_lock);
+  return id;
 }
 
 uint8_t wd_str_id(const char *s) {

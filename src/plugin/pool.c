@@ -140,7 +140,7 @@ static inline wd_event *wd_pool_at(const wd_pool *p, uint32_t idx) {
 /* When the queue is empty, one thread adds a chunk; the others drop their event rather than
  * wait. Only happens while the pool warms up or under a burst beyond what the watchdog reserved. */
 static int wd_pool_grow_now(wd_pool *p) {
-  if (pthread_mutex_trylock(&p->grow_lock) != 0) return -1;
+  if (pthread_mutex_trylock(&p->grow_lock) != 0) return 1; /* someone else is growing it */
   int rc = wd_pool_add_chunk(p);
   pthread_mutex_unlock(&p->grow_lock);
   return rc;
@@ -148,9 +148,11 @@ static int wd_pool_grow_now(wd_pool *p) {
 
 wd_event *wd_pool_alloc(wd_pool *p) {
   uint32_t idx;
-  for (int attempt = 0; attempt < 4; attempt++) {
+  for (int attempt = 0; attempt < 64; attempt++) {
     if (wd_q_pop(p, &idx) != 0) {
-      if (wd_pool_grow_now(p) != 0) break;
+      int g = wd_pool_grow_now(p);
+      if (g < 0) break;                /* at its maximum, or out of memory: drop the event */
+      if (g > 0) wd_cpu_relax();      /* the grower is about to push a whole chunk */
       continue;
     }
     wd_event *ev = wd_pool_at(p, idx);

@@ -245,7 +245,8 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   atomic_store_explicit(&ev->open, 1, memory_order_relaxed);
   atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
-  const uint64_t *src = (const uint64_t *)rec;
+  uint64_t src[WD_RECORD_WORDS];
+  memcpy(src, rec, sizeof(src));
   for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], src[i], __ATOMIC_RELAXED);
   wd_event_publish(ev);
 

@@ -5,6 +5,8 @@
 #ifndef WD_TRACK_H
 #define WD_TRACK_H
 
+#include <string.h>
+
 #include "context.h"
 #include "event.h"
 
@@ -31,9 +33,9 @@ void wd_event_release_hold(wd_event *ev);
 /* Copy an event's start record with atomic word loads (safe while it is being reused; the
  * caller validates with the slot's seq word). */
 static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {
-  uint64_t *dst = (uint64_t *)out;
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++)
-    dst[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
+  uint64_t w[WD_RECORD_WORDS];
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
+  memcpy(out, w, sizeof(w)); /* memcpy, not a cast: a record is not a uint64_t array */
 }
 
 static inline int wd_type_is_proxy_level(unsigned type) {

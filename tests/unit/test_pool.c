@@ -222,6 +222,52 @@ static void test_handles_and_tags(void) {
   wd_pool_destroy(&p);
 }
 
+/* A finalized communicator's pool is recycled: chunks kept, every slot free, old handles stale. */
+static void test_recycle(void) {
+  wd_pool p;
+  CU_ASSERT_EQUAL_FATAL(wd_pool_init(&p, 0, 2 * WD_CHUNK_SLOTS, 0, NULL), 0);
+  void *h[WD_CHUNK_SLOTS + 10];
+  for (uint32_t i = 0; i < WD_CHUNK_SLOTS + 10; i++) {
+    wd_event *ev = alloc_pub(&p);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ev);
+    h[i] = wd_event_handle(ev);
+  }
+  CU_ASSERT_EQUAL(wd_pool_nslots(&p), 2 * WD_CHUNK_SLOTS);
+  wd_pool_free(&p, wd_event_from_handle(h[3])); /* some free, most live */
+  wd_event *s0 = wd_pool_slot(&p, 0), *s1k = wd_pool_slot(&p, WD_CHUNK_SLOTS);
+  wd_pool_recycle(&p);
+  CU_ASSERT_EQUAL(wd_pool_nslots(&p), 2 * WD_CHUNK_SLOTS);
+  CU_ASSERT_EQUAL(wd_pool_nfree(&p), 2 * WD_CHUNK_SLOTS);
+  CU_ASSERT_PTR_EQUAL(wd_pool_slot(&p, 0), s0);
+  CU_ASSERT_PTR_EQUAL(wd_pool_slot(&p, WD_CHUNK_SLOTS), s1k);
+  int stale = 1, free_all = 1;
+  for (uint32_t i = 0; i < WD_CHUNK_SLOTS + 10; i++)
+    if (wd_event_from_handle(h[i]) != NULL) stale = 0;
+  for (uint32_t i = 0; i < wd_pool_nslots(&p); i++)
+    if (atomic_load(&wd_pool_slot(&p, i)->live) != 0) free_all = 0;
+  CU_ASSERT_TRUE(stale);
+  CU_ASSERT_TRUE(free_all);
+  /* Allocation starts over in slot order, with new tags, and every slot comes out once. */
+  uint8_t *seen = calloc(wd_pool_nslots(&p), 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(seen);
+  int unique = 1, order = 1;
+  for (uint32_t i = 0; i < wd_pool_nslots(&p); i++) {
+    wd_event *ev = alloc_pub(&p);
+    if (ev == NULL || seen[ev->slot_id]) {
+      unique = 0;
+      break;
+    }
+    seen[ev->slot_id] = 1;
+    if (ev->slot_id != i) order = 0;
+  }
+  CU_ASSERT_TRUE(unique);
+  CU_ASSERT_TRUE(order);
+  CU_ASSERT_PTR_NULL(wd_pool_alloc(&p));
+  for (uint32_t i = 0; i < WD_CHUNK_SLOTS + 10; i++) CU_ASSERT_PTR_NULL(wd_event_from_handle(h[i]));
+  free(seen);
+  wd_pool_destroy(&p);
+}
+
 /* A slot whose address is blacklisted goes back to the end of the queue instead of out. */
 static void test_blacklist_skips(void) {
   wd_pool p;
@@ -340,6 +386,7 @@ int main(void) {
   CU_add_test(s, "reserve", test_reserve);
   CU_add_test(s, "owns", test_owns);
   CU_add_test(s, "handles and tags", test_handles_and_tags);
+  CU_add_test(s, "recycle", test_recycle);
   CU_add_test(s, "blacklisted slots are skipped", test_blacklist_skips);
   CU_add_test(s, "threads", test_threads);
   CU_basic_set_mode(CU_BRM_VERBOSE);
