@@ -32,6 +32,7 @@ test-tsan:
 	@$(MAKE) --no-print-directory test BUILD=build-tsan CMAKE_FLAGS="-DWD_SANITIZE=thread"
 
 lint: build
+	@WD_WITH_LINT=1 scripts/install-deps.sh
 	@scripts/lint.sh $(BUILD)
 
 clean:
