@@ -39,9 +39,8 @@ typedef struct wd_event {
   _Atomic uint32_t open;     /* 1 until stopped by NCCL or abandoned by the watchdog */
   _Atomic uint32_t hold;     /* root ops: 1 while expected kernel channels are outstanding */
   _Atomic uint32_t live;     /* 1 while allocated */
-  _Atomic uint32_t children_open;
-  _Atomic uint32_t children_seen;
-  _Atomic uint32_t steps_done;
+  _Atomic uint32_t children_seen; /* approximate (no lock prefix): only "any" matters */
+  _Atomic uint32_t steps_done;    /* approximate likewise: for display */
   _Atomic uint32_t kch_done;
   _Atomic uint32_t kch_expected;
   _Atomic uint32_t tag;      /* incarnation, low 6 bits go into the handle */
@@ -55,6 +54,15 @@ typedef struct wd_event {
   struct wd_pool *pool;               /* immutable */
   uint32_t slot_id;                   /* immutable */
 } __attribute__((aligned(WD_EVENT_ALIGN))) wd_event;
+
+/* Live tracked children, derived from the reference count (self while open, the hold, the
+ * children): keeping a separate counter would cost two more atomic operations per child. */
+static inline uint32_t wd_event_children_live(wd_event *ev) {
+  uint32_t refs = atomic_load_explicit(&ev->refs, memory_order_relaxed);
+  uint32_t own = atomic_load_explicit(&ev->open, memory_order_relaxed) +
+                 atomic_load_explicit(&ev->hold, memory_order_relaxed);
+  return refs > own ? refs - own : 0;
+}
 
 static inline void *wd_event_handle(wd_event *ev) {
   return (void *)((uintptr_t)ev | (atomic_load_explicit(&ev->tag, memory_order_relaxed) & WD_TAG_MASK));

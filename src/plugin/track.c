@@ -25,6 +25,12 @@ static inline void wd_max_i64(_Atomic int64_t *a, int64_t v) {
   }
 }
 
+/* Counter bumped without a lock prefix: one thread updates it in practice (NCCL's proxy thread)
+ * and a lost update only changes a displayed count. */
+static inline void wd_bump(_Atomic uint32_t *c) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+}
+
 static inline wd_ring *wd_ring_for(const wd_event *ev, unsigned type) {
   if (ev->ctx == NULL) return &wd_proc.detached_ring;
   return wd_type_is_proxy_level(type) ? &ev->ctx->proxy_ring : &ev->ctx->ring;
@@ -107,10 +113,9 @@ static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   wd_write_stop(ev, now, extra_flags);
   wd_event *parent = ev->parent;
   if (parent) {
-    atomic_fetch_sub_explicit(&parent->children_open, 1, memory_order_relaxed);
     unsigned type = (unsigned)((__atomic_load_n(&ev->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff);
     if (type == WD_T_PROXYSTEP) {
-      atomic_fetch_add_explicit(&parent->steps_done, 1, memory_order_relaxed);
+      wd_bump(&parent->steps_done);
     } else if (type == WD_T_KERNELCH) {
       uint32_t done = atomic_fetch_add_explicit(&parent->kch_done, 1, memory_order_relaxed) + 1;
       if (done >= atomic_load_explicit(&parent->kch_expected, memory_order_relaxed))
@@ -226,8 +231,7 @@ void *wd_track_start(wd_start_req *req) {
                           memory_order_relaxed);
   } else if (parent) {
     root = atomic_load_explicit(&parent->root, memory_order_relaxed);
-    atomic_fetch_add_explicit(&parent->children_open, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&parent->children_seen, 1, memory_order_relaxed);
+    wd_bump(&parent->children_seen);
   }
 
   ev->parent = parent;
@@ -236,7 +240,6 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
   atomic_store_explicit(&ev->kch_expected, hold ? rec->nChannels : 0, memory_order_relaxed);
   atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->children_open, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);

@@ -19,7 +19,7 @@ int wd_slot_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_con
   v->open = (uint8_t)atomic_load_explicit(&ev->open, memory_order_relaxed);
   v->snap.stopped = !v->open;
   v->snap.is_root = atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT;
-  v->snap.children_open = atomic_load_explicit(&ev->children_open, memory_order_relaxed);
+  v->snap.children_open = wd_event_children_live(ev);
   v->snap.children_seen = atomic_load_explicit(&ev->children_seen, memory_order_relaxed);
   v->snap.steps_done = atomic_load_explicit(&ev->steps_done, memory_order_relaxed);
   v->snap.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);

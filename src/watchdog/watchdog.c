@@ -264,10 +264,10 @@ static void wd_pin_library(void) {
 }
 
 void wd_watchdog_stop(void) {
-  /* Handlers first: once they are gone nothing writes the eventfd we are about to close. */
+  /* The snapshot handler first: once it is gone nothing writes the eventfd we close below. The
+   * backtrace handler only after the thread is joined: a dump in progress still signals threads
+   * with it, and the previous (default) action of that signal would kill the process. */
   wd_snapsig_restore();
-  if (wd_wd.bt_ok) wd_bt_fini();
-  wd_wd.bt_ok = 0;
   if (wd_wd.running) {
     atomic_store_explicit(&wd_wd.stop, 1, memory_order_release);
     uint64_t one = 1;
@@ -283,6 +283,8 @@ void wd_watchdog_stop(void) {
     }
     wd_wd.running = 0;
   }
+  if (wd_wd.bt_ok) wd_bt_fini();
+  wd_wd.bt_ok = 0;
   if (wd_wd.wake_fd >= 0) close(wd_wd.wake_fd);
   wd_wd.wake_fd = -1;
 }

@@ -238,7 +238,7 @@ static void test_coll_completion_with_kernels(void) {
   CU_ASSERT_EQUAL(kr.a, 1000);
   void *op = proxyop(c, h, getpid(), 0, 1, 2, 1);
   CU_ASSERT_PTR_NOT_NULL_FATAL(op);
-  CU_ASSERT_EQUAL(atomic_load(&ev->children_open), 2);
+  CU_ASSERT_EQUAL(wd_event_children_live(ev), 2);
   state(k0, ncclProfilerKernelChStop, 5000);
   CU_ASSERT_EQUAL(atomic_load(&slot(k0)->last_trans), 5000);
   stop(k0);

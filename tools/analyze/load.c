@@ -148,7 +148,9 @@ static int wait_rank(const char *type) {
   return 0;
 }
 
-/* Keep the open proxy/kernel node that has waited longest; prefer the most precise type. */
+/* Keep the most precise open proxy/kernel node (ProxyStep > ProxyOp > KernelCh), the one that has
+ * waited longest among equals: in a stalled op every open node has been quiet for the whole
+ * timeout, and a kernel channel waits on the network step, not the other way round. */
 static void consider_wait(wd_az_op *op, const cJSON *node, const cJSON *proxyop) {
   const char *type = str(node, "type");
   int rank = wait_rank(type);
@@ -157,7 +159,7 @@ static void consider_wait(wd_az_op *op, const cJSON *node, const cJSON *proxyop)
   wd_az_wait *w = &op->wait;
   if (w->valid) {
     int old_rank = wait_rank(wd_az_s(w->type));
-    if (since < w->since_ms || (since == w->since_ms && rank <= old_rank)) return;
+    if (rank < old_rank || (rank == old_rank && since <= w->since_ms)) return;
   }
   const cJSON *src = proxyop ? proxyop : node;
   w->valid = 1;

@@ -1,0 +1,1022 @@
+/* wdhost: plays NCCL's part towards a profiler plugin (see nccl_host.h). */
+#include "nccl_host.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(ncclProfilerEventDescr_v5_t) == sizeof(ncclProfilerEventDescr_v6_t),
+               "v5 and v6 descriptors share a layout for the members the host fills");
+
+/* Written by the plugin (it owns the mask); every init gets this address. */
+int wdh_activation_mask = 0;
+
+static atomic_long g_failures;
+static atomic_long g_calls;
+
+/* A value no plugin would return as a handle: tells "did not write *eHandle" apart. */
+#define WDH_POISON ((void *)(uintptr_t)0x5a5a5a5a5a5a5a5aULL)
+
+static void fail(const char *what, int rc) {
+  long n = atomic_fetch_add(&g_failures, 1) + 1;
+  if (n <= 20) fprintf(stderr, "wdhost: callback failure #%ld: %s returned %d\n", n, what, rc);
+}
+
+long wdh_failures(void) { return atomic_load(&g_failures); }
+void wdh_failures_reset(void) { atomic_store(&g_failures, 0); }
+long wdh_calls(void) { return atomic_load(&g_calls); }
+
+int wdh_effective_mask(int m) {
+  if (m & (ncclProfileNetPlugin | ncclProfileProxyStep)) m |= ncclProfileProxyOp;
+  if (m & (ncclProfileProxyOp | ncclProfileKernelCh)) m |= ncclProfileColl | ncclProfileP2p;
+  if (m & (ncclProfileColl | ncclProfileP2p)) m |= ncclProfileGroup;
+  if (m & (ncclProfileCollApi | ncclProfileP2pApi | ncclProfileKernelLaunch))
+    m |= ncclProfileGroupApi;
+  return m;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Logger
+ * ------------------------------------------------------------------------------------------- */
+
+#define WDH_LOG_LINES 4096
+#define WDH_LOG_LEN 512
+
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  int level;
+  char text[WDH_LOG_LEN];
+} g_log[WDH_LOG_LINES];
+static int g_log_n;
+
+void wdh_logfn(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+               const char *fmt, ...) {
+  (void)flags;
+  char buf[WDH_LOG_LEN];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt ? fmt : "(null fmt)", ap);
+  va_end(ap);
+  pthread_mutex_lock(&g_log_mu);
+  if (g_log_n < WDH_LOG_LINES) {
+    g_log[g_log_n].level = (int)level;
+    memcpy(g_log[g_log_n].text, buf, sizeof(buf));
+    g_log_n++;
+  }
+  pthread_mutex_unlock(&g_log_mu);
+  const char *echo = getenv("WDH_LOG_ECHO");
+  if (echo && echo[0] == '1')
+    fprintf(stderr, "wdhost log[%d] %s:%d %s\n", (int)level, file ? file : "?", line, buf);
+}
+
+int wdh_log_count(int level) {
+  int n = 0;
+  pthread_mutex_lock(&g_log_mu);
+  for (int i = 0; i < g_log_n; i++)
+    if (level < 0 || g_log[i].level == level) n++;
+  pthread_mutex_unlock(&g_log_mu);
+  return n;
+}
+
+int wdh_log_contains(int level, const char *substr) {
+  int n = 0;
+  pthread_mutex_lock(&g_log_mu);
+  for (int i = 0; i < g_log_n; i++)
+    if ((level < 0 || g_log[i].level == level) && strstr(g_log[i].text, substr)) n++;
+  pthread_mutex_unlock(&g_log_mu);
+  return n;
+}
+
+void wdh_log_clear(void) {
+  pthread_mutex_lock(&g_log_mu);
+  g_log_n = 0;
+  pthread_mutex_unlock(&g_log_mu);
+}
+
+void wdh_log_print(void) {
+  pthread_mutex_lock(&g_log_mu);
+  for (int i = 0; i < g_log_n; i++) fprintf(stderr, "  [%d] %s\n", g_log[i].level, g_log[i].text);
+  pthread_mutex_unlock(&g_log_mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading
+ * ------------------------------------------------------------------------------------------- */
+
+int wdh_load(wdh_plugin *p, const char *path, int max_version) {
+  memset(p, 0, sizeof(*p));
+  if (!path) {
+    fprintf(stderr, "wdhost: no plugin path\n");
+    return -1;
+  }
+  p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!p->dl) {
+    fprintf(stderr, "wdhost: dlopen(%s): %s\n", path, dlerror());
+    return -1;
+  }
+  if (max_version == 0 || max_version >= 6) {
+    p->v6 = dlsym(p->dl, "ncclProfiler_v6");
+    if (p->v6) {
+      p->version = 6;
+      p->name = p->v6->name;
+      return 0;
+    }
+  }
+  if (max_version == 0 || max_version >= 5) {
+    p->v5 = dlsym(p->dl, "ncclProfiler_v5");
+    if (p->v5) {
+      p->version = 5;
+      p->name = p->v5->name;
+      return 0;
+    }
+  }
+  p->v4 = dlsym(p->dl, "ncclProfiler_v4");
+  if (p->v4) {
+    p->version = 4;
+    p->name = p->v4->name;
+    return 0;
+  }
+  fprintf(stderr, "wdhost: %s exports no usable ncclProfiler_v6/v5/v4\n", path);
+  dlclose(p->dl);
+  p->dl = NULL;
+  return -1;
+}
+
+void wdh_unload(wdh_plugin *p) {
+  if (p->dl) dlclose(p->dl);
+  memset(p, 0, sizeof(*p));
+}
+
+const char *wdh_plugin_path(void) {
+  const char *s = getenv("WDH_PLUGIN");
+  return (s && *s) ? s : NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------------------------- */
+
+static const char *const g_funcs[WDH_FUNC_COUNT] = {"Broadcast", "Reduce", "AllGather",
+                                                    "ReduceScatter", "AllReduce"};
+
+int wdh_func_index(const char *func) {
+  if (!func) return -1;
+  for (int i = 0; i < WDH_FUNC_COUNT; i++)
+    if (strcmp(func, g_funcs[i]) == 0) return i;
+  return -1;
+}
+
+int wdh_comm_init(wdh_comm *c, wdh_plugin *p, uint64_t comm_id, const char *name, int nnodes,
+                  int nranks, int rank) {
+  memset(c, 0, sizeof(*c));
+  c->plugin = p;
+  c->comm_id = comm_id;
+  c->rank = rank;
+  c->nranks = nranks;
+  c->nnodes = nnodes;
+  if (name) snprintf(c->name, sizeof(c->name), "%s", name);
+  void *ctx = WDH_POISON;
+  ncclResult_t rc;
+  const char *nm = name ? c->name : NULL;
+  if (p->version == 4)
+    rc = p->v4->init(&ctx, &wdh_activation_mask, nm, comm_id, nnodes, nranks, rank,
+                     (ncclDebugLogger_t)wdh_logfn);
+  else if (p->version == 5)
+    rc = p->v5->init(&ctx, comm_id, &wdh_activation_mask, nm, nnodes, nranks, rank,
+                     (ncclDebugLogger_t)wdh_logfn);
+  else
+    rc = p->v6->init(&ctx, comm_id, &wdh_activation_mask, nm, nnodes, nranks, rank,
+                     (ncclDebugLogger_t)wdh_logfn);
+  atomic_fetch_add(&g_calls, 1);
+  if (rc != ncclSuccess) fail("init", rc);
+  if (ctx == WDH_POISON) {
+    fail("init (did not write *context)", -1);
+    ctx = NULL;
+  }
+  c->ctx = (rc == ncclSuccess) ? ctx : NULL;
+  return rc;
+}
+
+int wdh_comm_finalize(wdh_comm *c) {
+  if (!c->ctx) return 0;
+  wdh_plugin *p = c->plugin;
+  ncclResult_t rc = p->version == 4   ? p->v4->finalize(c->ctx)
+                    : p->version == 5 ? p->v5->finalize(c->ctx)
+                                      : p->v6->finalize(c->ctx);
+  atomic_fetch_add(&g_calls, 1);
+  if (rc != ncclSuccess) fail("finalize", rc);
+  c->ctx = NULL;
+  return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Raw calls
+ * ------------------------------------------------------------------------------------------- */
+
+static void fill_v6(ncclProfilerEventDescr_v6_t *e, const wdh_descr *d) {
+  memset(e, 0, sizeof(*e));
+  e->type = d->type;
+  e->parentObj = d->parent;
+  e->rank = d->rank;
+  switch (d->type) {
+  case ncclProfileGroupApi:
+    e->groupApi.graphCaptured = d->graph_captured;
+    e->groupApi.groupDepth = d->group_depth;
+    break;
+  case ncclProfileCollApi:
+    e->collApi.func = d->func;
+    e->collApi.count = d->count;
+    e->collApi.datatype = d->datatype;
+    e->collApi.root = d->root;
+    e->collApi.stream = d->stream;
+    e->collApi.graphCaptured = d->graph_captured;
+    break;
+  case ncclProfileP2pApi:
+    e->p2pApi.func = d->func;
+    e->p2pApi.count = d->count;
+    e->p2pApi.datatype = d->datatype;
+    e->p2pApi.stream = d->stream;
+    e->p2pApi.graphCaptured = d->graph_captured;
+    break;
+  case ncclProfileKernelLaunch:
+    e->kernelLaunch.stream = d->stream;
+    break;
+  case ncclProfileColl:
+    e->coll.seqNumber = d->seq;
+    e->coll.func = d->func;
+    e->coll.sendBuff = d->send_buff;
+    e->coll.recvBuff = d->recv_buff;
+    e->coll.count = d->count;
+    e->coll.root = d->root;
+    e->coll.datatype = d->datatype;
+    e->coll.nChannels = d->n_channels;
+    e->coll.nWarps = d->n_warps;
+    e->coll.algo = d->algo;
+    e->coll.proto = d->proto;
+    e->coll.parentGroup = d->parent_group;
+    break;
+  case ncclProfileP2p:
+    e->p2p.func = d->func;
+    e->p2p.buff = d->recv_buff;
+    e->p2p.datatype = d->datatype;
+    e->p2p.count = d->count;
+    e->p2p.peer = d->peer;
+    e->p2p.nChannels = d->n_channels;
+    e->p2p.parentGroup = d->parent_group;
+    break;
+  case ncclProfileProxyOp:
+    e->proxyOp.pid = d->pid;
+    e->proxyOp.channelId = d->channel;
+    e->proxyOp.peer = d->peer;
+    e->proxyOp.nSteps = d->n_steps;
+    e->proxyOp.chunkSize = d->chunk_size;
+    e->proxyOp.isSend = d->is_send;
+    break;
+  case ncclProfileProxyStep:
+    e->proxyStep.step = d->step;
+    break;
+  case ncclProfileKernelCh:
+    e->kernelCh.channelId = d->channel;
+    e->kernelCh.pTimer = d->ptimer;
+    break;
+  case ncclProfileNetPlugin:
+    e->netPlugin.id = d->net_id;
+    break;
+  default:
+    break;
+  }
+}
+
+static void fill_v4(ncclProfilerEventDescr_v4_t *e, const wdh_descr *d) {
+  memset(e, 0, sizeof(*e));
+  e->type = (uint8_t)d->type; /* v4 has an 8-bit type: an unknown high bit truncates */
+  e->parentObj = d->parent;
+  e->rank = d->rank;
+  switch (d->type) {
+  case ncclProfileColl:
+    e->coll.seqNumber = d->seq;
+    e->coll.func = d->func;
+    e->coll.sendBuff = d->send_buff;
+    e->coll.recvBuff = d->recv_buff;
+    e->coll.count = d->count;
+    e->coll.root = d->root;
+    e->coll.datatype = d->datatype;
+    e->coll.nChannels = d->n_channels;
+    e->coll.nWarps = d->n_warps;
+    e->coll.algo = d->algo;
+    e->coll.proto = d->proto;
+    break;
+  case ncclProfileP2p:
+    e->p2p.func = d->func;
+    e->p2p.buff = d->recv_buff;
+    e->p2p.datatype = d->datatype;
+    e->p2p.count = d->count;
+    e->p2p.peer = d->peer;
+    e->p2p.nChannels = d->n_channels;
+    break;
+  case ncclProfileProxyOp:
+    e->proxyOp.pid = d->pid;
+    e->proxyOp.channelId = d->channel;
+    e->proxyOp.peer = d->peer;
+    e->proxyOp.nSteps = d->n_steps;
+    e->proxyOp.chunkSize = d->chunk_size;
+    e->proxyOp.isSend = d->is_send;
+    break;
+  case ncclProfileProxyStep:
+    e->proxyStep.step = d->step;
+    break;
+  case ncclProfileKernelCh:
+    e->kernelCh.channelId = d->channel;
+    e->kernelCh.pTimer = d->ptimer;
+    break;
+  case ncclProfileNetPlugin:
+    e->netPlugin.id = d->net_id;
+    break;
+  default:
+    break;
+  }
+}
+
+void *wdh_start(wdh_plugin *p, void *ctx, const wdh_descr *d) {
+  void *h = WDH_POISON;
+  ncclResult_t rc;
+  if (p->version == 4) {
+    ncclProfilerEventDescr_v4_t e;
+    fill_v4(&e, d);
+    rc = p->v4->startEvent(ctx, &h, &e);
+  } else if (p->version == 5) {
+    ncclProfilerEventDescr_v6_t e6;
+    ncclProfilerEventDescr_v5_t e5;
+    fill_v6(&e6, d);
+    memcpy(&e5, &e6, sizeof(e5));
+    rc = p->v5->startEvent(ctx, &h, &e5);
+  } else {
+    ncclProfilerEventDescr_v6_t e;
+    fill_v6(&e, d);
+    rc = p->v6->startEvent(ctx, &h, &e);
+  }
+  atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
+  if (rc != ncclSuccess) fail("startEvent", rc);
+  if (h == WDH_POISON) {
+    fail("startEvent (did not write *eHandle)", -1);
+    h = NULL;
+  }
+  return h;
+}
+
+void wdh_stop(wdh_plugin *p, void *h) {
+  ncclResult_t rc = p->version == 4   ? p->v4->stopEvent(h)
+                    : p->version == 5 ? p->v5->stopEvent(h)
+                                      : p->v6->stopEvent(h);
+  atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
+  if (rc != ncclSuccess) fail("stopEvent", rc);
+}
+
+void wdh_state(wdh_plugin *p, void *h, int state, uint64_t arg) {
+  ncclProfilerEventStateArgs_t a;
+  memset(&a, 0, sizeof(a));
+  if (state == ncclProfilerKernelChStop)
+    a.kernelCh.pTimer = arg;
+  else if (state >= ncclProfilerProxyCtrlIdle && state <= ncclProfilerProxyCtrlAppendEnd)
+    a.proxyCtrl.appendedProxyOps = (int)arg;
+  else if (state == ncclProfilerNetPluginUpdate)
+    a.netPlugin.data = (void *)(uintptr_t)arg;
+  else
+    a.proxyStep.transSize = (size_t)arg;
+  ncclProfilerEventState_t st = (ncclProfilerEventState_t)state;
+  ncclResult_t rc = p->version == 4   ? p->v4->recordEventState(h, st, &a)
+                    : p->version == 5 ? p->v5->recordEventState(h, st, &a)
+                                      : p->v6->recordEventState(h, st, &a);
+  atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
+  if (rc != ncclSuccess) fail("recordEventState", rc);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Operations
+ * ------------------------------------------------------------------------------------------- */
+
+void wdh_op_cfg_default(wdh_op_cfg *cfg) {
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->kind = WDH_OP_COLL;
+  cfg->func = "AllReduce";
+  cfg->count = 1048576;
+  cfg->datatype = "ncclFloat32";
+  cfg->n_channels = 2;
+  cfg->n_steps = 4;
+  cfg->hang_channel = -1;
+  cfg->hang_step = 0;
+}
+
+static int has(int mask, int bit) { return (mask & bit) != 0; }
+
+static uint64_t next_seq(wdh_comm *c, const char *func) {
+  int fi = wdh_func_index(func);
+  if (fi < 0) return 0;
+  return __atomic_fetch_add(&c->seq[fi], 1, __ATOMIC_RELAXED);
+}
+
+/* Group start + Coll/P2p start + stop (+ Group stop unless deferred). */
+static void emit_group_and_op(wdh_op *op, void *coll_api_parent, int defer_stops) {
+  wdh_comm *c = op->comm;
+  wdh_plugin *p = c->plugin;
+  const wdh_op_cfg *cfg = &op->cfg;
+  int v5 = p->version >= 5;
+  int is_p2p = cfg->kind != WDH_OP_COLL;
+  wdh_descr d;
+
+  if (has(op->mask, ncclProfileGroup)) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileGroup;
+    d.rank = c->rank;
+    d.parent = v5 ? op->group_api : NULL;
+    op->group = wdh_start(p, c->ctx, &d);
+  }
+  int bit = is_p2p ? ncclProfileP2p : ncclProfileColl;
+  if (has(op->mask, bit)) {
+    memset(&d, 0, sizeof(d));
+    d.type = (uint64_t)bit;
+    d.rank = c->rank;
+    d.parent = v5 ? coll_api_parent : op->group;
+    d.parent_group = op->group;
+    d.func = is_p2p ? (cfg->kind == WDH_OP_SEND ? "Send" : "Recv") : cfg->func;
+    d.count = cfg->count;
+    d.datatype = cfg->datatype;
+    d.root = cfg->root;
+    d.peer = cfg->peer;
+    d.seq = op->seq;
+    d.send_buff = (const void *)(uintptr_t)0x7f0000001000ULL;
+    d.recv_buff = (void *)(uintptr_t)0x7f0000002000ULL;
+    d.n_channels = (uint8_t)cfg->n_channels;
+    d.n_warps = 8;
+    d.algo = "Ring";
+    d.proto = "Simple";
+    op->coll = wdh_start(p, c->ctx, &d);
+    if (!defer_stops) wdh_stop(p, op->coll);
+  }
+  if (!defer_stops && has(op->mask, ncclProfileGroup)) wdh_stop(p, op->group);
+}
+
+void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
+  memset(op, 0, sizeof(*op));
+  op->comm = c;
+  op->cfg = *cfg;
+  if (!op->cfg.func) op->cfg.func = "AllReduce";
+  if (!op->cfg.datatype) op->cfg.datatype = "ncclFloat32";
+  wdh_plugin *p = c->plugin;
+  int raw = cfg->mask ? cfg->mask : __atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED);
+  op->mask = wdh_effective_mask(raw);
+  int v5 = p->version >= 5;
+  int is_p2p = cfg->kind != WDH_OP_COLL;
+  op->seq = is_p2p ? 0 : next_seq(c, op->cfg.func);
+  wdh_descr d;
+  void *stream = (void *)(uintptr_t)0x5000;
+
+  if (v5 && has(op->mask, ncclProfileGroupApi)) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileGroupApi;
+    d.rank = c->rank;
+    d.graph_captured = cfg->graph_captured;
+    d.group_depth = 1;
+    op->group_api = wdh_start(p, c->ctx, &d);
+    wdh_state(p, op->group_api, ncclProfilerGroupStartApiStop, 0);
+  }
+  int api_bit = is_p2p ? ncclProfileP2pApi : ncclProfileCollApi;
+  if (v5 && has(op->mask, api_bit)) {
+    memset(&d, 0, sizeof(d));
+    d.type = (uint64_t)api_bit;
+    d.rank = c->rank;
+    d.parent = op->group_api;
+    d.func = is_p2p ? (cfg->kind == WDH_OP_SEND ? "Send" : "Recv") : op->cfg.func;
+    d.count = cfg->count;
+    d.datatype = op->cfg.datatype;
+    d.root = cfg->root;
+    d.stream = stream;
+    d.graph_captured = cfg->graph_captured;
+    op->coll_api = wdh_start(p, c->ctx, &d);
+    wdh_stop(p, op->coll_api); /* API events stop before their child starts */
+  }
+  if (v5 && has(op->mask, ncclProfileKernelLaunch)) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileKernelLaunch;
+    d.rank = c->rank;
+    d.parent = op->group_api;
+    d.stream = stream;
+    op->kernel_launch = wdh_start(p, c->ctx, &d);
+    wdh_stop(p, op->kernel_launch);
+  }
+  if (v5 && has(op->mask, ncclProfileGroupApi))
+    wdh_state(p, op->group_api, ncclProfilerGroupEndApiStart, 0);
+  int emit_plan = !cfg->graph_captured || cfg->capture_emits_coll;
+  if (emit_plan) emit_group_and_op(op, op->coll_api, cfg->children_first);
+  if (cfg->children_first && emit_plan) {
+    op->enqueued_open = 1;
+    return;
+  }
+  if (v5 && has(op->mask, ncclProfileGroupApi)) wdh_stop(p, op->group_api);
+}
+
+void wdh_op_finish(wdh_op *op) {
+  if (!op->enqueued_open) return;
+  wdh_plugin *p = op->comm->plugin;
+  int bit = op->cfg.kind != WDH_OP_COLL ? ncclProfileP2p : ncclProfileColl;
+  if (has(op->mask, bit)) wdh_stop(p, op->coll);
+  if (has(op->mask, ncclProfileGroup)) wdh_stop(p, op->group);
+  if (p->version >= 5 && has(op->mask, ncclProfileGroupApi)) wdh_stop(p, op->group_api);
+  op->enqueued_open = 0;
+}
+
+static void pause_us(unsigned us) {
+  if (us) usleep(us);
+}
+
+/* Steps of one ProxyOp from `first`; stops at the hang step (returns 1) or runs to the end. */
+static int run_steps(wdh_op *op, void *pop, int is_send, int first, int hang_at) {
+  wdh_plugin *p = op->comm->plugin;
+  void *ctx = op->comm->ctx;
+  const wdh_op_cfg *cfg = &op->cfg;
+  int steps_on = has(op->mask, ncclProfileProxyStep);
+  size_t chunk = 131072;
+  for (int s = first; s < cfg->n_steps; s++) {
+    void *st = NULL;
+    if (steps_on) {
+      wdh_descr d;
+      memset(&d, 0, sizeof(d));
+      d.type = ncclProfileProxyStep;
+      d.parent = pop;
+      d.rank = op->comm->rank;
+      d.step = s;
+      st = wdh_start(p, ctx, &d);
+    }
+    if (is_send) {
+      pause_us(cfg->step_delay_us);
+      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepSendGPUWait, 0);
+      pause_us(cfg->step_delay_us);
+      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepSendWait, chunk);
+      if (s == hang_at) {
+        op->hung_step = st;
+        return 1;
+      }
+    } else {
+      pause_us(cfg->step_delay_us);
+      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvWait, 0);
+      if (s == hang_at) {
+        op->hung_step = st;
+        return 1;
+      }
+      pause_us(cfg->step_delay_us);
+      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvFlushWait, chunk);
+      pause_us(cfg->step_delay_us);
+      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvGPUWait, chunk);
+    }
+    pause_us(cfg->step_delay_us);
+    if (steps_on) wdh_stop(p, st);
+  }
+  return 0;
+}
+
+static void *start_proxyop(wdh_op *op, int ch, int is_send) {
+  wdh_descr d;
+  memset(&d, 0, sizeof(d));
+  d.type = ncclProfileProxyOp;
+  d.parent = op->coll;
+  d.rank = op->comm->rank;
+  d.pid = getpid();
+  d.channel = (uint8_t)ch;
+  d.peer = op->cfg.kind == WDH_OP_COLL
+               ? (is_send ? (op->comm->rank + 1) % (op->comm->nranks > 0 ? op->comm->nranks : 1)
+                          : (op->comm->rank + op->comm->nranks - 1) %
+                                (op->comm->nranks > 0 ? op->comm->nranks : 1))
+               : op->cfg.peer;
+  d.n_steps = op->cfg.n_steps;
+  d.chunk_size = 131072;
+  d.is_send = is_send;
+  void *pop = wdh_start(op->comm->plugin, op->comm->ctx, &d);
+  wdh_state(op->comm->plugin, pop, ncclProfilerProxyOpInProgress_v4, 0);
+  return pop;
+}
+
+int wdh_op_proxy(wdh_op *op) {
+  wdh_comm *c = op->comm;
+  wdh_plugin *p = c->plugin;
+  const wdh_op_cfg *cfg = &op->cfg;
+  int kch_on = has(op->mask, ncclProfileKernelCh);
+  int pop_on = has(op->mask, ncclProfileProxyOp) && !cfg->no_proxy;
+  int hung = 0;
+  for (int ch = 0; ch < cfg->n_channels; ch++) {
+    void *kch = NULL;
+    uint64_t t0 = wdh_now_ns();
+    if (kch_on) {
+      wdh_descr d;
+      memset(&d, 0, sizeof(d));
+      d.type = ncclProfileKernelCh;
+      d.parent = op->coll;
+      d.rank = c->rank;
+      d.channel = (uint8_t)ch;
+      d.ptimer = t0;
+      kch = wdh_start(p, c->ctx, &d);
+    }
+    int ch_hung = 0;
+    if (pop_on) {
+      for (int dir = 0; dir < 2; dir++) {
+        int is_send = dir == 0;
+        if (cfg->kind == WDH_OP_SEND && !is_send) continue;
+        if (cfg->kind == WDH_OP_RECV && is_send) continue;
+        int hang_here = ch == cfg->hang_channel &&
+                        (cfg->kind == WDH_OP_SEND ? is_send : !is_send);
+        void *pop = start_proxyop(op, ch, is_send);
+        if (run_steps(op, pop, is_send, 0, hang_here ? cfg->hang_step : -1)) {
+          op->hung_proxyop = pop;
+          ch_hung = 1;
+          continue;
+        }
+        pause_us(cfg->step_delay_us);
+        wdh_stop(p, pop);
+      }
+    } else if (ch == cfg->hang_channel) {
+      ch_hung = 1; /* no proxy: hang on the kernel channel alone */
+    }
+    if (ch_hung) {
+      op->hung_kernelch = kch;
+      hung = 1;
+      continue;
+    }
+    if (kch_on) {
+      wdh_state(p, kch, ncclProfilerKernelChStop, wdh_now_ns());
+      wdh_stop(p, kch);
+    }
+  }
+  return hung;
+}
+
+void wdh_op_resume(wdh_op *op) {
+  wdh_plugin *p = op->comm->plugin;
+  const wdh_op_cfg *cfg = &op->cfg;
+  int is_send = cfg->kind == WDH_OP_SEND;
+  if (op->hung_proxyop || op->hung_step) {
+    if (has(op->mask, ncclProfileProxyStep) && op->hung_step) {
+      if (!is_send) {
+        wdh_state(p, op->hung_step, ncclProfilerProxyStepRecvFlushWait, 131072);
+        wdh_state(p, op->hung_step, ncclProfilerProxyStepRecvGPUWait, 131072);
+      }
+      wdh_stop(p, op->hung_step);
+    }
+    run_steps(op, op->hung_proxyop, is_send, cfg->hang_step + 1, -1);
+    wdh_stop(p, op->hung_proxyop);
+  }
+  if (has(op->mask, ncclProfileKernelCh) && op->hung_kernelch) {
+    wdh_state(p, op->hung_kernelch, ncclProfilerKernelChStop, wdh_now_ns());
+    wdh_stop(p, op->hung_kernelch);
+  }
+  op->hung_proxyop = op->hung_step = op->hung_kernelch = NULL;
+}
+
+int wdh_op_run(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
+  wdh_op_enqueue(c, cfg, op);
+  int rc = 0;
+  if (!cfg->graph_captured || cfg->capture_emits_coll) {
+    if (!cfg->graph_captured) rc = wdh_op_proxy(op);
+  }
+  wdh_op_finish(op);
+  return rc;
+}
+
+int wdh_op_replay(const wdh_op *captured, wdh_op *out) {
+  memset(out, 0, sizeof(*out));
+  out->comm = captured->comm;
+  out->cfg = captured->cfg;
+  out->cfg.graph_captured = 0;
+  out->cfg.children_first = 0;
+  out->mask = captured->mask;
+  out->group_api = captured->group_api; /* capture-time handles, long stopped */
+  out->coll_api = captured->coll_api;
+  out->seq = out->cfg.kind == WDH_OP_COLL ? next_seq(out->comm, out->cfg.func) : 0;
+  emit_group_and_op(out, captured->coll_api, 0);
+  return wdh_op_proxy(out);
+}
+
+void *wdh_pxn_op(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t pid, int channel,
+                 int peer, int is_send, int n_steps, int leave_open) {
+  wdh_descr d;
+  memset(&d, 0, sizeof(d));
+  d.type = ncclProfileProxyOp;
+  d.parent = foreign_parent;
+  d.rank = 0;
+  d.pid = pid;
+  d.channel = (uint8_t)channel;
+  d.peer = peer;
+  d.n_steps = n_steps;
+  d.chunk_size = 65536;
+  d.is_send = is_send;
+  void *pop = wdh_start(p, foreign_ctx, &d);
+  for (int s = 0; s < n_steps; s++) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileProxyStep;
+    d.parent = pop;
+    d.step = s;
+    void *st = wdh_start(p, foreign_ctx, &d);
+    wdh_state(p, st, is_send ? ncclProfilerProxyStepSendWait : ncclProfilerProxyStepRecvWait, 0);
+    if (leave_open && s == n_steps - 1) return pop;
+    wdh_stop(p, st);
+  }
+  if (!leave_open) wdh_stop(p, pop);
+  return pop;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Proxy thread
+ * ------------------------------------------------------------------------------------------- */
+
+#define WDH_PROXY_QUEUE 256
+
+struct wdh_proxy {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wdh_op q[WDH_PROXY_QUEUE];
+  long head, tail; /* tail - head = queued */
+  int busy, quit;
+  atomic_long done;
+};
+
+static void *proxy_main(void *arg) {
+  wdh_proxy *px = arg;
+  pthread_mutex_lock(&px->mu);
+  for (;;) {
+    while (px->head == px->tail && !px->quit) pthread_cond_wait(&px->cv, &px->mu);
+    if (px->head == px->tail && px->quit) break;
+    wdh_op op = px->q[px->head % WDH_PROXY_QUEUE];
+    px->head++;
+    px->busy = 1;
+    pthread_cond_broadcast(&px->cv);
+    pthread_mutex_unlock(&px->mu);
+    wdh_op_proxy(&op);
+    atomic_fetch_add(&px->done, 1);
+    pthread_mutex_lock(&px->mu);
+    px->busy = 0;
+    pthread_cond_broadcast(&px->cv);
+  }
+  pthread_mutex_unlock(&px->mu);
+  return NULL;
+}
+
+wdh_proxy *wdh_proxy_create(void) {
+  wdh_proxy *px = calloc(1, sizeof(*px));
+  if (!px) return NULL;
+  pthread_mutex_init(&px->mu, NULL);
+  pthread_cond_init(&px->cv, NULL);
+  if (pthread_create(&px->thread, NULL, proxy_main, px) != 0) {
+    free(px);
+    return NULL;
+  }
+  pthread_setname_np(px->thread, "wdh-proxy");
+  return px;
+}
+
+void wdh_proxy_submit(wdh_proxy *px, const wdh_op *op) {
+  pthread_mutex_lock(&px->mu);
+  while (px->tail - px->head >= WDH_PROXY_QUEUE) pthread_cond_wait(&px->cv, &px->mu);
+  px->q[px->tail % WDH_PROXY_QUEUE] = *op;
+  px->tail++;
+  pthread_cond_broadcast(&px->cv);
+  pthread_mutex_unlock(&px->mu);
+}
+
+void wdh_proxy_drain(wdh_proxy *px) {
+  pthread_mutex_lock(&px->mu);
+  while (px->head != px->tail || px->busy) pthread_cond_wait(&px->cv, &px->mu);
+  pthread_mutex_unlock(&px->mu);
+}
+
+void wdh_proxy_destroy(wdh_proxy *px) {
+  if (!px) return;
+  wdh_proxy_drain(px);
+  pthread_mutex_lock(&px->mu);
+  px->quit = 1;
+  pthread_cond_broadcast(&px->cv);
+  pthread_mutex_unlock(&px->mu);
+  pthread_join(px->thread, NULL);
+  pthread_mutex_destroy(&px->mu);
+  pthread_cond_destroy(&px->cv);
+  free(px);
+}
+
+long wdh_proxy_done(wdh_proxy *px) { return atomic_load(&px->done); }
+
+void wdh_run_ops(wdh_comm *c, wdh_proxy *px, const wdh_op_cfg *cfg, int n) {
+  for (int i = 0; i < n; i++) {
+    wdh_op op;
+    wdh_op_enqueue(c, cfg, &op);
+    if (px)
+      wdh_proxy_submit(px, &op);
+    else
+      wdh_op_proxy(&op);
+    wdh_op_finish(&op);
+  }
+  if (px) wdh_proxy_drain(px);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Helpers
+ * ------------------------------------------------------------------------------------------- */
+
+uint64_t wdh_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+void wdh_sleep_ms(unsigned ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+char *wdh_tempdir(const char *tag) {
+  const char *base = getenv("TMPDIR");
+  if (!base || !*base) base = "/tmp";
+  char *path = malloc(strlen(base) + strlen(tag ? tag : "x") + 32);
+  if (!path) return NULL;
+  sprintf(path, "%s/wdh-%s-XXXXXX", base, tag ? tag : "x");
+  if (!mkdtemp(path)) {
+    free(path);
+    return NULL;
+  }
+  return path;
+}
+
+void wdh_rmtree(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return;
+  struct dirent *e;
+  char buf[4096];
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    snprintf(buf, sizeof(buf), "%s/%s", dir, e->d_name);
+    unlink(buf);
+  }
+  closedir(d);
+  rmdir(dir);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+  size_t n = strlen(s), m = strlen(suffix);
+  return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_dump_name(const char *name, const char *reason) {
+  if (name[0] == '.' || strncmp(name, "trigger-", 8) == 0) return 0;
+  static const char *const reasons[] = {"stall", "signal", "peer", "abort"};
+  char suffix[64];
+  if (reason) {
+    snprintf(suffix, sizeof(suffix), "-%s.json", reason);
+    return ends_with(name, suffix);
+  }
+  for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
+    snprintf(suffix, sizeof(suffix), "-%s.json", reasons[i]);
+    if (ends_with(name, suffix)) return 1;
+  }
+  return 0;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int wdh_list_dumps(const char *dir, const char *reason, char **paths, int max) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (!is_dump_name(e->d_name, reason)) continue;
+    if (paths && n < max) {
+      size_t len = strlen(dir) + strlen(e->d_name) + 2;
+      paths[n] = malloc(len);
+      if (paths[n]) snprintf(paths[n], len, "%s/%s", dir, e->d_name);
+    }
+    n++;
+  }
+  closedir(d);
+  if (paths) qsort(paths, (size_t)(n < max ? n : max), sizeof(char *), cmp_str);
+  return n;
+}
+
+void wdh_free_paths(char **paths, int n) {
+  for (int i = 0; i < n; i++) free(paths[i]);
+}
+
+int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeout_ms) {
+  uint64_t end = wdh_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+  int n;
+  while ((n = wdh_list_dumps(dir, reason, NULL, 0)) < want && wdh_now_ns() < end)
+    wdh_sleep_ms(10);
+  return n;
+}
+
+void *wdh_json_load(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  if (len < 0) {
+    fclose(f);
+    return NULL;
+  }
+  char *buf = malloc((size_t)len + 1);
+  if (!buf) {
+    fclose(f);
+    return NULL;
+  }
+  size_t got = fread(buf, 1, (size_t)len, f);
+  fclose(f);
+  buf[got] = 0;
+  cJSON *j = cJSON_Parse(buf);
+  free(buf);
+  return j;
+}
+
+void wdh_json_free(void *json) { cJSON_Delete(json); }
+
+int wdh_validate_dump(const char *path) {
+  const char *src = getenv("WDH_SOURCE_DIR");
+  if (!src) return 0;
+  char script[4096];
+  snprintf(script, sizeof(script), "%s/tests/tools/validate_dump.py", src);
+  if (access(script, R_OK) != 0) return 0;
+  pid_t pid = fork();
+  if (pid < 0) return 1;
+  if (pid == 0) {
+    execlp("python3", "python3", script, path, (char *)NULL);
+    _exit(127);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == 127) return 0; /* no python3: nothing to check */
+  return (WIFEXITED(st) && WEXITSTATUS(st) == 0) ? 0 : 1;
+}
+
+void *wdh_jpath(void *json, const char *path) {
+  cJSON *cur = json;
+  char key[256];
+  const char *s = path;
+  while (cur && *s) {
+    size_t n = strcspn(s, ".");
+    if (n >= sizeof(key)) return NULL;
+    memcpy(key, s, n);
+    key[n] = 0;
+    s += n;
+    if (*s == '.') s++;
+    char *end;
+    long idx = strtol(key, &end, 10);
+    if (*key && *end == 0 && cJSON_IsArray(cur))
+      cur = cJSON_GetArrayItem(cur, (int)idx);
+    else
+      cur = cJSON_GetObjectItemCaseSensitive(cur, key);
+  }
+  return cur;
+}
+
+const char *wdh_jstr(void *json, const char *path) {
+  cJSON *j = wdh_jpath(json, path);
+  return cJSON_IsString(j) ? j->valuestring : NULL;
+}
+
+double wdh_jnum(void *json, const char *path, double fallback) {
+  cJSON *j = wdh_jpath(json, path);
+  return cJSON_IsNumber(j) ? j->valuedouble : fallback;
+}
+
+static atomic_int g_check_failures;
+
+void wdh_check_fail(const char *file, int line, const char *expr, const char *fmt, ...) {
+  atomic_fetch_add(&g_check_failures, 1);
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "CHECK FAILED %s:%d: %s: %s\n", file, line, expr, msg);
+}
+
+int wdh_check_failures(void) { return atomic_load(&g_check_failures); }
+
+int wdh_check_summary(const char *name) {
+  int n = wdh_check_failures();
+  printf("%s: %s (%d failed checks, %ld callbacks, %ld callback failures)\n", name,
+         n ? "FAIL" : "PASS", n, wdh_calls(), wdh_failures());
+  fflush(stdout);
+  return n ? 1 : 0;
+}

@@ -1,0 +1,282 @@
+/*
+ * wdhost: a test host that plays NCCL's part towards a profiler plugin.
+ *
+ * It loads the plugin exactly as NCCL does (dlopen RTLD_NOW|RTLD_LOCAL, ncclProfiler_v6, then _v5,
+ * then _v4), initialises and finalises communicators, and drives NCCL-like event sequences from
+ * an "application" thread and a "proxy" thread (see NCCL-FACTS.md for the order of events). Every
+ * callback's return value is checked: a non-ncclSuccess return is counted (wdh_failures()).
+ *
+ * The host is not a hot path itself but is cheap enough (no malloc per event) to drive benchmarks.
+ * Not async-signal-safe. Thread-safe where stated.
+ */
+#ifndef WD_NCCL_HOST_H
+#define WD_NCCL_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "plugin/profiler_abi.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Loading
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wdh_plugin {
+  void *dl;         /* dlopen handle */
+  int version;      /* 6, 5 or 4: the table in use */
+  const char *name; /* the plugin's name string (valid while loaded) */
+  ncclProfiler_v4_t *v4;
+  ncclProfiler_v5_t *v5; /* v6 uses the same function table layout as v5 */
+  ncclProfiler_v6_t *v6;
+} wdh_plugin;
+
+/* dlopen(path, RTLD_NOW|RTLD_LOCAL) and look up ncclProfiler_v6, _v5, _v4 in that order, skipping
+ * versions above max_version (0 = no limit). Returns 0, or -1 with a message on stderr. */
+int wdh_load(wdh_plugin *p, const char *path, int max_version);
+/* dlclose; the plugin must not leave anything behind (threads, handlers). */
+void wdh_unload(wdh_plugin *p);
+
+/* Plugin path from the environment variable WDH_PLUGIN (set by CMake for every scenario test),
+ * or NULL. */
+const char *wdh_plugin_path(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Process-wide state: activation mask, callback failures, logger
+ * ------------------------------------------------------------------------------------------- */
+
+/* The ONE process-wide activation mask; every init gets its address, as in NCCL. */
+extern int wdh_activation_mask;
+/* Mask with "a child bit turns on its parents" applied (what the host emits). */
+int wdh_effective_mask(int mask);
+
+/* Number of callbacks that returned something other than ncclSuccess since start / last reset.
+ * Thread-safe. */
+long wdh_failures(void);
+void wdh_failures_reset(void);
+/* Total callbacks issued (start + stop + state), thread-safe. */
+long wdh_calls(void);
+
+/* The logger passed to init records every line (formatted, bounded). Thread-safe. */
+void wdh_logfn(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+               const char *fmt, ...);
+int wdh_log_count(int level);                          /* lines at that level, -1 = all */
+/* Lines at that level (-1 = any) containing substr. */
+int wdh_log_contains(int level, const char *substr);
+void wdh_log_clear(void);
+void wdh_log_print(void);                              /* all recorded lines to stderr */
+/* WDH_LOG_ECHO=1 in the environment echoes lines to stderr as they arrive. */
+
+/* ---------------------------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------------------------- */
+
+enum { WDH_FUNC_BROADCAST, WDH_FUNC_REDUCE, WDH_FUNC_ALLGATHER, WDH_FUNC_REDUCESCATTER,
+       WDH_FUNC_ALLREDUCE, WDH_FUNC_COUNT };
+
+typedef struct wdh_comm {
+  wdh_plugin *plugin;
+  void *ctx;           /* what init returned (may be NULL) */
+  uint64_t comm_id;
+  int rank, nranks, nnodes;
+  char name[64];
+  uint64_t seq[WDH_FUNC_COUNT]; /* next seqNumber per collective function (atomic access) */
+} wdh_comm;
+
+/* init through the loaded table (argument order per version). Returns the plugin's result
+ * (also counted as a failure when not ncclSuccess). */
+int wdh_comm_init(wdh_comm *c, wdh_plugin *p, uint64_t comm_id, const char *name, int nnodes,
+                  int nranks, int rank);
+/* finalize; skipped when ctx is NULL (as NCCL does). */
+int wdh_comm_finalize(wdh_comm *c);
+
+int wdh_func_index(const char *func); /* "AllReduce" -> WDH_FUNC_ALLREDUCE, -1 otherwise */
+
+/* ---------------------------------------------------------------------------------------------
+ * Raw calls, version independent. Return values are checked and counted.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wdh_descr {
+  uint64_t type;
+  void *parent;
+  int rank;
+  /* API events */
+  bool graph_captured;
+  int group_depth;
+  void *stream;
+  /* Coll / P2p / CollApi / P2pApi */
+  const char *func;
+  size_t count;
+  const char *datatype;
+  int root;
+  uint64_t seq;
+  const void *send_buff;
+  void *recv_buff;
+  uint8_t n_channels, n_warps;
+  const char *algo, *proto;
+  void *parent_group;
+  int peer;
+  /* ProxyOp / ProxyStep / KernelCh / NetPlugin */
+  pid_t pid;
+  uint8_t channel;
+  int n_steps, chunk_size, is_send;
+  int step;
+  uint64_t ptimer;
+  int64_t net_id;
+} wdh_descr;
+
+/* startEvent(ctx, &h, descr) translated to the loaded version's descriptor; returns h (NULL when
+ * the plugin dropped the event). Any ctx may be passed (NULL, foreign pointers). The host poisons
+ * *eHandle before the call and counts a failure if the plugin does not write it. */
+void *wdh_start(wdh_plugin *p, void *ctx, const wdh_descr *d);
+void wdh_stop(wdh_plugin *p, void *h);
+void wdh_state(wdh_plugin *p, void *h, int state, uint64_t arg); /* arg: transSize / pTimer / ... */
+
+/* ---------------------------------------------------------------------------------------------
+ * NCCL-like operations
+ * ------------------------------------------------------------------------------------------- */
+
+enum {
+  WDH_OP_COLL = 0,
+  WDH_OP_SEND = 1, /* p2p send to peer */
+  WDH_OP_RECV = 2, /* p2p recv from peer */
+};
+
+typedef struct wdh_op_cfg {
+  int kind;             /* WDH_OP_COLL (default), WDH_OP_SEND, WDH_OP_RECV */
+  const char *func;     /* collective name, default "AllReduce" */
+  size_t count;         /* default 1048576 */
+  const char *datatype; /* default "ncclFloat32" */
+  int root;             /* default 0 (only meaningful for rooted collectives) */
+  int peer;             /* p2p peer */
+  int n_channels;       /* default 2 */
+  int n_steps;          /* ProxySteps per ProxyOp, default 4; 0 = ProxyOps without steps */
+  int no_proxy;         /* 1: no ProxyOps at all (intra-node op) */
+  int graph_captured;   /* API events flagged graphCaptured (capture time) */
+  int capture_emits_coll; /* with graph_captured: also emit Group/Coll (no children) at capture */
+  int children_first;   /* run the proxy part before the Coll/Group/GroupApi stops */
+  /* Hang: leave step hang_step of channel hang_channel's recv ProxyOp in RecvWait and stop there:
+   * that ProxyOp and that channel's KernelCh never stop. hang_channel -1 (default) = no hang;
+   * hang_step defaults to 0. P2p send ops hang on their send ProxyOp (state SendWait). */
+  int hang_channel, hang_step;
+  /* Microseconds slept before each ProxyStep state change / stop (slow but progressing op). */
+  unsigned step_delay_us;
+  /* Per-op override of the emitted mask (0 = read wdh_activation_mask at enqueue). */
+  int mask;
+} wdh_op_cfg;
+
+/* Defaults as documented above (kind COLL, AllReduce, 2 channels, 4 steps, no hang). */
+void wdh_op_cfg_default(wdh_op_cfg *cfg);
+
+/* Handles of one operation. Copyable by value (the proxy part only reads it). */
+typedef struct wdh_op {
+  wdh_comm *comm;
+  wdh_op_cfg cfg;
+  int mask;        /* effective mask snapshot taken at enqueue */
+  uint64_t seq;    /* seqNumber given to the Coll (p2p: 0) */
+  void *group_api, *coll_api, *kernel_launch, *group, *coll;
+  int enqueued_open; /* 1 while Coll/Group/GroupApi stops are still pending (children_first) */
+  /* Filled by the proxy part when the op hangs. */
+  void *hung_proxyop, *hung_step, *hung_kernelch;
+} wdh_op;
+
+/* Application thread part: GroupApi start -> GroupStartApiStop -> CollApi (or P2pApi) start/stop
+ * -> KernelLaunch start/stop -> GroupEndApiStart -> Group start -> Coll (P2p) start -> Coll stop ->
+ * Group stop -> GroupApi stop, each only when its bit is in the effective mask. v4: no API events,
+ * the Coll's parent is the Group. Takes the next seqNumber of the function. With
+ * cfg->children_first the three stops are deferred to wdh_op_finish(). */
+void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op);
+/* Proxy thread part: per channel, {send, recv} ProxyOp (parent = Coll/P2p, pid = getpid(), then
+ * state ProxyOpInProgress_v4) with its ProxySteps (start, SendGPUWait/SendWait or
+ * RecvWait/RecvFlushWait/RecvGPUWait with transSize, stop), then ProxyOp stop; and the channel's
+ * KernelCh (start with pTimer, KernelChStop, stop). Stops at the hang point if configured
+ * (returns 1 then, else 0). */
+int wdh_op_proxy(wdh_op *op);
+/* Deferred stops of a children_first op (no-op otherwise). */
+void wdh_op_finish(wdh_op *op);
+/* Everything on the calling thread: enqueue, proxy, finish. Returns wdh_op_proxy's result. */
+int wdh_op_run(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op);
+/* Let a hung op continue: RecvFlushWait/RecvGPUWait/stop of the hung step, remaining steps, the
+ * ProxyOp stop, the KernelCh stop (the other channels already finished). */
+void wdh_op_resume(wdh_op *op);
+
+/* Graph replay of a captured op: Group start (parent = captured GroupApi handle on v5/v6) ->
+ * Coll start with parentObj = the capture-time CollApi handle (long stopped) and a new
+ * seqNumber -> Coll stop -> Group stop, then the proxy part. Call it from any thread (NCCL does
+ * it from a CUDA callback thread). `out` receives the replay's handles. */
+int wdh_op_replay(const wdh_op *captured, wdh_op *out);
+
+/* PXN: a ProxyOp started with a foreign context pointer (never created by this process), a
+ * foreign parent and another pid, then n_steps ProxySteps under it (no pid), states, stops.
+ * leave_open = 1 keeps the ProxyOp and its last step open. Returns the ProxyOp handle. */
+void *wdh_pxn_op(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t pid, int channel,
+                 int peer, int is_send, int n_steps, int leave_open);
+
+/* ---------------------------------------------------------------------------------------------
+ * Proxy thread: a worker that runs wdh_op_proxy() on submitted ops in FIFO order.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wdh_proxy wdh_proxy;
+wdh_proxy *wdh_proxy_create(void);       /* thread named "wdh-proxy" */
+void wdh_proxy_submit(wdh_proxy *px, const wdh_op *op); /* copies op; blocks when queue full */
+void wdh_proxy_drain(wdh_proxy *px);     /* wait until every submitted op was processed */
+void wdh_proxy_destroy(wdh_proxy *px);   /* drain, stop, join */
+long wdh_proxy_done(wdh_proxy *px);      /* ops processed so far */
+
+/* n ops: enqueue on the calling thread, proxy part on px (or inline when px is NULL), drain. */
+void wdh_run_ops(wdh_comm *c, wdh_proxy *px, const wdh_op_cfg *cfg, int n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Helpers for scenario tests
+ * ------------------------------------------------------------------------------------------- */
+
+uint64_t wdh_now_ns(void); /* CLOCK_MONOTONIC */
+void wdh_sleep_ms(unsigned ms);
+
+/* mkdtemp under $TMPDIR or /tmp; returns a malloc'ed path. */
+char *wdh_tempdir(const char *tag);
+void wdh_rmtree(const char *dir); /* removes files in dir and dir (one level) */
+
+/* Dumps in dir whose name ends with "-<reason>.json" (reason NULL = any dump, not trigger files
+ * or temporaries). Fills up to max malloc'ed paths (sorted by name) if paths is not NULL.
+ * Returns the count. */
+int wdh_list_dumps(const char *dir, const char *reason, char **paths, int max);
+void wdh_free_paths(char **paths, int n);
+/* Wait up to timeout_ms until at least `want` dumps with that reason exist. Returns the count. */
+int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeout_ms);
+
+/* Read and parse a JSON file (cJSON *, declared void * to keep cJSON out of this header). */
+void *wdh_json_load(const char *path);
+void wdh_json_free(void *json);
+/* Runs "python3 tests/tools/validate_dump.py FILE" when the script exists (source dir from
+ * WDH_SOURCE_DIR). Returns 0 when valid or when the validator is absent, 1 when invalid. */
+int wdh_validate_dump(const char *path);
+
+/* Dotted path lookup in a parsed JSON document: "trigger.stalls.0.commId" (numbers index
+ * arrays). Returns the cJSON node or NULL. */
+void *wdh_jpath(void *json, const char *path);
+const char *wdh_jstr(void *json, const char *path);             /* NULL unless a string */
+double wdh_jnum(void *json, const char *path, double fallback); /* fallback unless a number */
+
+/* Assertions for scenario programs: a failed check prints file:line, the expression and a
+ * message, and is counted; the program returns wdh_check_summary() from main. */
+void wdh_check_fail(const char *file, int line, const char *expr, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+int wdh_check_failures(void);
+/* Prints a PASS/FAIL line with the name and returns the exit code (0 or 1). */
+int wdh_check_summary(const char *name);
+#define WDH_CHECK(cond, ...)                                                                     \
+  do {                                                                                           \
+    if (!(cond)) wdh_check_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                         \
+  } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WD_NCCL_HOST_H */

@@ -1,0 +1,145 @@
+/*
+ * Scenario 11: the job-wide trigger path. Three processes (this program re-executed in a helper
+ * mode) share one dump directory and one communicator; rank 1 hangs an op. Its watchdog writes a
+ * `stall` dump and a trigger file; the two other processes' watchdogs each write one `peer` dump
+ * naming the trigger. The hanging process writes no peer dump for its own trigger.
+ */
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nccl_host.h"
+
+#define NPROC 3
+#define HANG_RANK 1
+#define COMM_ID 0x7777000011112222ull
+
+static int own_dump(const char *dir, const char *reason) {
+  char *paths[16];
+  int n = wdh_list_dumps(dir, reason, paths, 16), found = 0;
+  char key[32];
+  snprintf(key, sizeof(key), "-%d-", (int)getpid());
+  for (int i = 0; i < n && i < 16; i++)
+    if (strstr(strrchr(paths[i], '/'), key)) found++;
+  wdh_free_paths(paths, n < 16 ? n : 16);
+  return found;
+}
+
+static int child_main(int rank, const char *dir) {
+  alarm(30);
+  const char *path = wdh_plugin_path();
+  wdh_plugin p;
+  if (wdh_load(&p, path, 0) != 0) return 2;
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM_ID, "trigger", NPROC, NPROC, rank);
+  wdh_proxy *px = wdh_proxy_create();
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&c, px, &cfg, 10);
+  wdh_proxy_destroy(px);
+  wdh_op op;
+  int rc = 0;
+  if (rank == HANG_RANK) {
+    cfg.hang_channel = 1;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+    uint64_t end = wdh_now_ns() + 10000000000ull;
+    while (!own_dump(dir, "stall") && wdh_now_ns() < end) wdh_sleep_ms(10);
+    if (!own_dump(dir, "stall")) rc = 4;
+    /* Stay alive until the peers answered, so nothing races with our exit. */
+    while (wdh_list_dumps(dir, "peer", NULL, 0) < NPROC - 1 && wdh_now_ns() < end)
+      wdh_sleep_ms(10);
+    wdh_sleep_ms(300); /* several polls: a peer dump for our own trigger would show now */
+    wdh_op_resume(&op);
+  } else {
+    uint64_t end = wdh_now_ns() + 10000000000ull;
+    while (!own_dump(dir, "peer") && wdh_now_ns() < end) wdh_sleep_ms(10);
+    if (!own_dump(dir, "peer")) rc = 5;
+    wdh_sleep_ms(300); /* one trigger must give one peer dump, not one per poll */
+  }
+  wdh_comm_finalize(&c);
+  wdh_unload(&p);
+  if (wdh_failures()) rc = 6;
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 4 && !strcmp(argv[1], "--child")) return child_main(atoi(argv[2]), argv[3]);
+  if (!wdh_plugin_path()) return 77;
+  char *dir = wdh_tempdir("trigger");
+  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
+  setenv("NCCL_WATCHDOG_TIMEOUT", "300ms", 1);
+  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  pid_t pids[NPROC];
+  for (int r = 0; r < NPROC; r++) {
+    fflush(NULL);
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      char rank[16];
+      snprintf(rank, sizeof(rank), "%d", r);
+      execl("/proc/self/exe", argv[0], "--child", rank, dir, (char *)NULL);
+      _exit(127);
+    }
+  }
+  uint64_t end = wdh_now_ns() + 40000000000ull;
+  for (int r = 0; r < NPROC; r++) {
+    int st = 0;
+    pid_t w = 0;
+    while ((w = waitpid(pids[r], &st, WNOHANG)) == 0 && wdh_now_ns() < end) wdh_sleep_ms(10);
+    if (w == 0) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], &st, 0);
+    }
+    WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: status 0x%x (exit %d, signal %d)",
+              r, st, WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  }
+
+  char *paths[16];
+  int n = wdh_list_dumps(dir, "stall", paths, 16);
+  WDH_CHECK(n == 1, "%d stall dumps, expected 1 (from rank %d)", n, HANG_RANK);
+  if (n >= 1) {
+    cJSON *j = wdh_json_load(paths[0]);
+    WDH_CHECK(j && wdh_jnum(j, "pid", -1) == pids[HANG_RANK], "stall dump pid %g, hang pid %d",
+              j ? wdh_jnum(j, "pid", -1) : -1, (int)pids[HANG_RANK]);
+    WDH_CHECK(j && wdh_jnum(j, "trigger.stalls.0.rank", -1) == HANG_RANK, "stalled rank");
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n < 16 ? n : 16);
+
+  n = wdh_list_dumps(dir, "peer", paths, 16);
+  WDH_CHECK(n == NPROC - 1, "%d peer dumps, expected %d", n, NPROC - 1);
+  int from[NPROC] = {0};
+  for (int i = 0; i < n && i < 16; i++) {
+    WDH_CHECK(wdh_validate_dump(paths[i]) == 0, "%s does not validate", paths[i]);
+    cJSON *j = wdh_json_load(paths[i]);
+    WDH_CHECK(j != NULL, "cannot parse %s", paths[i]);
+    if (!j) continue;
+    pid_t pid = (pid_t)wdh_jnum(j, "pid", -1);
+    for (int r = 0; r < NPROC; r++)
+      if (pids[r] == pid) from[r]++;
+    const char *file = wdh_jstr(j, "trigger.file");
+    WDH_CHECK(file && !strncmp(file, "trigger-", 8), "trigger.file %s", file ? file : "(none)");
+    WDH_CHECK(wdh_jnum(j, "trigger.origin.pid", -1) == pids[HANG_RANK], "origin pid %g",
+              wdh_jnum(j, "trigger.origin.pid", -1));
+    WDH_CHECK(wdh_jnum(j, "trigger.origin.stalls.0.seq", -1) == 10, "origin stall seq %g",
+              wdh_jnum(j, "trigger.origin.stalls.0.seq", -1));
+    const char *reason = wdh_jstr(j, "reason");
+    WDH_CHECK(reason && !strcmp(reason, "peer"), "reason %s", reason ? reason : "(none)");
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n < 16 ? n : 16);
+  for (int r = 0; r < NPROC; r++)
+    WDH_CHECK(from[r] == (r == HANG_RANK ? 0 : 1), "rank %d wrote %d peer dumps", r, from[r]);
+
+  int rc = wdh_check_summary("scenario_trigger");
+  if (rc)
+    fprintf(stderr, "dumps kept in %s\n", dir);
+  else
+    wdh_rmtree(dir);
+  free(dir);
+  return rc;
+}
