@@ -92,6 +92,12 @@ _Static_assert(offsetof(wd_record, phase) == 8 * 8 && offsetof(wd_record, type) 
                "phase/type/flags are bytes 0, 1 and 3 of word 8");
 #define WD_RECORD_WORDS (sizeof(wd_record) / sizeof(uint64_t))
 
+/* A record seen as the words the ring stores (union punning is defined in C). */
+typedef union wd_recw {
+  wd_record r;
+  uint64_t w[WD_RECORD_WORDS];
+} wd_recw;
+
 const char *wd_type_name(unsigned type);   /* "Coll", "ProxyStep", ... "Unknown" */
 const char *wd_state_name(unsigned state); /* "RecvWait", "KernelChStop", ... "State<n>" */
 const char *wd_phase_name(unsigned phase); /* "start", "state", "stop" */

@@ -27,17 +27,21 @@ void wd_ring_clear(wd_ring *r) {
 
 /* Payload words are stored with relaxed atomics: the turn word orders them, and readers copy
  * while writers may be inside the slot (the turn check discards such copies). */
-void wd_ring_write(wd_ring *r, const wd_record *rec) {
+void wd_ring_write_w(wd_ring *r, const wd_recw *rec) {
   uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
-  wd_record *slot = &r->recs[t & r->mask];
-  uint64_t *dst = (uint64_t *)slot; /* ring memory is only ever accessed as words */
-  uint64_t src[WD_RECORD_WORDS];
-  memcpy(src, rec, sizeof(src));
+  uint64_t *dst = (uint64_t *)&r->recs[t & r->mask]; /* ring memory is only accessed as words */
   __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
   /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
   atomic_thread_fence(memory_order_release);
-  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], src[i], __ATOMIC_RELAXED);
+#pragma GCC unroll 16
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], rec->w[i], __ATOMIC_RELAXED);
   __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
+}
+
+void wd_ring_write(wd_ring *r, const wd_record *rec) {
+  wd_recw w;
+  w.r = *rec;
+  wd_ring_write_w(r, &w);
 }
 
 uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,

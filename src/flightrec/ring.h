@@ -27,6 +27,8 @@ void wd_ring_clear(wd_ring *r);
 
 /* Append a copy of *rec (its turn field is ignored). Never blocks, never allocates. */
 void wd_ring_write(wd_ring *r, const wd_record *rec);
+/* The same from the hot path's word view (no copy). */
+void wd_ring_write_w(wd_ring *r, const wd_recw *rec);
 
 /* Copy out up to max complete records, oldest first, into out. Returns the number copied;
  * *torn receives the number of records skipped because a writer was inside them and *lost the

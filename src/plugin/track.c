@@ -98,14 +98,14 @@ void wd_event_release_hold(wd_event *ev) {
 }
 
 static void wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
-  wd_record rec;
-  wd_event_read_start(ev, &rec);
-  rec.phase = WD_PH_STOP;
-  rec.ts_ns = now;
-  rec.tid = wd_tid();
-  rec.flags |= extra_flags;
-  rec.state = atomic_load_explicit(&ev->state, memory_order_relaxed);
-  wd_ring_write(wd_ring_for(ev, rec.type), &rec);
+  wd_recw rec;
+  wd_event_read_startw(ev, &rec);
+  rec.r.phase = WD_PH_STOP;
+  rec.r.ts_ns = now;
+  rec.r.tid = wd_tid();
+  rec.r.flags |= extra_flags;
+  rec.r.state = atomic_load_explicit(&ev->state, memory_order_relaxed);
+  wd_ring_write_w(wd_ring_for(ev, rec.r.type), &rec);
 }
 
 /* What a child's stop means for its parent. */
@@ -248,12 +248,12 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   atomic_store_explicit(&ev->open, 1, memory_order_relaxed);
   atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
-  uint64_t src[WD_RECORD_WORDS];
-  memcpy(src, rec, sizeof(src));
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], src[i], __ATOMIC_RELAXED);
+  const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
+#pragma GCC unroll 16
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], src->w[i], __ATOMIC_RELAXED);
   wd_event_publish(ev);
 
-  wd_ring_write(wd_ring_for(ev, type), rec);
+  wd_ring_write_w(wd_ring_for(ev, type), src);
   if (root && root != ev) wd_progress(ev, now);
   else if (ctx && !detached) atomic_store_explicit(&ctx->last_progress_ns, now, memory_order_relaxed);
   return wd_event_handle(ev);
@@ -274,27 +274,28 @@ void wd_track_state(void *handle, int state, const void *args) {
   if (ev == NULL) return;
   const ncclProfilerEventStateArgs_t *a = (const ncclProfilerEventStateArgs_t *)args;
   uint64_t now = wd_now_ns();
-  wd_record rec;
-  wd_event_read_start(ev, &rec);
-  rec.phase = WD_PH_STATE;
-  rec.ts_ns = now;
-  rec.tid = wd_tid();
-  rec.state = (uint8_t)(state >= 0 && state < 255 ? state : 255);
+  wd_recw w;
+  wd_event_read_startw(ev, &w);
+  wd_record *rec = &w.r;
+  rec->phase = WD_PH_STATE;
+  rec->ts_ns = now;
+  rec->tid = wd_tid();
+  rec->state = (uint8_t)(state >= 0 && state < 255 ? state : 255);
   if (a) {
-    switch (rec.type) {
+    switch (rec->type) {
     case WD_T_PROXYSTEP:
-      rec.a = a->proxyStep.transSize;
-      atomic_store_explicit(&ev->last_trans, rec.a, memory_order_relaxed);
+      rec->a = a->proxyStep.transSize;
+      atomic_store_explicit(&ev->last_trans, rec->a, memory_order_relaxed);
       break;
     case WD_T_KERNELCH:
-      rec.a = a->kernelCh.pTimer;
-      atomic_store_explicit(&ev->last_trans, rec.a, memory_order_relaxed);
+      rec->a = a->kernelCh.pTimer;
+      atomic_store_explicit(&ev->last_trans, rec->a, memory_order_relaxed);
       break;
-    case WD_T_PROXYCTRL: rec.n = a->proxyCtrl.appendedProxyOps; break;
+    case WD_T_PROXYCTRL: rec->n = a->proxyCtrl.appendedProxyOps; break;
     default: break;
     }
   }
-  atomic_store_explicit(&ev->state, rec.state, memory_order_relaxed);
-  wd_ring_write(wd_ring_for(ev, rec.type), &rec);
+  atomic_store_explicit(&ev->state, rec->state, memory_order_relaxed);
+  wd_ring_write_w(wd_ring_for(ev, rec->type), &w);
   wd_progress(ev, now);
 }

@@ -16,7 +16,10 @@ typedef struct wd_start_req {
   void *parent_obj;
   void *group_obj;   /* Coll/P2p: the Group event (v5/v6 parentGroup, v4 parentObj) */
   int pid;           /* ProxyOp only */
-  wd_record rec;     /* type, flags and type fields filled by the entry point */
+  union {
+    wd_record rec;   /* type, flags and type fields filled by the entry point */
+    wd_recw recw;
+  };
 } wd_start_req;
 
 void *wd_track_start(wd_start_req *req);
@@ -32,10 +35,15 @@ void wd_event_release_hold(wd_event *ev);
 
 /* Copy an event's start record with atomic word loads (safe while it is being reused; the
  * caller validates with the slot's seq word). */
+static inline void wd_event_read_startw(const wd_event *ev, wd_recw *out) {
+#pragma GCC unroll 16
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) out->w[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
+}
+
 static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {
-  uint64_t w[WD_RECORD_WORDS];
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
-  memcpy(out, w, sizeof(w)); /* memcpy, not a cast: a record is not a uint64_t array */
+  wd_recw w;
+  wd_event_read_startw(ev, &w);
+  *out = w.r;
 }
 
 static inline int wd_type_is_proxy_level(unsigned type) {
