@@ -315,7 +315,7 @@ typedef struct wd_ctx {
 
 static void name_set(wd_name *nm, const char *s) {
   wd_sb b = {nm->s, 0, sizeof(nm->s), 0, 0};
-  size_t n = s ? strnlen(s, WD_STR_LEN * 2) : 0;
+  size_t n = s ? strnlen(s, (size_t)WD_STR_LEN * 2) : 0;
   if (n > WD_STR_LEN - 1) n = WD_STR_LEN - 1; /* bound the cache entry */
   sb_str(&b, s ? s : "", n);
   nm->len = (uint16_t)b.len;
@@ -1085,6 +1085,7 @@ static size_t estimate(const wd_dump_input *in) {
 static int render_doc(const wd_dump_input *in, wd_sb *out) {
   int rc = -1;
   char *skel = NULL;
+  memset(out, 0, sizeof(*out)); /* the failure path frees it */
   wd_ctx *c = malloc(sizeof(*c));
   cJSON *root = cJSON_CreateObject();
   if (!c || !root) goto end;

@@ -307,7 +307,7 @@ static int seen(const wd_trigger_watch *w, const char *name) {
 }
 
 static void remember(wd_trigger_watch *w, const char *name) {
-  char *slot = w->seen[w->nseen % 64];
+  char *slot = w->seen[w->nseen % WD_TRIGGER_SEEN];
   size_t n = strnlen(name, sizeof(w->seen[0]) - 1); /* is_trigger() admits shorter names only */
   memcpy(slot, name, n);
   slot[n] = 0;
@@ -331,6 +331,18 @@ static int scan(wd_trigger_watch *w, char *name, size_t len) {
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (!is_trigger(w, de->d_name) || seen(w, de->d_name)) continue;
+    /* A trigger older than the watch or than the newest one taken is history (a previous
+     * incarnation of the job, or part of a burst already answered): never answer it, even once
+     * its name has left the ring of seen names. */
+    struct stat st;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (st.st_mtim.tv_sec < w->floor_sec ||
+        (st.st_mtim.tv_sec == w->floor_sec && st.st_mtim.tv_nsec < w->floor_nsec)) {
+      remember(w, de->d_name);
+      continue;
+    }
+    w->floor_sec = st.st_mtim.tv_sec;
+    w->floor_nsec = st.st_mtim.tv_nsec;
     snprintf(name, len, "%s", de->d_name);
     found = 1;
     break;
@@ -349,6 +361,10 @@ void wd_trigger_watch_init(wd_trigger_watch *w, const char *dir, const char *hos
     w->mtime_sec = -1;
     return;
   }
+  /* The directory's own mtime, not this host's clock: on a shared file system the server stamps
+   * both, so skew between nodes cannot hide a new trigger. */
+  w->floor_sec = w->mtime_sec;
+  w->floor_nsec = w->mtime_nsec;
   DIR *d = opendir(w->dir);
   if (!d) return;
   struct dirent *de;

@@ -24,12 +24,16 @@ int wd_dumpfile_write(const char *dir, const char *host, int pid, unsigned seq, 
 int wd_trigger_post(const char *dir, const char *host, int pid, const char *json, char *name_out,
                     size_t name_len);
 
+#define WD_TRIGGER_SEEN 256
+
 typedef struct wd_trigger_watch {
   char dir[WD_PATH_MAX];
   char self_prefix[128]; /* "trigger-<host>-<pid>-": our own triggers are ignored */
   int64_t mtime_sec, mtime_nsec;
+  int64_t floor_sec, floor_nsec; /* triggers older than this are history: the watch's start, then
+                                    the newest trigger taken */
   unsigned nseen;
-  char seen[64][128]; /* ring of names already answered */
+  char seen[WD_TRIGGER_SEEN][128]; /* ring of names already answered */
 } wd_trigger_watch;
 
 /* Start watching dir; triggers already present are treated as seen. */

@@ -86,9 +86,9 @@ typedef struct wd_record {
 
 _Static_assert(sizeof(wd_record) == 80, "ring record is 80 bytes");
 /* Word positions read directly by the event code (track.c). */
-_Static_assert(offsetof(wd_record, raw) == 4 * 8, "raw is word 4");
-_Static_assert(offsetof(wd_record, phase) == 8 * 8 && offsetof(wd_record, type) == 8 * 8 + 1 &&
-                   offsetof(wd_record, flags) == 8 * 8 + 3,
+_Static_assert(offsetof(wd_record, raw) == 32u, "raw is word 4");
+_Static_assert(offsetof(wd_record, phase) == 64u && offsetof(wd_record, type) == 65u &&
+                   offsetof(wd_record, flags) == 67u,
                "phase/type/flags are bytes 0, 1 and 3 of word 8");
 #define WD_RECORD_WORDS (sizeof(wd_record) / sizeof(uint64_t))
 
