@@ -77,6 +77,10 @@ static char *map_big(size_t len) {
 
 static int sb_reserve(wd_sb *b, size_t n) {
   if (b->oom) return -1;
+  if (n >= SIZE_MAX / 2 || b->len >= SIZE_MAX / 2 - n) { /* the sums and the doubling below must not wrap */
+    b->oom = 1;
+    return -1;
+  }
   if (b->len + n + 1 <= b->cap) return 0;
   size_t cap = b->cap ? b->cap : 4096;
   while (cap < b->len + n + 1) cap *= 2;
@@ -1086,7 +1090,7 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   int rc = -1;
   char *skel = NULL;
   memset(out, 0, sizeof(*out)); /* the failure path frees it */
-  wd_ctx *c = malloc(sizeof(*c));
+  wd_ctx *c = calloc(1, sizeof(*c)); /* zeroed: the failure path frees its buffers */
   cJSON *root = cJSON_CreateObject();
   if (!c || !root) goto end;
   ctx_init(c, in);

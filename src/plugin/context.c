@@ -198,7 +198,6 @@ int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *n
   ctx->nranks = nranks;
   ctx->nnodes = nnodes;
   ctx->init_ns = wd_now_ns();
-  atomic_store(&ctx->last_progress_ns, ctx->init_ns);
   for (int i = 0; i < WD_NSTR; i++) {
     atomic_store(&ctx->seq_enq[i], -1);
     atomic_store(&ctx->seq_done[i], -1);

@@ -32,7 +32,6 @@ typedef struct wd_context {
   wd_ring proxy_ring; /* proxy-level records */
   _Atomic uint64_t order_next;
   _Atomic uint64_t completed_order; /* highest order (group) of a root op completed by its own events: ops of older groups are done */
-  _Atomic uint64_t last_progress_ns;
   _Atomic int64_t seq_enq[WD_NSTR]; /* by func string id */
   _Atomic int64_t seq_done[WD_NSTR];
   _Atomic int64_t p2p_enq, p2p_done;

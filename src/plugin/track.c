@@ -40,7 +40,6 @@ static inline void wd_progress(wd_event *ev, uint64_t now) {
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
   if (root && root != ev) atomic_store_explicit(&root->last_ns, now, memory_order_relaxed);
-  if (ev->ctx) atomic_store_explicit(&ev->ctx->last_progress_ns, now, memory_order_relaxed);
 }
 
 /* Take a reference on a parent unless it already completed (refs == 0), then re-check that the
@@ -255,7 +254,6 @@ void *wd_track_start(wd_start_req *req) {
 
   wd_ring_write_w(wd_ring_for(ev, type), src);
   if (root && root != ev) wd_progress(ev, now);
-  else if (ctx && !detached) atomic_store_explicit(&ctx->last_progress_ns, now, memory_order_relaxed);
   return wd_event_handle(ev);
 }
 

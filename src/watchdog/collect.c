@@ -46,7 +46,6 @@ static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
   c->cuda_dev = ctx->cuda_dev;
   memcpy(c->gpu_uuid, ctx->gpu_uuid, sizeof(c->gpu_uuid));
   c->init_ns = ctx->init_ns;
-  c->last_progress_ns = atomic_load(&ctx->last_progress_ns);
   c->dropped = atomic_load(&ctx->dropped);
   c->stale = atomic_load(&ctx->stale);
   for (int f = 0; f < WD_NSTR && c->nseq < 32; f++) {
@@ -62,6 +61,11 @@ static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
   wd_collect_events(&ctx->pool, ctx, now, &c->events, &c->nevents);
   wd_collect_ring(&ctx->ring, &c->ring);
   wd_collect_ring(&ctx->proxy_ring, &c->proxy_ring);
+  /* The newest record is the communicator's last sign of life (no shared per-callback stamp:
+   * it would bounce one cache line between the application and proxy threads). */
+  if (c->ring.n) c->last_progress_ns = c->ring.recs[c->ring.n - 1].ts_ns;
+  if (c->proxy_ring.n && c->proxy_ring.recs[c->proxy_ring.n - 1].ts_ns > c->last_progress_ns)
+    c->last_progress_ns = c->proxy_ring.recs[c->proxy_ring.n - 1].ts_ns;
 }
 
 int wd_collect(wd_dump_input *in, const char *reason, int with_threads) {
