@@ -77,7 +77,8 @@ static char *map_big(size_t len) {
 
 static int sb_reserve(wd_sb *b, size_t n) {
   if (b->oom) return -1;
-  if (n >= SIZE_MAX / 2 || b->len >= SIZE_MAX / 2 - n) { /* the sums and the doubling below must not wrap */
+  /* The sums and the doubling below must not wrap. */
+  if (n >= SIZE_MAX / 2 || b->len >= SIZE_MAX / 2 - n) {
     b->oom = 1;
     return -1;
   }

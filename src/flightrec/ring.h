@@ -11,9 +11,11 @@
 
 #include "record.h"
 
+/* The head alone on its cache line: the operation ring and the proxy ring of one communicator
+ * are written by different threads and must not share one. */
 typedef struct wd_ring {
-  _Atomic uint64_t head; /* next ticket */
-  uint32_t mask;         /* capacity - 1, capacity a power of two */
+  _Alignas(64) _Atomic uint64_t head; /* next ticket */
+  uint32_t mask;                      /* capacity - 1, capacity a power of two */
   uint32_t rsv;
   wd_record *recs;
 } wd_ring;

@@ -187,8 +187,10 @@ int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *n
     wd_proc.retired = ctx->next;
     wd_context_reset(ctx);
   } else {
-    ctx = calloc(1, sizeof(*ctx));
+    /* Cache-line aligned: ring heads and queue ends sit on lines of their own. */
+    ctx = aligned_alloc(64, (sizeof(*ctx) + 63) & ~(size_t)63);
     if (ctx == NULL) { rc = -1; goto done; }
+    memset(ctx, 0, sizeof(*ctx));
   }
   ctx->magic = WD_CTX_MAGIC;
   ctx->abi = abi;

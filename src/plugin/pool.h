@@ -30,7 +30,9 @@ typedef struct wd_pool {
   uint32_t id_base; /* OR'ed into slot ids (WD_SLOT_DETACHED_BIT for the detach pool) */
   wd_pool_cell *cells;
   uint32_t qmask;
-  _Atomic uint32_t qhead, qtail;
+  _Alignas(64) _Atomic uint32_t qhead; /* consumers and producers on separate cache lines */
+  _Alignas(64) _Atomic uint32_t qtail;
+  _Alignas(64) char qpad;
   pthread_mutex_t grow_lock;
   struct wd_context *ctx;
   struct wd_blacklist *blacklist; /* optional: addresses that must not be handed out */
