@@ -391,7 +391,9 @@ static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *
   uint32_t idx = (uint32_t)set->ndumps;
   const cJSON *c;
   int64_t min_t = 0;
-  cJSON_ArrayForEach(c, get(root, "comms")) load_comm(set, idx, c, &min_t);
+  cJSON_ArrayForEach(c, get(root, "comms")) {
+    load_comm(set, idx, c, &min_t);
+  }
   ring_min_t(get(get(root, "detached"), "ring"), &min_t);
   wd_az_dump *d = wd_az_add_dump(set);
   if (!d || !(tmp.path = strdup(path))) {

@@ -152,12 +152,12 @@ static int map_init(slotmap *m, size_t n) {
   m->cap = 64;
   while (m->cap < n * 2) m->cap *= 2;
   m->keys = calloc(m->cap, sizeof(*m->keys));
-  m->vals = calloc(m->cap, sizeof(*m->vals));
+  m->vals = calloc(m->cap, sizeof(const cJSON *));
   return m->keys && m->vals ? 0 : -1;
 }
 
 static const cJSON **map_at(slotmap *m, uint32_t slot) {
-  size_t h = (slot * 2654435761u) & (m->cap - 1);
+  size_t h = (uint32_t)(slot * 2654435761u) & (m->cap - 1); /* 32-bit multiplicative hash */
   while (m->keys[h] && m->keys[h] != slot + 1) h = (h + 1) & (m->cap - 1);
   m->keys[h] = slot + 1;
   return &m->vals[h];
@@ -256,8 +256,9 @@ static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
   const cJSON *r, *recs = cJSON_GetObjectItemCaseSensitive(ring, "records");
   int n = cJSON_GetArraySize(recs);
   slotmap m;
-  if (!cJSON_IsArray(recs) || map_init(&m, (size_t)n + 1) != 0) {
-    if (cJSON_IsArray(recs)) map_free(&m);
+  if (!cJSON_IsArray(recs)) return;
+  if (map_init(&m, (size_t)n + 1) != 0) {
+    map_free(&m);
     return;
   }
   cJSON_ArrayForEach(r, recs) {
@@ -301,7 +302,9 @@ static void emit_dump(tw *w, const wd_az_dump *d, const cJSON *root) {
   w->dump_off_ns = (int64_t)(d->wall_ns - w->base_ns);
   const cJSON *c;
   int i = 0;
-  cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "comms")) emit_comm(w, c, i++);
+  cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(root, "comms")) {
+    emit_comm(w, c, i++);
+  }
   const cJSON *det = cJSON_GetObjectItemCaseSensitive(root, "detached");
   parents ps = {0};
   ring_ctx rc = {i + 1, "detached (PXN)", 1, &ps};

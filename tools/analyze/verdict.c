@@ -174,7 +174,8 @@ static int fill_comm(const wd_az_set *set, wd_az_comm *c, const size_t *idx, siz
     if (cr->nranks > c->nranks) c->nranks = cr->nranks;
     if (!c->name) c->name = cr->name;
   }
-  c->by_rank = calloc((size_t)c->nranks, sizeof(*c->by_rank));
+  if (c->nranks <= 0) return -1; /* the loader admits no such rank */
+  c->by_rank = calloc((size_t)c->nranks, sizeof(const wd_az_crank *));
   c->present = malloc((size_t)c->nranks * sizeof(int));
   c->missing = malloc((size_t)c->nranks * sizeof(int));
   c->waiting = malloc((size_t)c->nranks * sizeof(int));
@@ -770,14 +771,16 @@ int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) 
   size_t *idx = sorted_kept(set, &n);
   if (!idx) return -1;
   res->comms = calloc(n + 1, sizeof(*res->comms));
+  size_t nc = 0;
   for (size_t i = 0; res->comms && i < n;) {
     size_t j = i;
     while (j < n && set->cranks[idx[j]].comm_id == set->cranks[idx[i]].comm_id) j++;
-    wd_az_comm *c = &res->comms[res->ncomms++];
+    wd_az_comm *c = &res->comms[nc++];
     if (fill_comm(set, c, idx + i, j - i) != 0) break;
     analyze_comm(set, o, c);
     i = j;
   }
+  res->ncomms = nc;
   free(idx);
   if (!res->comms) return -1;
   qsort(res->comms, res->ncomms, sizeof(*res->comms), cmp_comm);
