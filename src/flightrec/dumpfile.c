@@ -324,6 +324,13 @@ static int dir_mtime(const char *dir, int64_t *sec, int64_t *nsec) {
 }
 
 /* First trigger in dir not answered yet (copied to name), 1; 0 when none. */
+/*
+ * A directory whose mtime is this recent is scanned again on the next poll even when its mtime
+ * did not move: on file systems with coarse timestamps a second trigger can land within the same
+ * tick as the first.
+ */
+#define WD_MTIME_SLACK_SEC 2
+
 static int scan(wd_trigger_watch *w, char *name, size_t len) {
   DIR *d = opendir(w->dir);
   if (!d) return 0;
@@ -331,9 +338,9 @@ static int scan(wd_trigger_watch *w, char *name, size_t len) {
   struct dirent *de;
   while ((de = readdir(d)) != NULL) {
     if (!is_trigger(w, de->d_name) || seen(w, de->d_name)) continue;
-    /* A trigger older than the watch or than the newest one taken is history (a previous
-     * incarnation of the job, or part of a burst already answered): never answer it, even once
-     * its name has left the ring of seen names. */
+    /* A trigger older than the watch, or older than the newest one taken by more than the
+     * slack, is history (a previous incarnation of the job, or a burst already answered): never
+     * answer it, even once its name has left the ring of seen names. */
     struct stat st;
     if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (st.st_mtim.tv_sec < w->floor_sec ||
@@ -341,8 +348,12 @@ static int scan(wd_trigger_watch *w, char *name, size_t len) {
       remember(w, de->d_name);
       continue;
     }
-    w->floor_sec = st.st_mtim.tv_sec;
-    w->floor_nsec = st.st_mtim.tv_nsec;
+    /* Triggers of the same burst (within the slack of the newest taken) are still returned:
+     * readdir order is not age order. */
+    if (st.st_mtim.tv_sec - WD_MTIME_SLACK_SEC > w->floor_sec) {
+      w->floor_sec = st.st_mtim.tv_sec - WD_MTIME_SLACK_SEC;
+      w->floor_nsec = st.st_mtim.tv_nsec;
+    }
     snprintf(name, len, "%s", de->d_name);
     found = 1;
     break;
@@ -373,12 +384,6 @@ void wd_trigger_watch_init(wd_trigger_watch *w, const char *dir, const char *hos
   closedir(d);
 }
 
-/*
- * A directory whose mtime is this recent is scanned again on the next poll even when its mtime
- * did not move: on file systems with coarse timestamps a second trigger can land within the same
- * tick as the first.
- */
-#define WD_MTIME_SLACK_SEC 2
 
 int wd_trigger_poll(wd_trigger_watch *w, char *name_out, size_t name_len, char *content,
                     size_t content_len) {

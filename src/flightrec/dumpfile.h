@@ -30,8 +30,8 @@ typedef struct wd_trigger_watch {
   char dir[WD_PATH_MAX];
   char self_prefix[128]; /* "trigger-<host>-<pid>-": our own triggers are ignored */
   int64_t mtime_sec, mtime_nsec;
-  int64_t floor_sec, floor_nsec; /* triggers older than this are history: the watch's start, then
-                                    the newest trigger taken */
+  int64_t floor_sec, floor_nsec; /* triggers older than this are history: the watch's start,
+                                    then the newest trigger taken minus a slack */
   unsigned nseen;
   char seen[WD_TRIGGER_SEEN][128]; /* ring of names already answered */
 } wd_trigger_watch;

@@ -60,6 +60,17 @@ static cJSON *analyze_json(const char *name, const char *extra, int *rc) {
   return j;
 }
 
+/* Generates a scenario's dumps into NAME/ and analyzes them with --json (want_rc: the analyzer's
+ * exit status, -1 = any). Returns the report; a failed generation or no report ends the test. */
+static cJSON *gen_report(const char *name, const char *gen_args, int want_rc) {
+  CU_ASSERT_EQUAL_FATAL(gen(name, gen_args), 0);
+  int rc;
+  cJSON *rep = analyze_json(name, "", &rc);
+  if (want_rc >= 0) CU_ASSERT_EQUAL(rc, want_rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  return rep;
+}
+
 static cJSON *comm0(cJSON *rep) {
   return cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "comms"), 0);
 }
@@ -222,11 +233,7 @@ static void test_load_truncations(void) {
 /* ---- scenarios through the command line ---- */
 
 static void test_healthy(void) {
-  CU_ASSERT_EQUAL_FATAL(gen("healthy", "--ranks 8 --scenario healthy --ring 200"), 0);
-  int rc;
-  cJSON *rep = analyze_json("healthy", "", &rc);
-  CU_ASSERT_EQUAL(rc, 0);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep = gen_report("healthy", "--ranks 8 --scenario healthy --ring 200", 0);
   CU_ASSERT_PTR_NOT_NULL(strstr(sget(rep, "summary"), "no hang found"));
   const cJSON *c = comm0(rep);
   CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "no_hang");
@@ -240,11 +247,7 @@ static void test_healthy(void) {
 }
 
 static void test_not_entered(void) {
-  CU_ASSERT_EQUAL_FATAL(gen("ne", "--ranks 8 --scenario not-entered --ring 200"), 0);
-  int rc;
-  cJSON *rep = analyze_json("ne", "", &rc);
-  CU_ASSERT_EQUAL(rc, 0);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep = gen_report("ne", "--ranks 8 --scenario not-entered --ring 200", 0);
   const cJSON *s = expect_suspect(rep, "hang", 3, "not_entered");
   CU_ASSERT_EQUAL(count_culprits(comm0(rep)), 1);
   CU_ASSERT_STRING_EQUAL(sget(s, "host"), "node000");
@@ -266,11 +269,8 @@ static void test_not_entered(void) {
 }
 
 static void test_not_entered_wrapped_multi_comm(void) {
-  CU_ASSERT_EQUAL_FATAL(
-      gen("ne2", "--ranks 16 --scenario not-entered --ring 40 --comms 2 --victim 11"), 0);
-  int rc;
-  cJSON *rep = analyze_json("ne2", "", &rc);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep =
+      gen_report("ne2", "--ranks 16 --scenario not-entered --ring 40 --comms 2 --victim 11", -1);
   expect_suspect(rep, "hang", 11, "not_entered");
   CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "comms")), 2);
   const cJSON *c1 = cJSON_GetArrayItem(cJSON_GetObjectItem(rep, "comms"), 1);
@@ -280,11 +280,7 @@ static void test_not_entered_wrapped_multi_comm(void) {
 }
 
 static void test_missing_rank(void) {
-  CU_ASSERT_EQUAL_FATAL(gen("miss", "--ranks 8 --scenario missing-rank --ring 200"), 0);
-  int rc;
-  cJSON *rep = analyze_json("miss", "", &rc);
-  CU_ASSERT_EQUAL(rc, 0);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep = gen_report("miss", "--ranks 8 --scenario missing-rank --ring 200", 0);
   expect_suspect(rep, "hang", 3, "missing");
   const cJSON *missing = cJSON_GetObjectItem(comm0(rep), "ranksMissing");
   CU_ASSERT_EQUAL(cJSON_GetArraySize(missing), 1);
@@ -294,10 +290,7 @@ static void test_missing_rank(void) {
 }
 
 static void test_mismatch(void) {
-  CU_ASSERT_EQUAL_FATAL(gen("mm", "--ranks 8 --scenario mismatch --ring 200"), 0);
-  int rc;
-  cJSON *rep = analyze_json("mm", "", &rc);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep = gen_report("mm", "--ranks 8 --scenario mismatch --ring 200", -1);
   const cJSON *s = expect_suspect(rep, "hang", 3, "mismatch");
   CU_ASSERT_STRING_EQUAL(sget(s, "func"), "AllGather");
   CU_ASSERT_EQUAL(nget(s, "seq"), 902);
@@ -306,10 +299,7 @@ static void test_mismatch(void) {
 }
 
 static void test_network_stall(void) {
-  CU_ASSERT_EQUAL_FATAL(gen("net", "--ranks 8 --scenario network-stall --ring 200 --victim 5"), 0);
-  int rc;
-  cJSON *rep = analyze_json("net", "", &rc);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep = gen_report("net", "--ranks 8 --scenario network-stall --ring 200 --victim 5", -1);
   const cJSON *s = expect_suspect(rep, "hang", 5, "network_stall");
   CU_ASSERT_EQUAL(nget(s, "peer"), 4);
   CU_ASSERT_EQUAL(nget(s, "channel"), 1);
@@ -322,10 +312,7 @@ static void test_network_stall(void) {
 
 /* Rings of different depth: the common window only, and no divergence. */
 static void test_wrapped(void) {
-  CU_ASSERT_EQUAL_FATAL(gen("wrap", "--ranks 8 --scenario wrapped --ring 120"), 0);
-  int rc;
-  cJSON *rep = analyze_json("wrap", "", &rc);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON *rep = gen_report("wrap", "--ranks 8 --scenario wrapped --ring 120", -1);
   const cJSON *c = comm0(rep);
   CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "no_hang");
   CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "suspects")), 0);

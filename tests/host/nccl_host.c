@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -224,11 +225,61 @@ int wdh_comm_finalize(wdh_comm *c) {
  * Raw calls
  * ------------------------------------------------------------------------------------------- */
 
+/* Everything v4 and v6 descriptors name alike: the header, Coll and P2p up to parentGroup, the
+ * proxy, kernel and net members. The two types differ in layout, so a macro serves both. */
+#define WDH_FILL_SHARED(e, d)                                                                    \
+  do {                                                                                           \
+    memset((e), 0, sizeof(*(e)));                                                                \
+    (e)->parentObj = (d)->parent;                                                                \
+    (e)->rank = (d)->rank;                                                                       \
+    switch ((d)->type) {                                                                         \
+    case ncclProfileColl:                                                                        \
+      (e)->coll.seqNumber = (d)->seq;                                                            \
+      (e)->coll.func = (d)->func;                                                                \
+      (e)->coll.sendBuff = (d)->send_buff;                                                       \
+      (e)->coll.recvBuff = (d)->recv_buff;                                                       \
+      (e)->coll.count = (d)->count;                                                              \
+      (e)->coll.root = (d)->root;                                                                \
+      (e)->coll.datatype = (d)->datatype;                                                        \
+      (e)->coll.nChannels = (d)->n_channels;                                                     \
+      (e)->coll.nWarps = (d)->n_warps;                                                           \
+      (e)->coll.algo = (d)->algo;                                                                \
+      (e)->coll.proto = (d)->proto;                                                              \
+      break;                                                                                     \
+    case ncclProfileP2p:                                                                         \
+      (e)->p2p.func = (d)->func;                                                                 \
+      (e)->p2p.buff = (d)->recv_buff;                                                            \
+      (e)->p2p.datatype = (d)->datatype;                                                         \
+      (e)->p2p.count = (d)->count;                                                               \
+      (e)->p2p.peer = (d)->peer;                                                                 \
+      (e)->p2p.nChannels = (d)->n_channels;                                                      \
+      break;                                                                                     \
+    case ncclProfileProxyOp:                                                                     \
+      (e)->proxyOp.pid = (d)->pid;                                                               \
+      (e)->proxyOp.channelId = (d)->channel;                                                     \
+      (e)->proxyOp.peer = (d)->peer;                                                             \
+      (e)->proxyOp.nSteps = (d)->n_steps;                                                        \
+      (e)->proxyOp.chunkSize = (d)->chunk_size;                                                  \
+      (e)->proxyOp.isSend = (d)->is_send;                                                        \
+      break;                                                                                     \
+    case ncclProfileProxyStep:                                                                   \
+      (e)->proxyStep.step = (d)->step;                                                           \
+      break;                                                                                     \
+    case ncclProfileKernelCh:                                                                    \
+      (e)->kernelCh.channelId = (d)->channel;                                                    \
+      (e)->kernelCh.pTimer = (d)->ptimer;                                                        \
+      break;                                                                                     \
+    case ncclProfileNetPlugin:                                                                   \
+      (e)->netPlugin.id = (d)->net_id;                                                           \
+      break;                                                                                     \
+    default:                                                                                     \
+      break;                                                                                     \
+    }                                                                                            \
+  } while (0)
+
 static void fill_v6(ncclProfilerEventDescr_v6_t *e, const wdh_descr *d) {
-  memset(e, 0, sizeof(*e));
+  WDH_FILL_SHARED(e, d);
   e->type = d->type;
-  e->parentObj = d->parent;
-  e->rank = d->rank;
   switch (d->type) {
   case ncclProfileGroupApi:
     e->groupApi.graphCaptured = d->graph_captured;
@@ -253,45 +304,10 @@ static void fill_v6(ncclProfilerEventDescr_v6_t *e, const wdh_descr *d) {
     e->kernelLaunch.stream = d->stream;
     break;
   case ncclProfileColl:
-    e->coll.seqNumber = d->seq;
-    e->coll.func = d->func;
-    e->coll.sendBuff = d->send_buff;
-    e->coll.recvBuff = d->recv_buff;
-    e->coll.count = d->count;
-    e->coll.root = d->root;
-    e->coll.datatype = d->datatype;
-    e->coll.nChannels = d->n_channels;
-    e->coll.nWarps = d->n_warps;
-    e->coll.algo = d->algo;
-    e->coll.proto = d->proto;
     e->coll.parentGroup = d->parent_group;
     break;
   case ncclProfileP2p:
-    e->p2p.func = d->func;
-    e->p2p.buff = d->recv_buff;
-    e->p2p.datatype = d->datatype;
-    e->p2p.count = d->count;
-    e->p2p.peer = d->peer;
-    e->p2p.nChannels = d->n_channels;
     e->p2p.parentGroup = d->parent_group;
-    break;
-  case ncclProfileProxyOp:
-    e->proxyOp.pid = d->pid;
-    e->proxyOp.channelId = d->channel;
-    e->proxyOp.peer = d->peer;
-    e->proxyOp.nSteps = d->n_steps;
-    e->proxyOp.chunkSize = d->chunk_size;
-    e->proxyOp.isSend = d->is_send;
-    break;
-  case ncclProfileProxyStep:
-    e->proxyStep.step = d->step;
-    break;
-  case ncclProfileKernelCh:
-    e->kernelCh.channelId = d->channel;
-    e->kernelCh.pTimer = d->ptimer;
-    break;
-  case ncclProfileNetPlugin:
-    e->netPlugin.id = d->net_id;
     break;
   default:
     break;
@@ -299,53 +315,8 @@ static void fill_v6(ncclProfilerEventDescr_v6_t *e, const wdh_descr *d) {
 }
 
 static void fill_v4(ncclProfilerEventDescr_v4_t *e, const wdh_descr *d) {
-  memset(e, 0, sizeof(*e));
+  WDH_FILL_SHARED(e, d);
   e->type = (uint8_t)d->type; /* v4 has an 8-bit type: an unknown high bit truncates */
-  e->parentObj = d->parent;
-  e->rank = d->rank;
-  switch (d->type) {
-  case ncclProfileColl:
-    e->coll.seqNumber = d->seq;
-    e->coll.func = d->func;
-    e->coll.sendBuff = d->send_buff;
-    e->coll.recvBuff = d->recv_buff;
-    e->coll.count = d->count;
-    e->coll.root = d->root;
-    e->coll.datatype = d->datatype;
-    e->coll.nChannels = d->n_channels;
-    e->coll.nWarps = d->n_warps;
-    e->coll.algo = d->algo;
-    e->coll.proto = d->proto;
-    break;
-  case ncclProfileP2p:
-    e->p2p.func = d->func;
-    e->p2p.buff = d->recv_buff;
-    e->p2p.datatype = d->datatype;
-    e->p2p.count = d->count;
-    e->p2p.peer = d->peer;
-    e->p2p.nChannels = d->n_channels;
-    break;
-  case ncclProfileProxyOp:
-    e->proxyOp.pid = d->pid;
-    e->proxyOp.channelId = d->channel;
-    e->proxyOp.peer = d->peer;
-    e->proxyOp.nSteps = d->n_steps;
-    e->proxyOp.chunkSize = d->chunk_size;
-    e->proxyOp.isSend = d->is_send;
-    break;
-  case ncclProfileProxyStep:
-    e->proxyStep.step = d->step;
-    break;
-  case ncclProfileKernelCh:
-    e->kernelCh.channelId = d->channel;
-    e->kernelCh.pTimer = d->ptimer;
-    break;
-  case ncclProfileNetPlugin:
-    e->netPlugin.id = d->net_id;
-    break;
-  default:
-    break;
-  }
 }
 
 void *wdh_start(wdh_plugin *p, void *ctx, const wdh_descr *d) {
@@ -826,6 +797,53 @@ void wdh_run_ops(wdh_comm *c, wdh_proxy *px, const wdh_op_cfg *cfg, int n) {
   if (px) wdh_proxy_drain(px);
 }
 
+struct wdh_traffic {
+  pthread_t thread;
+  wdh_comm *comm;
+  int batch;
+  char name[16];
+  atomic_int stop;
+  atomic_long ops;
+};
+
+static void *traffic_main(void *arg) {
+  wdh_traffic *t = arg;
+  if (t->name[0]) pthread_setname_np(pthread_self(), t->name);
+  wdh_proxy *px = wdh_proxy_create();
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  while (!atomic_load(&t->stop)) {
+    wdh_run_ops(t->comm, px, &cfg, t->batch);
+    atomic_fetch_add(&t->ops, t->batch);
+  }
+  wdh_proxy_destroy(px);
+  return NULL;
+}
+
+wdh_traffic *wdh_traffic_start(wdh_comm *c, int batch, const char *thread_name) {
+  wdh_traffic *t = calloc(1, sizeof(*t));
+  if (!t) return NULL;
+  t->comm = c;
+  t->batch = batch;
+  if (thread_name) snprintf(t->name, sizeof(t->name), "%s", thread_name);
+  if (pthread_create(&t->thread, NULL, traffic_main, t) != 0) {
+    free(t);
+    return NULL;
+  }
+  return t;
+}
+
+long wdh_traffic_ops(wdh_traffic *t) { return atomic_load(&t->ops); }
+
+long wdh_traffic_stop(wdh_traffic *t) {
+  if (!t) return 0;
+  atomic_store(&t->stop, 1);
+  pthread_join(t->thread, NULL);
+  long ops = atomic_load(&t->ops);
+  free(t);
+  return ops;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Helpers
  * ------------------------------------------------------------------------------------------- */
@@ -924,6 +942,19 @@ int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeo
   return n;
 }
 
+int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status) {
+  uint64_t end = wdh_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+  for (;;) {
+    pid_t r = waitpid(pid, status, WNOHANG);
+    if (r == pid || (r < 0 && errno != EINTR)) return 1; /* r < 0: nothing left to wait for */
+    if (wdh_now_ns() >= end) break;
+    wdh_sleep_ms(5);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return 0;
+}
+
 void *wdh_json_load(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -1019,4 +1050,46 @@ int wdh_check_summary(const char *name) {
          n ? "FAIL" : "PASS", n, wdh_calls(), wdh_failures());
   fflush(stdout);
   return n ? 1 : 0;
+}
+
+char *wdh_scenario_dir(const char *tag, const char *timeout, const char *poll) {
+  char *dir = wdh_tempdir(tag);
+  if (!dir) {
+    fprintf(stderr, "wdhost: cannot create a dump directory for %s\n", tag);
+    exit(1);
+  }
+  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
+  setenv("NCCL_WATCHDOG_TIMEOUT", timeout, 1);
+  setenv("NCCL_WATCHDOG_POLL", poll, 1);
+  return dir;
+}
+
+int wdh_scenario_end(const char *name, char *dir) {
+  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
+  int rc = wdh_check_summary(name);
+  if (rc) {
+    wdh_log_print();
+    fprintf(stderr, "dumps kept in %s\n", dir);
+  } else {
+    wdh_rmtree(dir);
+  }
+  free(dir);
+  return rc;
+}
+
+void *wdh_signal_snapshot(const char *dir) {
+  kill(getpid(), SIGUSR1);
+  int n = wdh_wait_dumps(dir, "signal", 1, 5000);
+  WDH_CHECK(n == 1, "%d signal dumps in %s after one SIGUSR1, expected 1", n, dir);
+  char *paths[1];
+  int k = wdh_list_dumps(dir, "signal", paths, 1);
+  if (k != 1) {
+    wdh_free_paths(paths, k < 1 ? k : 1);
+    return NULL;
+  }
+  WDH_CHECK(wdh_validate_dump(paths[0]) == 0, "%s does not validate", paths[0]);
+  void *j = wdh_json_load(paths[0]);
+  WDH_CHECK(j != NULL, "cannot parse %s", paths[0]);
+  free(paths[0]);
+  return j;
 }

@@ -231,6 +231,13 @@ long wdh_proxy_done(wdh_proxy *px);      /* ops processed so far */
 /* n ops: enqueue on the calling thread, proxy part on px (or inline when px is NULL), drain. */
 void wdh_run_ops(wdh_comm *c, wdh_proxy *px, const wdh_op_cfg *cfg, int n);
 
+/* Application traffic on its own thread (named thread_name when not NULL): batches of `batch`
+ * default ops on c, their proxy part on a wdh_proxy of its own, until stopped. */
+typedef struct wdh_traffic wdh_traffic;
+wdh_traffic *wdh_traffic_start(wdh_comm *c, int batch, const char *thread_name);
+long wdh_traffic_ops(wdh_traffic *t);  /* ops finished so far, thread-safe */
+long wdh_traffic_stop(wdh_traffic *t); /* stop, join, free; returns the ops finished */
+
 /* ---------------------------------------------------------------------------------------------
  * Helpers for scenario tests
  * ------------------------------------------------------------------------------------------- */
@@ -249,6 +256,10 @@ int wdh_list_dumps(const char *dir, const char *reason, char **paths, int max);
 void wdh_free_paths(char **paths, int n);
 /* Wait up to timeout_ms until at least `want` dumps with that reason exist. Returns the count. */
 int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeout_ms);
+
+/* Waits up to timeout_ms for the child pid, then kills (SIGKILL) and reaps it. Returns 1 when it
+ * ended by itself, 0 when it had to be killed; *status gets the wait status either way. */
+int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status);
 
 /* Read and parse a JSON file (cJSON *, declared void * to keep cJSON out of this header). */
 void *wdh_json_load(const char *path);
@@ -270,6 +281,18 @@ void wdh_check_fail(const char *file, int line, const char *expr, const char *fm
 int wdh_check_failures(void);
 /* Prints a PASS/FAIL line with the name and returns the exit code (0 or 1). */
 int wdh_check_summary(const char *name);
+/* The common start of a scenario program: a fresh dump directory (wdh_tempdir(tag)) exported as
+ * NCCL_WATCHDOG_DUMP_DIR, and NCCL_WATCHDOG_TIMEOUT / NCCL_WATCHDOG_POLL set. Returns the
+ * malloc'ed directory, for wdh_scenario_end(). */
+char *wdh_scenario_dir(const char *tag, const char *timeout, const char *poll);
+/* The common end: checks that no callback failed, prints the PASS/FAIL line; on failure prints
+ * the recorded log and keeps dir (saying where), else removes it. Frees dir, returns the exit
+ * code. */
+int wdh_scenario_end(const char *name, char *dir);
+/* SIGUSR1 to this process, then its `signal` dump in dir (none there before): checks that exactly
+ * one appears within 5 s, that it validates and parses. Returns the parsed dump (wdh_json_free)
+ * or NULL after a failed check. */
+void *wdh_signal_snapshot(const char *dir);
 #define WDH_CHECK(cond, ...)                                                                     \
   do {                                                                                           \
     if (!(cond)) wdh_check_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                         \

@@ -36,20 +36,12 @@ static void child(const char *path) {
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("abort");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "300ms", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("abort", "300ms", "50ms");
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) child(path);
   int st = 0;
-  uint64_t end = wdh_now_ns() + 15000000000ull;
-  pid_t r = 0;
-  while ((r = waitpid(pid, &st, WNOHANG)) == 0 && wdh_now_ns() < end) wdh_sleep_ms(10);
-  if (r == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &st, 0);
+  if (!wdh_wait_child(pid, 15000, &st)) {
     WDH_CHECK(0, "child still alive after 15 s");
   } else {
     WDH_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT,
@@ -72,11 +64,5 @@ int main(void) {
     wdh_json_free(j);
     wdh_free_paths(paths, n < 2 ? n : 2);
   }
-  int rc = wdh_check_summary("scenario_abort");
-  if (rc)
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  else
-    wdh_rmtree(dir);
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_abort", dir);
 }

@@ -151,12 +151,8 @@ static cJSON *run_sub(const sub *s, uint64_t comm_id, cJSON **report, char **dir
   for (int r = 0; r < NRANKS; r++) {
     if (!pids[r]) continue;
     int st = 0;
-    pid_t w;
-    while ((w = waitpid(pids[r], &st, WNOHANG)) == 0 && wdh_now_ns() < end) wdh_sleep_ms(10);
-    if (w == 0) {
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], &st, 0);
-    }
+    uint64_t now = wdh_now_ns();
+    wdh_wait_child(pids[r], now < end ? (unsigned)((end - now) / 1000000) : 0, &st);
     WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d status 0x%x", s->name, r, st);
   }
   *report = run_analyzer(dir);

@@ -196,18 +196,10 @@ int main(void) {
     fprintf(stderr, "WDH_PLUGIN not set\n");
     return 77;
   }
-  char *dir = wdh_tempdir("basic");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "2s", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("basic", "2s", "50ms");
   for (int v = 6; v >= 4; v--) one_version(path, v, dir);
   bad_config(path);
   setenv("NCCL_WATCHDOG_TIMEOUT", "2s", 1);
   disabled(path, dir);
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
-  int rc = wdh_check_summary("scenario_basic");
-  if (rc) wdh_log_print();
-  wdh_rmtree(dir);
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_basic", dir);
 }

@@ -36,10 +36,7 @@ static void *replayer(void *arg) {
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("graph");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "300ms", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("graph", "300ms", "50ms");
   setenv("NCCL_WATCHDOG_RING_SIZE", "16384", 1);
   wdh_plugin p;
   if (wdh_load(&p, path, 0) != 0) return 1;
@@ -81,12 +78,8 @@ int main(void) {
   WDH_CHECK(n == 0, "%d dumps for graph replays", n);
 
   /* A snapshot: nothing reached is in flight; the enqueued-only op may be listed, not stalled. */
-  kill(getpid(), SIGUSR1);
-  WDH_CHECK(wdh_wait_dumps(dir, "signal", 1, 5000) == 1, "no signal dump");
-  char *paths[1];
-  if (wdh_list_dumps(dir, "signal", paths, 1) == 1) {
-    cJSON *j = wdh_json_load(paths[0]);
-    WDH_CHECK(j != NULL, "cannot parse");
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
     cJSON *node;
     cJSON_ArrayForEach(node, (cJSON *)wdh_jpath(j, "comms.0.inflight")) {
       const char *st = wdh_jstr(node, "status");
@@ -104,18 +97,8 @@ int main(void) {
     }
     WDH_CHECK(captured >= 4, "%d CollApi records with graphCaptured", captured);
     wdh_json_free(j);
-    free(paths[0]);
   }
   wdh_comm_finalize(&c);
   wdh_unload(&p);
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
-  int rc = wdh_check_summary("scenario_graph");
-  if (rc) {
-    wdh_log_print();
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  } else {
-    wdh_rmtree(dir);
-  }
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_graph", dir);
 }

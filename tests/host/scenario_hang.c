@@ -107,10 +107,7 @@ static void check_stall_dump(const char *path, uint64_t seq, int channel, int st
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("hang");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "300ms", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("hang", "300ms", "50ms");
   wdh_plugin p;
   if (wdh_load(&p, path, 0) != 0) return 1;
   wdh_comm c;
@@ -175,14 +172,5 @@ int main(void) {
 
   wdh_comm_finalize(&c);
   wdh_unload(&p);
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
-  int rc = wdh_check_summary("scenario_hang");
-  if (rc) {
-    wdh_log_print();
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  } else {
-    wdh_rmtree(dir);
-  }
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_hang", dir);
 }

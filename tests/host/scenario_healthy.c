@@ -60,10 +60,7 @@ static void check_ring(cJSON *comm, uint64_t last_seq) {
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("healthy");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "200ms", 1);
-  setenv("NCCL_WATCHDOG_POLL", "20ms", 1);
+  char *dir = wdh_scenario_dir("healthy", "200ms", "20ms");
   setenv("NCCL_WATCHDOG_RING_SIZE", "256", 1);
   wdh_plugin p;
   if (wdh_load(&p, path, 0) != 0) return 1;
@@ -85,75 +82,56 @@ int main(void) {
   WDH_CHECK(wdh_list_dumps(dir, NULL, NULL, 0) == 0, "%d dumps after a healthy run",
             wdh_list_dumps(dir, NULL, NULL, 0));
 
-  kill(getpid(), SIGUSR1);
-  int n = wdh_wait_dumps(dir, "signal", 1, 5000);
-  WDH_CHECK(n == 1, "%d signal dumps", n);
-  if (n == 1) {
-    char *paths[1];
-    wdh_list_dumps(dir, "signal", paths, 1);
-    WDH_CHECK(wdh_validate_dump(paths[0]) == 0, "%s does not validate", paths[0]);
-    cJSON *j = wdh_json_load(paths[0]);
-    WDH_CHECK(j != NULL, "cannot parse %s", paths[0]);
-    if (j) {
-      const char *reason = wdh_jstr(j, "reason");
-      WDH_CHECK(reason && !strcmp(reason, "signal"), "reason %s", reason ? reason : "(none)");
-      const char *sig = wdh_jstr(j, "trigger.signal");
-      WDH_CHECK(sig && !strcmp(sig, "SIGUSR1"), "trigger.signal %s", sig ? sig : "(none)");
-      cJSON *comm = wdh_jpath(j, "comms.0");
-      WDH_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(j, "comms")) == 1, "comms count");
-      const char *cid = wdh_jstr(comm, "commId");
-      WDH_CHECK(cid && strtoull(cid, NULL, 16) == COMM_ID, "commId %s", cid ? cid : "(none)");
-      uint64_t last = (uint64_t)ops - 1;
-      cJSON *s;
-      int found = 0;
-      cJSON_ArrayForEach(s, cJSON_GetObjectItem(comm, "seq")) {
-        const char *f = wdh_jstr(s, "func");
-        if (!f || strcmp(f, "AllReduce")) continue;
-        found = 1;
-        WDH_CHECK(wdh_jnum(s, "lastEnqueued", -2) == (double)last, "lastEnqueued %g vs %llu",
-                  wdh_jnum(s, "lastEnqueued", -2), (unsigned long long)last);
-        WDH_CHECK(wdh_jnum(s, "lastCompleted", -2) == (double)last, "lastCompleted %g vs %llu",
-                  wdh_jnum(s, "lastCompleted", -2), (unsigned long long)last);
-      }
-      WDH_CHECK(found, "no AllReduce entry in seq[]");
-      WDH_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(comm, "inflight")) == 0,
-                "%d in-flight trees in an idle comm",
-                cJSON_GetArraySize(cJSON_GetObjectItem(comm, "inflight")));
-      check_ring(comm, last);
-      /* The host's proxy thread, with frames, symbolized at least once. */
-      cJSON *t;
-      int proxy_seen = 0, symbols = 0;
-      cJSON_ArrayForEach(t, (cJSON *)wdh_jpath(j, "threads.list")) {
-        const char *name = wdh_jstr(t, "name");
-        cJSON *fr;
-        cJSON_ArrayForEach(fr, cJSON_GetObjectItem(t, "frames")) if (wdh_jstr(fr, "symbol"))
-            symbols++;
-        if (name && !strcmp(name, "wdh-proxy")) {
-          proxy_seen = 1;
-          const char *st = wdh_jstr(t, "status");
-          WDH_CHECK(st && !strcmp(st, "ok"), "proxy thread status %s", st ? st : "(none)");
-          WDH_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(t, "frames")) > 0,
-                    "no frames for the proxy thread");
-        }
-      }
-      WDH_CHECK(proxy_seen, "the host's proxy thread is not listed");
-      WDH_CHECK(symbols > 0, "no symbolized frame in any thread");
-      wdh_json_free(j);
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
+    const char *reason = wdh_jstr(j, "reason");
+    WDH_CHECK(reason && !strcmp(reason, "signal"), "reason %s", reason ? reason : "(none)");
+    const char *sig = wdh_jstr(j, "trigger.signal");
+    WDH_CHECK(sig && !strcmp(sig, "SIGUSR1"), "trigger.signal %s", sig ? sig : "(none)");
+    cJSON *comm = wdh_jpath(j, "comms.0");
+    WDH_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(j, "comms")) == 1, "comms count");
+    const char *cid = wdh_jstr(comm, "commId");
+    WDH_CHECK(cid && strtoull(cid, NULL, 16) == COMM_ID, "commId %s", cid ? cid : "(none)");
+    uint64_t last = (uint64_t)ops - 1;
+    cJSON *s;
+    int found = 0;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItem(comm, "seq")) {
+      const char *f = wdh_jstr(s, "func");
+      if (!f || strcmp(f, "AllReduce")) continue;
+      found = 1;
+      WDH_CHECK(wdh_jnum(s, "lastEnqueued", -2) == (double)last, "lastEnqueued %g vs %llu",
+                wdh_jnum(s, "lastEnqueued", -2), (unsigned long long)last);
+      WDH_CHECK(wdh_jnum(s, "lastCompleted", -2) == (double)last, "lastCompleted %g vs %llu",
+                wdh_jnum(s, "lastCompleted", -2), (unsigned long long)last);
     }
-    free(paths[0]);
+    WDH_CHECK(found, "no AllReduce entry in seq[]");
+    WDH_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(comm, "inflight")) == 0,
+              "%d in-flight trees in an idle comm",
+              cJSON_GetArraySize(cJSON_GetObjectItem(comm, "inflight")));
+    check_ring(comm, last);
+    /* The host's proxy thread, with frames, symbolized at least once. */
+    cJSON *t;
+    int proxy_seen = 0, symbols = 0;
+    cJSON_ArrayForEach(t, (cJSON *)wdh_jpath(j, "threads.list")) {
+      const char *name = wdh_jstr(t, "name");
+      cJSON *fr;
+      cJSON_ArrayForEach(fr, cJSON_GetObjectItem(t, "frames")) if (wdh_jstr(fr, "symbol"))
+          symbols++;
+      if (name && !strcmp(name, "wdh-proxy")) {
+        proxy_seen = 1;
+        const char *st = wdh_jstr(t, "status");
+        WDH_CHECK(st && !strcmp(st, "ok"), "proxy thread status %s", st ? st : "(none)");
+        WDH_CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(t, "frames")) > 0,
+                  "no frames for the proxy thread");
+      }
+    }
+    WDH_CHECK(proxy_seen, "the host's proxy thread is not listed");
+    WDH_CHECK(symbols > 0, "no symbolized frame in any thread");
+    wdh_json_free(j);
   }
   wdh_proxy_destroy(px);
   wdh_comm_finalize(&c);
   wdh_unload(&p);
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
   printf("healthy run: %d ops\n", ops);
-  int rc = wdh_check_summary("scenario_healthy");
-  if (rc) {
-    wdh_log_print();
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  } else {
-    wdh_rmtree(dir);
-  }
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_healthy", dir);
 }

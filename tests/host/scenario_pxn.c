@@ -19,10 +19,7 @@
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("pxn");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "300ms", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("pxn", "300ms", "50ms");
   wdh_plugin p;
   if (wdh_load(&p, path, 0) != 0) return 1;
   wdh_comm c;
@@ -54,13 +51,8 @@ int main(void) {
   WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "%d stall dumps for PXN events",
             wdh_list_dumps(dir, "stall", NULL, 0));
 
-  kill(getpid(), SIGUSR1);
-  WDH_CHECK(wdh_wait_dumps(dir, "signal", 1, 5000) == 1, "no signal dump");
-  char *paths[1];
-  if (wdh_list_dumps(dir, "signal", paths, 1) == 1) {
-    WDH_CHECK(wdh_validate_dump(paths[0]) == 0, "%s does not validate", paths[0]);
-    cJSON *j = wdh_json_load(paths[0]);
-    WDH_CHECK(j != NULL, "cannot parse");
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
     cJSON *det = wdh_jpath(j, "detached");
     WDH_CHECK(det != NULL, "no detached section");
     int open_foreign = 0, open_steps = 0;
@@ -87,19 +79,9 @@ int main(void) {
       WDH_CHECK(wdh_jnum(n, "pid", getpid()) != other, "foreign ProxyOp in comm inflight");
     }
     wdh_json_free(j);
-    free(paths[0]);
   }
   wdh_comm_finalize(&c);
   wdh_unload(&p);
   munmap(guard, 4096);
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
-  int rc = wdh_check_summary("scenario_pxn");
-  if (rc) {
-    wdh_log_print();
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  } else {
-    wdh_rmtree(dir);
-  }
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_pxn", dir);
 }

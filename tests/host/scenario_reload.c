@@ -44,10 +44,7 @@ static int wait_handled(int want, unsigned ms) {
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("reload");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "5s", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("reload", "5s", "50ms");
 
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
@@ -119,14 +116,5 @@ int main(void) {
     wdh_comm_finalize(&c);
     wdh_unload(&p);
   }
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
-  int rc = wdh_check_summary("scenario_reload");
-  if (rc) {
-    wdh_log_print();
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  } else {
-    wdh_rmtree(dir);
-  }
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_reload", dir);
 }

@@ -16,10 +16,8 @@
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
-  char *dir = wdh_tempdir("reuse");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "60s", 1); /* the pinned op is not what is tested here */
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  /* A long timeout: the pinned op is not what is tested here. */
+  char *dir = wdh_scenario_dir("reuse", "60s", "50ms");
   wdh_plugin p;
   if (wdh_load(&p, path, 0) != 0) return 1;
   wdh_comm c;
@@ -100,12 +98,8 @@ int main(void) {
   d.peer = 1;
   void *late = wdh_start(&p, c.ctx, &d);
 
-  kill(getpid(), SIGUSR1);
-  WDH_CHECK(wdh_wait_dumps(dir, "signal", 1, 5000) == 1, "no signal dump");
-  char *paths[1];
-  if (wdh_list_dumps(dir, "signal", paths, 1) == 1) {
-    cJSON *j = wdh_json_load(paths[0]);
-    WDH_CHECK(j != NULL, "cannot parse");
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
     cJSON *n, *coll = NULL;
     int colls = 0;
     cJSON_ArrayForEach(n, (cJSON *)wdh_jpath(j, "comms.0.inflight")) {
@@ -142,20 +136,10 @@ int main(void) {
     WDH_CHECK(wdh_jnum(j, "comms.0.staleHandles", -1) == 0, "staleHandles %g",
               wdh_jnum(j, "comms.0.staleHandles", -1));
     wdh_json_free(j);
-    free(paths[0]);
   }
   wdh_stop(&p, late);
   wdh_op_resume(&pinned);
   wdh_comm_finalize(&c);
   wdh_unload(&p);
-  WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
-  int rc = wdh_check_summary("scenario_reuse");
-  if (rc) {
-    wdh_log_print();
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  } else {
-    wdh_rmtree(dir);
-  }
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_reuse", dir);
 }

@@ -70,10 +70,7 @@ static int child_main(int rank, const char *dir) {
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--child")) return child_main(atoi(argv[2]), argv[3]);
   if (!wdh_plugin_path()) return 77;
-  char *dir = wdh_tempdir("trigger");
-  setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "300ms", 1);
-  setenv("NCCL_WATCHDOG_POLL", "50ms", 1);
+  char *dir = wdh_scenario_dir("trigger", "300ms", "50ms");
   pid_t pids[NPROC];
   for (int r = 0; r < NPROC; r++) {
     fflush(NULL);
@@ -88,12 +85,8 @@ int main(int argc, char **argv) {
   uint64_t end = wdh_now_ns() + 40000000000ull;
   for (int r = 0; r < NPROC; r++) {
     int st = 0;
-    pid_t w = 0;
-    while ((w = waitpid(pids[r], &st, WNOHANG)) == 0 && wdh_now_ns() < end) wdh_sleep_ms(10);
-    if (w == 0) {
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], &st, 0);
-    }
+    uint64_t now = wdh_now_ns();
+    wdh_wait_child(pids[r], now < end ? (unsigned)((end - now) / 1000000) : 0, &st);
     WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: status 0x%x (exit %d, signal %d)",
               r, st, WIFEXITED(st) ? WEXITSTATUS(st) : -1, WIFSIGNALED(st) ? WTERMSIG(st) : 0);
   }
@@ -135,11 +128,5 @@ int main(int argc, char **argv) {
   for (int r = 0; r < NPROC; r++)
     WDH_CHECK(from[r] == (r == HANG_RANK ? 0 : 1), "rank %d wrote %d peer dumps", r, from[r]);
 
-  int rc = wdh_check_summary("scenario_trigger");
-  if (rc)
-    fprintf(stderr, "dumps kept in %s\n", dir);
-  else
-    wdh_rmtree(dir);
-  free(dir);
-  return rc;
+  return wdh_scenario_end("scenario_trigger", dir);
 }

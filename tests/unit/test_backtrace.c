@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "wd_test_util.h"
+
 #ifndef __has_feature
 #define __has_feature(x) 0
 #endif
@@ -32,43 +34,7 @@
 
 /* ---- child-side checks ---- */
 
-static int g_fail;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      g_fail++;                                                                \
-    }                                                                          \
-  } while (0)
-
-static int run_isolated(void (*fn)(void), int timeout_s) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    g_fail = 0;
-    fn();
-    fflush(stderr);
-    /* exit (not _exit) so LeakSanitizer checks the child. */
-    exit(g_fail ? 1 : 0);
-  }
-  for (int i = 0; i < timeout_s * 100; i++) {
-    int st;
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid) {
-      if (WIFEXITED(st)) return WEXITSTATUS(st);
-      fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
-      return 128 + WTERMSIG(st);
-    }
-    struct timespec ts = {0, 10000000};
-    nanosleep(&ts, NULL);
-  }
-  fprintf(stderr, "child timed out after %d s\n", timeout_s);
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  return -1;
-}
+#define CHECK(cond) WD_CHILD_CHECK(cond)
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -509,11 +475,13 @@ static void child_chain_and_fini(void) {
 
 /* ---- CUnit wrappers ---- */
 
-static void test_all_threads(void) { CU_ASSERT_EQUAL(run_isolated(child_all_threads, 60), 0); }
-static void test_repeat(void) { CU_ASSERT_EQUAL(run_isolated(child_repeat, 90), 0); }
-static void test_churn(void) { CU_ASSERT_EQUAL(run_isolated(child_churn, 90), 0); }
-static void test_no_answer(void) { CU_ASSERT_EQUAL(run_isolated(child_no_answer, 30), 0); }
-static void test_chain_and_fini(void) { CU_ASSERT_EQUAL(run_isolated(child_chain_and_fini, 30), 0); }
+static void test_all_threads(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_all_threads, 60), 0); }
+static void test_repeat(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_repeat, 90), 0); }
+static void test_churn(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_churn, 90), 0); }
+static void test_no_answer(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_no_answer, 30), 0); }
+static void test_chain_and_fini(void) {
+  CU_ASSERT_EQUAL(wd_test_isolated(child_chain_and_fini, 30), 0);
+}
 
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;

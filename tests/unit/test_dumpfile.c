@@ -22,6 +22,7 @@
 
 #include "flightrec/dumpfile.h"
 #include "plugin/log.h"
+#include "wd_test_util.h"
 
 static char g_tmp[PATH_MAX];
 
@@ -43,33 +44,10 @@ static void count_warns(ncclDebugLogLevel level, unsigned long flags, const char
   if (level == NCCL_LOG_WARN) g_warns++;
 }
 
-static void rm_rf(const char *path) {
-  struct stat st;
-  if (lstat(path, &st) != 0) return;
-  if (S_ISDIR(st.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *de;
-    while (d && (de = readdir(d)) != NULL) {
-      if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-      char sub[PATH_MAX * 2];
-      pathf(sub, sizeof(sub), "%s/%s", path, de->d_name);
-      rm_rf(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
-static int setup(void) {
-  const char *t = getenv("TMPDIR");
-  pathf(g_tmp, sizeof(g_tmp), "%s/wd-test-dumpfile-XXXXXX", t && *t ? t : "/tmp");
-  return mkdtemp(g_tmp) ? 0 : -1;
-}
+static int setup(void) { return wd_test_mkdtemp(g_tmp, sizeof(g_tmp), "dumpfile"); }
 
 static int teardown(void) {
-  rm_rf(g_tmp);
+  wd_test_rmtree(g_tmp);
   return 0;
 }
 
@@ -349,7 +327,8 @@ static void test_trigger_cheap_poll(void) {
 
 /* File systems without RENAME_NOREPLACE (NFS, older kernels): link() + unlink() must give the same
  * guarantees. A forked child makes renameat2 fail with ENOSYS through seccomp. */
-static int child_without_renameat2(const char *dir) {
+static int child_without_renameat2(void *arg) {
+  const char *dir = arg;
 #ifdef SYS_renameat2
   struct sock_filter filter[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
@@ -384,22 +363,9 @@ static void test_link_fallback(void) {
   char dir[PATH_MAX + 16];
   pathf(dir, sizeof(dir), "%s/nolink", g_tmp);
   CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
-  fflush(NULL);
-  pid_t pid = fork();
-  CU_ASSERT_FATAL(pid >= 0);
-  if (pid == 0) _exit(child_without_renameat2(dir));
-  int status = 0;
-  for (int i = 0; i < 1000; i++) { /* at most 10 s */
-    if (waitpid(pid, &status, WNOHANG) == pid) break;
-    struct timespec ts = {0, 10000000};
-    nanosleep(&ts, NULL);
-    if (i == 999) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-    }
-  }
-  CU_ASSERT(WIFEXITED(status));
-  CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+  int rc = wd_test_in_child(child_without_renameat2, dir, 10);
+  CU_ASSERT(rc >= 0 && rc < 128); /* forked, finished in time, not killed by a signal */
+  CU_ASSERT_EQUAL(rc, 0);
 }
 
 static void test_hostname(void) {

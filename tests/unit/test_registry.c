@@ -1,6 +1,5 @@
 /* Contexts, the registry and the process lifecycle, through the exported tables. */
 #include <CUnit/Basic.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -14,6 +13,7 @@
 #include "plugin/context.h"
 #include "plugin/profiler_abi.h"
 #include "plugin/track.h"
+#include "wd_test_util.h"
 
 extern ncclProfiler_v4_t ncclProfiler_v4;
 extern ncclProfiler_v5_t ncclProfiler_v5;
@@ -226,25 +226,6 @@ static void test_finalize_in_flight(void) {
   CU_ASSERT_PTR_NULL(h);
 }
 
-/* Run fn in a forked child with a bounded wait; returns its wait status, or -1 when it hung. */
-static int run_in_child(int (*fn)(void *), void *arg) {
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) _exit(fn(arg));
-  int status = 0;
-  pid_t got = 0;
-  for (int i = 0; i < 1000 && got == 0; i++) {
-    got = waitpid(pid, &status, WNOHANG);
-    if (got == 0) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-  }
-  if (got == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return -1;
-  }
-  return status;
-}
-
 /* NCCL's proxy thread can still update or stop an event started under a finalized context
  * (ProxyCtrl events use the context of the communicator that created the proxy thread, which
  * can be finalized while a split communicator sharing that proxy lives on). Finalize therefore
@@ -325,31 +306,18 @@ static int child_checks(void *arg) {
 static void test_fork_child_quiet(void) {
   fork_ctx = init5(0xb1, "parent", 2, 0, NULL, fake_logger);
   CU_ASSERT_PTR_NOT_NULL_FATAL(fork_ctx);
-  int status = run_in_child(child_checks, NULL);
-  CU_ASSERT_TRUE(status != -1 && WIFEXITED(status));
-  CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+  int rc = wd_test_in_child(child_checks, NULL, 10);
+  CU_ASSERT_TRUE(rc >= 0 && rc < 128); /* finished in time, not killed by a signal */
+  CU_ASSERT_EQUAL(rc, 0);
   /* The parent is unaffected. */
   CU_ASSERT_TRUE(wd_registry_has(fork_ctx));
   CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(fork_ctx), ncclSuccess);
 }
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmpdir, sizeof tmpdir, "%s/wd-test-registry-XXXXXX", base && *base ? base : "/tmp");
-  if (mkdtemp(tmpdir) == NULL) return 2;
-  setenv("NCCL_WATCHDOG_DUMP_DIR", tmpdir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "3600", 1);
-  setenv("NCCL_WATCHDOG_POLL", "60", 1);
-  setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
-  unsetenv("NCCL_WATCHDOG_ENABLE");
-  unsetenv("NCCL_WATCHDOG_EVENT_MASK");
-  unsetenv("NCCL_WATCHDOG_CONFIG");
+  if (wd_test_mkdtemp(tmpdir, sizeof tmpdir, "registry") != 0) return 2;
+  wd_test_quiet_env(tmpdir);
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
   CU_pSuite s = CU_add_suite("registry", NULL, NULL);
   CU_add_test(s, "three contexts", test_three_contexts);
@@ -364,6 +332,6 @@ int main(void) {
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
   CU_cleanup_registry();
-  nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  wd_test_rmtree(tmpdir);
   return failed ? 1 : 0;
 }

@@ -77,14 +77,20 @@ static void test_empty(void) {
   wd_ring_destroy(&r);
 }
 
+/* Records 0..n-1 of that writer, written one after the other. */
+static void write_recs(wd_ring *r, uint32_t writer, uint32_t n) {
+  wd_record rec;
+  for (uint32_t i = 0; i < n; i++) {
+    make_rec(&rec, writer, i);
+    wd_ring_write(r, &rec);
+  }
+}
+
 static void test_order(void) {
   wd_ring r;
   CU_ASSERT_EQUAL_FATAL(wd_ring_init(&r, 16), 0);
-  wd_record rec, out[16];
-  for (uint32_t i = 0; i < 10; i++) {
-    make_rec(&rec, 1, i);
-    wd_ring_write(&r, &rec);
-  }
+  wd_record out[16];
+  write_recs(&r, 1, 10);
   uint32_t torn;
   uint64_t lost;
   uint32_t n = wd_ring_snapshot(&r, out, 16, &torn, &lost);
@@ -106,11 +112,8 @@ static void test_order(void) {
 static void test_wrap(void) {
   wd_ring r;
   CU_ASSERT_EQUAL_FATAL(wd_ring_init(&r, 16), 0);
-  wd_record rec, out[32];
-  for (uint32_t i = 0; i < 37; i++) {
-    make_rec(&rec, 2, i);
-    wd_ring_write(&r, &rec);
-  }
+  wd_record out[32];
+  write_recs(&r, 2, 37);
   CU_ASSERT_EQUAL(atomic_load(&r.head), 37);
   uint32_t torn;
   uint64_t lost;
@@ -131,11 +134,8 @@ static void test_wrap(void) {
 static void test_torn(void) {
   wd_ring r;
   CU_ASSERT_EQUAL_FATAL(wd_ring_init(&r, 16), 0);
-  wd_record rec, out[16];
-  for (uint32_t i = 0; i < 16; i++) {
-    make_rec(&rec, 3, i);
-    wd_ring_write(&r, &rec);
-  }
+  wd_record out[16];
+  write_recs(&r, 3, 16);
   r.recs[5].turn = 2 * 5 + 1;         /* writer of ticket 5 still inside */
   r.recs[9].turn = 2 * (9 + 16) + 1;  /* writer of ticket 25 already inside */
   r.recs[12].turn = 2 * (12 + 16) + 2; /* overwritten after head was read */
@@ -165,11 +165,8 @@ static void test_torn(void) {
 static void test_clear(void) {
   wd_ring r;
   CU_ASSERT_EQUAL_FATAL(wd_ring_init(&r, 16), 0);
-  wd_record rec, out[16];
-  for (uint32_t i = 0; i < 40; i++) {
-    make_rec(&rec, 4, i);
-    wd_ring_write(&r, &rec);
-  }
+  wd_record out[16];
+  write_recs(&r, 4, 40);
   wd_ring_clear(&r);
   uint32_t torn = 9;
   uint64_t lost = 9;
@@ -177,8 +174,7 @@ static void test_clear(void) {
   CU_ASSERT_EQUAL(torn, 0);
   CU_ASSERT_EQUAL(lost, 0);
   /* Tickets restart at 0: old slot contents never pass for new records. */
-  make_rec(&rec, 5, 0);
-  wd_ring_write(&r, &rec);
+  write_recs(&r, 5, 1);
   uint32_t n = wd_ring_snapshot(&r, out, 16, &torn, &lost);
   CU_ASSERT_EQUAL_FATAL(n, 1);
   CU_ASSERT_EQUAL(out[0].a, (uint64_t)5 << 32);

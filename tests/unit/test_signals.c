@@ -19,42 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_fail;
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      g_fail++;                                                                \
-    }                                                                          \
-  } while (0)
+#include "wd_test_util.h"
 
-static int run_isolated(void (*fn)(void), int timeout_s) {
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0) return -1;
-  if (pid == 0) {
-    g_fail = 0;
-    fn();
-    fflush(stderr);
-    exit(g_fail ? 1 : 0);
-  }
-  for (int i = 0; i < timeout_s * 100; i++) {
-    int st;
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid) {
-      if (WIFEXITED(st)) return WEXITSTATUS(st);
-      fprintf(stderr, "child killed by signal %d\n", WTERMSIG(st));
-      return 128 + WTERMSIG(st);
-    }
-    struct timespec ts = {0, 10000000};
-    nanosleep(&ts, NULL);
-  }
-  fprintf(stderr, "child timed out after %d s\n", timeout_s);
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
-  return -1;
-}
+#define CHECK(cond) WD_CHILD_CHECK(cond)
 
 /* Reads the wake fd without blocking: the uint64 written (eventfd sums them), or 0 when empty. */
 static uint64_t read_wake(int fd) {
@@ -257,12 +224,12 @@ static void child_fork(void) {
   close(p[1]);
 }
 
-static void test_prev_plain(void) { CU_ASSERT_EQUAL(run_isolated(child_prev_plain, 30), 0); }
-static void test_prev_siginfo(void) { CU_ASSERT_EQUAL(run_isolated(child_prev_siginfo, 30), 0); }
-static void test_prev_default(void) { CU_ASSERT_EQUAL(run_isolated(child_prev_default, 30), 0); }
-static void test_prev_ignore(void) { CU_ASSERT_EQUAL(run_isolated(child_prev_ignore, 30), 0); }
-static void test_replaced(void) { CU_ASSERT_EQUAL(run_isolated(child_replaced, 30), 0); }
-static void test_fork(void) { CU_ASSERT_EQUAL(run_isolated(child_fork, 30), 0); }
+static void test_prev_plain(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_prev_plain, 30), 0); }
+static void test_prev_siginfo(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_prev_siginfo, 30), 0); }
+static void test_prev_default(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_prev_default, 30), 0); }
+static void test_prev_ignore(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_prev_ignore, 30), 0); }
+static void test_replaced(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_replaced, 30), 0); }
+static void test_fork(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_fork, 30), 0); }
 
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;

@@ -9,7 +9,6 @@
  * called directly with an explicit `now`.
  */
 #include <CUnit/Basic.h>
-#include <ftw.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 #include "plugin/profiler_abi.h"
 #include "plugin/track.h"
 #include "watchdog/scan.h"
+#include "wd_test_util.h"
 
 extern ncclProfiler_v4_t ncclProfiler_v4;
 extern ncclProfiler_v5_t ncclProfiler_v5;
@@ -56,8 +56,8 @@ static wd_context *new_ctx(const char *name, int kch_on) {
   int mask = 0;
   CU_ASSERT_EQUAL(ncclProfiler_v5.init(&c, (uint64_t)(uintptr_t)name, &mask, name, 1, 4, 1, NULL),
                   ncclSuccess);
-  CU_ASSERT_PTR_NOT_NULL(c);
-  if (c) ((wd_context *)c)->kch_on = kch_on; /* as if the mask had (or lacked) KernelCh */
+  CU_ASSERT_PTR_NOT_NULL_FATAL(c); /* ends the calling test */
+  ((wd_context *)c)->kch_on = kch_on; /* as if the mask had (or lacked) KernelCh */
   return c;
 }
 
@@ -72,11 +72,16 @@ static void *start(void *ctx, ncclProfilerEventDescr_v5_t *d) {
   return h;
 }
 
+/* A zeroed v5 descriptor of that type and parent, for the constructors below to fill. */
+static void descr(ncclProfilerEventDescr_v5_t *d, uint64_t type, void *parent) {
+  memset(d, 0, sizeof *d);
+  d->type = type;
+  d->parentObj = parent;
+}
+
 static void *coll(void *ctx, void *parent, const char *func, uint64_t seq, uint8_t nch) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileColl;
-  d.parentObj = parent;
+  descr(&d, ncclProfileColl, parent);
   d.coll.seqNumber = seq;
   d.coll.func = func;
   d.coll.count = 1024;
@@ -91,8 +96,7 @@ static void *coll(void *ctx, void *parent, const char *func, uint64_t seq, uint8
 
 static void *p2p(void *ctx, const char *func, int peer, uint8_t nch) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileP2p;
+  descr(&d, ncclProfileP2p, NULL);
   d.p2p.func = func;
   d.p2p.datatype = "ncclInt8";
   d.p2p.count = 4096;
@@ -103,9 +107,7 @@ static void *p2p(void *ctx, const char *func, int peer, uint8_t nch) {
 
 static void *proxyop(void *ctx, void *parent, pid_t pid, uint8_t ch, int peer, int nsteps, int send) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileProxyOp;
-  d.parentObj = parent;
+  descr(&d, ncclProfileProxyOp, parent);
   d.proxyOp.pid = pid;
   d.proxyOp.channelId = ch;
   d.proxyOp.peer = peer;
@@ -117,18 +119,14 @@ static void *proxyop(void *ctx, void *parent, pid_t pid, uint8_t ch, int peer, i
 
 static void *step(void *ctx, void *parent, int s) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileProxyStep;
-  d.parentObj = parent;
+  descr(&d, ncclProfileProxyStep, parent);
   d.proxyStep.step = s;
   return start(ctx, &d);
 }
 
 static void *kch(void *ctx, void *parent, uint8_t ch) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileKernelCh;
-  d.parentObj = parent;
+  descr(&d, ncclProfileKernelCh, parent);
   d.kernelCh.channelId = ch;
   d.kernelCh.pTimer = 1000 + ch;
   return start(ctx, &d);
@@ -136,9 +134,7 @@ static void *kch(void *ctx, void *parent, uint8_t ch) {
 
 static void *simple(void *ctx, uint64_t type, void *parent) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = type;
-  d.parentObj = parent;
+  descr(&d, type, parent);
   return start(ctx, &d);
 }
 
@@ -200,7 +196,6 @@ static void age(uint64_t ago, void **hs, int n) {
 
 static void test_coll_completion_with_kernels(void) {
   wd_context *c = new_ctx("completion", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   const char *f = "AllReduce";
   CU_ASSERT_EQUAL(enq_of(c, f), -1);
   void *h = coll(c, NULL, f, 0, 2);
@@ -293,7 +288,6 @@ static void test_coll_completion_with_kernels(void) {
 /* Children may all finish before the Coll's own stop; P2p counts; no kernel channels. */
 static void test_completion_variants(void) {
   wd_context *c = new_ctx("variants", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   /* Children done first: the Coll's stop completes it. */
   void *h = coll(c, NULL, "AllGather", 4, 1);
   void *k = kch(c, h, 0);
@@ -366,7 +360,6 @@ static void test_completion_variants(void) {
 /* ProxyOps that start after their Coll stopped attach to it and keep it alive. */
 static void test_late_proxyops_keep_coll(void) {
   wd_context *c = new_ctx("late-proxy", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   void *h = coll(c, NULL, "AllReduce", 0, 2);
   stop(h);
   void *op1 = proxyop(c, h, getpid(), 0, 1, 4, 1);
@@ -390,7 +383,6 @@ static void test_late_proxyops_keep_coll(void) {
 /* A parent's slot is never handed out while a child references it, however many events pass. */
 static void test_parent_slot_not_reused(void) {
   wd_context *c = new_ctx("no-reuse", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   void *h = coll(c, NULL, "AllReduce", 7, 1);
   stop(h);
   void *op = proxyop(c, h, getpid(), 3, 5, 2, 0); /* after the parent stopped */
@@ -438,7 +430,6 @@ static void test_parent_slot_not_reused(void) {
 
 static void test_stale_handles_ignored(void) {
   wd_context *c = new_ctx("stale", 0);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   void *h = coll(c, NULL, "Reduce", 0, 2);
   stop(h);
   CU_ASSERT_FALSE(alive(h));
@@ -498,12 +489,10 @@ static void test_stale_handles_ignored(void) {
 
 static void test_null_and_unknown(void) {
   wd_context *c = new_ctx("nulls", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   uint64_t ring = ring_head(&c->ring), pring = ring_head(&c->proxy_ring);
   uint64_t det = ring_head(&wd_proc.detached_ring);
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileColl;
+  descr(&d, ncclProfileColl, NULL);
   void *h = (void *)0x5;
   CU_ASSERT_EQUAL(ncclProfiler_v5.startEvent(NULL, &h, &d), ncclSuccess);
   CU_ASSERT_PTR_NULL(h);
@@ -571,7 +560,6 @@ static void test_null_and_unknown(void) {
 
 static void test_pxn_pid(void) {
   wd_context *c = new_ctx("pxn", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   uint64_t ring = ring_head(&c->ring), pring = ring_head(&c->proxy_ring);
   uint64_t det = ring_head(&wd_proc.detached_ring);
   pid_t other = getpid() + 100000;
@@ -686,7 +674,6 @@ static void test_foreign_context(void) {
 
 static void test_superseded_retired(void) {
   wd_context *c = new_ctx("superseded", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   /* A: its kernels never come (a graph captured and never replayed, or a lost stop). */
   void *a = coll(c, NULL, "AllReduce", 0, 2);
@@ -710,7 +697,6 @@ static void test_superseded_retired(void) {
 
   /* A childless later completion vouches for nothing: A2 stays, and is not reached. */
   c = new_ctx("not-superseded", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   void *a2 = coll(c, NULL, "Broadcast", 0, 1);
   stop(a2);
   void *b2 = coll(c, NULL, "Broadcast", 1, 0);
@@ -742,7 +728,6 @@ static int find_stop(const wd_record *recs, uint32_t n, uint32_t slot_id) {
  * abandoned, leaf first, and the operation completes. */
 static void test_abandon_under_superseded(void) {
   wd_context *c = new_ctx("abandon", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   void *a = coll(c, NULL, "AllReduce", 0, 1);
   stop(a);
@@ -805,7 +790,6 @@ static void test_abandon_under_superseded(void) {
 
 static void test_stall_rule(void) {
   wd_context *c = new_ctx("stall", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   const char *f = "AllGather";
   void *h = coll(c, NULL, f, 5, 1);
@@ -909,7 +893,6 @@ static void test_stall_rule(void) {
  * ProxyOp that had just progressed and retired its operation at once). */
 static void test_settle_when_now_is_behind(void) {
   wd_context *c = new_ctx("settle-race", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   void *a = coll(c, NULL, "AllReduce", 0, 1);
   stop(a);
@@ -935,7 +918,6 @@ static void test_settle_when_now_is_behind(void) {
  * NULL): a P2p of an unknown group vouches for nothing. */
 static void test_p2p_group_hang_not_superseded(void) {
   wd_context *c = new_ctx("p2p-group", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   void *send = p2p(c, "Send", 1, 1);
   void *recv = p2p(c, "Recv", 2, 1);
@@ -973,8 +955,7 @@ static void *group5(void *ctx) { return simple(ctx, ncclProfileGroup, NULL); }
 
 static void *p2p_in(void *ctx, void *group, const char *func, int peer) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileP2p;
+  descr(&d, ncclProfileP2p, NULL);
   d.p2p.func = func;
   d.p2p.peer = peer;
   d.p2p.nChannels = 1;
@@ -987,7 +968,6 @@ static void *p2p_in(void *ctx, void *group, const char *func, int peer) {
  * the hung send of the same group (completed_order once became order + 1, which did). */
 static void test_group_members_not_superseded(void) {
   wd_context *c = new_ctx("group-p2p", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   void *g = group5(c);
   CU_ASSERT_PTR_NOT_NULL_FATAL(g);
@@ -1021,7 +1001,6 @@ static void test_group_members_not_superseded(void) {
 /* An op of an older group whose kernels never come is retired once a later group completed. */
 static void test_older_group_superseded(void) {
   wd_context *c = new_ctx("group-order", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   wd_stall st[4];
   void *g1 = group5(c);
   void *a = coll(c, NULL, "AllReduce", 0, 1);
@@ -1029,8 +1008,7 @@ static void test_older_group_superseded(void) {
   stop(g1);
   void *g2 = group5(c);
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileColl;
+  descr(&d, ncclProfileColl, NULL);
   d.coll.func = "AllReduce";
   d.coll.seqNumber = 1;
   d.coll.nChannels = 1;
@@ -1051,10 +1029,8 @@ static void test_older_group_superseded(void) {
 
 static void test_api_parent_graph_flag(void) {
   wd_context *c = new_ctx("api", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = ncclProfileCollApi;
+  descr(&d, ncclProfileCollApi, NULL);
   d.collApi.func = "AllReduce";
   d.collApi.count = 8;
   d.collApi.graphCaptured = true;
@@ -1225,7 +1201,6 @@ static void *scan_thread(void *arg) {
 
 static void test_threads(void) {
   wd_context *c = new_ctx("threads", 1);
-  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   for (int i = 0; i < NOPS; i++) atomic_store(&handoff[i], NULL);
   /* Grow ahead of need, as the watchdog does each poll: a thread that finds the pool empty
    * while another one grows it drops its event rather than wait. */
@@ -1257,22 +1232,9 @@ static void test_threads(void) {
 
 /* ---------------------------------------------------------------- main */
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  return remove(path);
-}
-
 int main(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmpdir, sizeof tmpdir, "%s/wd-test-track-XXXXXX", base && *base ? base : "/tmp");
-  if (mkdtemp(tmpdir) == NULL) return 2;
-  setenv("NCCL_WATCHDOG_DUMP_DIR", tmpdir, 1);
-  setenv("NCCL_WATCHDOG_TIMEOUT", "3600", 1);
-  setenv("NCCL_WATCHDOG_POLL", "60", 1);
-  setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
-  unsetenv("NCCL_WATCHDOG_ENABLE");
-  unsetenv("NCCL_WATCHDOG_EVENT_MASK");
-  unsetenv("NCCL_WATCHDOG_CONFIG");
+  if (wd_test_mkdtemp(tmpdir, sizeof tmpdir, "track") != 0) return 2;
+  wd_test_quiet_env(tmpdir);
   unsetenv("NCCL_WATCHDOG_UNREACHED_TIMEOUT");
   int mask = 0;
   if (ncclProfiler_v5.init(&anchor, 1, &mask, "anchor", 1, 1, 0, NULL) != ncclSuccess || !anchor)
@@ -1308,6 +1270,6 @@ int main(void) {
   unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
   CU_cleanup_registry();
   ncclProfiler_v5.finalize(anchor);
-  nftw(tmpdir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+  wd_test_rmtree(tmpdir);
   return failed ? 1 : 0;
 }
