@@ -358,91 +358,73 @@ static void put_parent(wd_sb *b, uint32_t parent) {
 
 /* The fields of the event type (the table in docs/dump-format.md). ev is the live event when
  * rendering a node, NULL for a ring record. */
+/* func, then seq for collectives, then count and datatype: what API and operation events share. */
+static void put_call(wd_ctx *c, wd_sb *b, const wd_record *r, int with_seq) {
+  SB_LIT(b, ",\"func\":");
+  sb_name(b, &c->strs[r->func]);
+  if (with_seq) {
+    SB_LIT(b, ",\"seq\":");
+    sb_u64(b, r->a);
+  }
+  SB_LIT(b, ",\"count\":");
+  sb_u64(b, r->count);
+  SB_LIT(b, ",\"datatype\":");
+  sb_name(b, &c->strs[r->dtype]);
+}
+
+static void put_int(wd_sb *b, const char *key_lit, size_t key_len, int64_t v) {
+  sb_mem(b, key_lit, key_len);
+  sb_i64(b, v);
+}
+#define PUT_INT(b, key, v) put_int((b), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (int64_t)(v))
+
 static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev_snap *ev) {
   int state_rec = !ev && r->phase == WD_PH_STATE;
   switch (r->type) {
   case WD_T_COLL:
   case WD_T_CECOLL:
-    SB_LIT(b, ",\"func\":");
-    sb_name(b, &c->strs[r->func]);
-    SB_LIT(b, ",\"seq\":");
-    sb_u64(b, r->a);
-    SB_LIT(b, ",\"count\":");
-    sb_u64(b, r->count);
-    SB_LIT(b, ",\"datatype\":");
-    sb_name(b, &c->strs[r->dtype]);
+    put_call(c, b, r, 1);
     SB_LIT(b, ",\"algo\":");
     sb_name(b, &c->strs[r->algo]);
     SB_LIT(b, ",\"proto\":");
     sb_name(b, &c->strs[r->proto]);
-    SB_LIT(b, ",\"root\":");
-    sb_i64(b, r->peer);
-    SB_LIT(b, ",\"nChannels\":");
-    sb_u64(b, r->nChannels);
-    SB_LIT(b, ",\"nWarps\":");
-    sb_u64(b, r->nWarps);
+    PUT_INT(b, "root", r->peer);
+    PUT_INT(b, "nChannels", r->nChannels);
+    PUT_INT(b, "nWarps", r->nWarps);
     break;
   case WD_T_P2P:
-    SB_LIT(b, ",\"func\":");
-    sb_name(b, &c->strs[r->func]);
-    SB_LIT(b, ",\"count\":");
-    sb_u64(b, r->count);
-    SB_LIT(b, ",\"datatype\":");
-    sb_name(b, &c->strs[r->dtype]);
-    SB_LIT(b, ",\"peer\":");
-    sb_i64(b, r->peer);
-    SB_LIT(b, ",\"nChannels\":");
-    sb_u64(b, r->nChannels);
+    put_call(c, b, r, 0);
+    PUT_INT(b, "peer", r->peer);
+    PUT_INT(b, "nChannels", r->nChannels);
     break;
   case WD_T_COLLAPI:
-    SB_LIT(b, ",\"func\":");
-    sb_name(b, &c->strs[r->func]);
-    SB_LIT(b, ",\"count\":");
-    sb_u64(b, r->count);
-    SB_LIT(b, ",\"datatype\":");
-    sb_name(b, &c->strs[r->dtype]);
-    SB_LIT(b, ",\"root\":");
-    sb_i64(b, r->peer);
+    put_call(c, b, r, 0);
+    PUT_INT(b, "root", r->peer);
     break;
   case WD_T_P2PAPI:
-    SB_LIT(b, ",\"func\":");
-    sb_name(b, &c->strs[r->func]);
-    SB_LIT(b, ",\"count\":");
-    sb_u64(b, r->count);
-    SB_LIT(b, ",\"datatype\":");
-    sb_name(b, &c->strs[r->dtype]);
+    put_call(c, b, r, 0);
     break;
   case WD_T_GROUPAPI:
-    SB_LIT(b, ",\"groupDepth\":");
-    sb_i64(b, r->n);
+    PUT_INT(b, "groupDepth", r->n);
     break;
   case WD_T_PROXYOP:
-    SB_LIT(b, ",\"pid\":");
-    sb_i64(b, r->pid);
-    SB_LIT(b, ",\"channel\":");
-    sb_u64(b, r->channel);
-    SB_LIT(b, ",\"peer\":");
-    sb_i64(b, r->peer);
-    SB_LIT(b, ",\"nSteps\":");
-    sb_i64(b, r->n);
-    SB_LIT(b, ",\"chunkSize\":");
-    sb_u64(b, r->count);
+    PUT_INT(b, "pid", r->pid);
+    PUT_INT(b, "channel", r->channel);
+    PUT_INT(b, "peer", r->peer);
+    PUT_INT(b, "nSteps", r->n);
+    PUT_INT(b, "chunkSize", r->count);
     sb_bool(b, ",\"isSend\":", r->flags & WD_F_SEND);
     break;
   case WD_T_PROXYSTEP:
-    SB_LIT(b, ",\"step\":");
-    sb_i64(b, r->n);
+    PUT_INT(b, "step", r->n);
     if (state_rec) {
-      SB_LIT(b, ",\"transSize\":");
-      sb_u64(b, r->a);
+      PUT_INT(b, "transSize", r->a);
     } else if (ev) {
-      SB_LIT(b, ",\"transSize\":");
-      sb_u64(b, ev->last_trans);
+      PUT_INT(b, "transSize", ev->last_trans);
     }
     break;
   case WD_T_KERNELCH:
-    SB_LIT(b, ",\"channel\":");
-    sb_u64(b, r->channel);
+    PUT_INT(b, "channel", r->channel);
     SB_LIT(b, ",\"pTimer\":");
     sb_hex(b, r->a);
     if (ev && ev->last_trans) {
@@ -452,8 +434,7 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     break;
   case WD_T_PROXYCTRL:
     if (state_rec) {
-      SB_LIT(b, ",\"appendedProxyOps\":");
-      sb_i64(b, r->n);
+      PUT_INT(b, "appendedProxyOps", r->n);
     }
     break;
   case WD_T_NETPLUGIN:
@@ -461,14 +442,11 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     sb_hex(b, r->a);
     break;
   case WD_T_CESYNC:
-    SB_LIT(b, ",\"nRanks\":");
-    sb_i64(b, r->n);
+    PUT_INT(b, "nRanks", r->n);
     break;
   case WD_T_CEBATCH:
-    SB_LIT(b, ",\"numOps\":");
-    sb_i64(b, r->n);
-    SB_LIT(b, ",\"totalBytes\":");
-    sb_u64(b, r->count);
+    PUT_INT(b, "numOps", r->n);
+    PUT_INT(b, "totalBytes", r->count);
     break;
   default:
     break;
