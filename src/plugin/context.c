@@ -75,6 +75,14 @@ static void wd_registry_clear(void) {
   for (unsigned i = 0; i < WD_REG_SIZE; i++) atomic_store_explicit(&wd_registry[i], 0, memory_order_relaxed);
 }
 
+wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
+  if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
+    return NULL;
+  wd_pool *p = (slot_id & WD_SLOT_PROXY_BIT) ? &ctx->proxy_pool : &ctx->pool;
+  uint32_t idx = slot_id & ~WD_SLOT_PROXY_BIT;
+  return idx < wd_pool_nslots(p) ? wd_pool_slot(p, idx) : NULL;
+}
+
 int wd_tid_slow(void) {
   wd_tid_cache = (int)syscall(SYS_gettid);
   return wd_tid_cache;
@@ -165,6 +173,7 @@ static void wd_context_free(wd_context *ctx) {
   wd_ring_destroy(&ctx->ring);
   wd_ring_destroy(&ctx->proxy_ring);
   wd_pool_destroy(&ctx->pool);
+  wd_pool_destroy(&ctx->proxy_pool);
   ctx->magic = 0;
   free(ctx);
 }
@@ -206,8 +215,12 @@ int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *n
   }
   wd_gpu_uuid(ctx->gpu_uuid, sizeof(ctx->gpu_uuid));
   ctx->cuda_dev = wd_gpu_device();
-  uint32_t initial = wd_proc.cfg.max_events < 2 * WD_CHUNK_SLOTS ? wd_proc.cfg.max_events : 2 * WD_CHUNK_SLOTS;
-  if (!recycled && (wd_pool_init(&ctx->pool, initial, wd_proc.cfg.max_events, 0, ctx) != 0 ||
+  /* Operation-level events are few at a time (a handful per collective in flight); the bulk
+   * is proxy steps. NCCL_WATCHDOG_MAX_EVENTS bounds the proxy pool, a quarter of it the other. */
+  uint32_t op_max = wd_proc.cfg.max_events / 4 > WD_CHUNK_SLOTS ? wd_proc.cfg.max_events / 4 : WD_CHUNK_SLOTS;
+  if (!recycled && (wd_pool_init(&ctx->pool, WD_CHUNK_SLOTS, op_max, 0, ctx) != 0 ||
+                    wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, wd_proc.cfg.max_events,
+                                 WD_SLOT_PROXY_BIT, ctx) != 0 ||
                     wd_ring_init(&ctx->ring, wd_proc.cfg.ring_size) != 0 ||
                     wd_ring_init(&ctx->proxy_ring, wd_proc.cfg.proxy_ring_size) != 0)) {
     WD_WARN("out of memory for communicator %s rank %d: not profiled", ctx->name, rank);
@@ -260,6 +273,7 @@ void wd_context_destroy(wd_context *ctx) {
    * for reuse by the next init; everything is freed at the last finalize. */
   ctx->magic = 0;
   wd_pool_recycle(&ctx->pool);
+  wd_pool_recycle(&ctx->proxy_pool);
   wd_ring_clear(&ctx->ring);
   wd_ring_clear(&ctx->proxy_ring);
   ctx->next = wd_proc.retired;

@@ -27,7 +27,9 @@ typedef struct wd_context {
   char gpu_uuid[WD_UUID_LEN];
   uint64_t init_ns;
   int kch_on; /* KernelCh was in the mask we set: every Coll/P2p gets nChannels kernel children */
-  wd_pool pool;
+  wd_pool pool;       /* operation-level events (application thread, CUDA callbacks) */
+  wd_pool proxy_pool; /* proxy-level events (NCCL's proxy thread): separate free queues keep
+                         each thread's allocations on cache lines the other does not touch */
   wd_ring ring;       /* operation-level records */
   wd_ring proxy_ring; /* proxy-level records */
   _Atomic uint64_t order_next;
@@ -56,6 +58,14 @@ typedef struct wd_process {
 extern wd_process wd_proc;
 /* 1 while process-wide resources exist (first init .. last finalize), 0 in a forked child. */
 extern _Atomic int wd_proc_active;
+
+#define WD_SLOT_PROXY_BIT 0x40000000u /* slot ids of a context's proxy pool */
+
+/* The pools of a context, for scans. */
+static inline wd_pool *wd_ctx_pool(wd_context *ctx, int i) { return i ? &ctx->proxy_pool : &ctx->pool; }
+#define WD_CTX_NPOOLS 2
+/* The slot a slot id of this context names, or NULL. */
+wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id);
 
 /* Is ctx a live context of this process? Lock-free. */
 int wd_registry_has(const void *ctx);

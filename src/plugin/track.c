@@ -190,7 +190,8 @@ void *wd_track_start(wd_start_req *req) {
     }
   }
 
-  wd_pool *pool = detached ? &wd_proc.detached : &ctx->pool;
+  wd_pool *pool = detached ? &wd_proc.detached
+                           : (wd_type_is_proxy_level(type) ? &ctx->proxy_pool : &ctx->pool);
   wd_event *ev = wd_pool_alloc(pool);
   if (ev == NULL) {
     if (detached) atomic_fetch_add_explicit(&wd_proc.detached_dropped, 1, memory_order_relaxed);

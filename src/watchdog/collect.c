@@ -21,14 +21,18 @@ static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out) {
   return 0;
 }
 
-static int wd_collect_events(const wd_pool *pool, const wd_context *ctx, uint64_t now,
-                             wd_ev_snap **out, uint32_t *nout) {
-  uint32_t n = wd_pool_nslots(pool), k = 0;
+static int wd_collect_events(const wd_pool *const *pools, int npools, const wd_context *ctx,
+                             uint64_t now, wd_ev_snap **out, uint32_t *nout) {
+  uint32_t n = 0, k = 0;
+  for (int p = 0; p < npools; p++) n += wd_pool_nslots(pools[p]);
   wd_ev_snap *evs = malloc(sizeof(wd_ev_snap) * (n ? n : 1));
   if (evs == NULL) return -1;
-  for (uint32_t i = 0; i < n; i++) {
-    wd_slot_view v;
-    if (wd_slot_read(wd_pool_slot(pool, i), now, ctx, &wd_proc.cfg, &v)) evs[k++] = v.snap;
+  for (int p = 0; p < npools; p++) {
+    uint32_t np = wd_pool_nslots(pools[p]);
+    for (uint32_t i = 0; i < np && k < n; i++) {
+      wd_slot_view v;
+      if (wd_slot_read(wd_pool_slot(pools[p], i), now, ctx, &wd_proc.cfg, &v)) evs[k++] = v.snap;
+    }
   }
   *out = evs;
   *nout = k;
@@ -58,7 +62,8 @@ static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
   }
   c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   c->p2p_completed = atomic_load(&ctx->p2p_done);
-  wd_collect_events(&ctx->pool, ctx, now, &c->events, &c->nevents);
+  const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};
+  wd_collect_events(pools, WD_CTX_NPOOLS, ctx, now, &c->events, &c->nevents);
   wd_collect_ring(&ctx->ring, &c->ring);
   wd_collect_ring(&ctx->proxy_ring, &c->proxy_ring);
   /* The newest record is the communicator's last sign of life (no shared per-callback stamp:
@@ -90,7 +95,8 @@ int wd_collect(wd_dump_input *in, const char *reason, int with_threads) {
       wd_collect_comm(ctx, in->mono_ns, &in->comms[--k]);
     in->ncomms = (uint32_t)wd_proc.nctx;
   }
-  wd_collect_events(&wd_proc.detached, NULL, in->mono_ns, &in->detached, &in->ndetached);
+  const wd_pool *detached = &wd_proc.detached;
+  wd_collect_events(&detached, 1, NULL, in->mono_ns, &in->detached, &in->ndetached);
   wd_collect_ring(&wd_proc.detached_ring, &in->detached_ring);
   pthread_mutex_unlock(&wd_proc.lock);
 

@@ -60,15 +60,14 @@ static int wd_wait_priority(unsigned type) {
   }
 }
 
-void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
+void wd_describe_wait(wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
                       unsigned len) {
-  const wd_pool *pool = &ctx->pool;
-  uint32_t n = wd_pool_nslots(pool);
   wd_slot_view best, v, op;
   memset(&best, 0, sizeof(best));
   int have = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    wd_event *ev = wd_pool_slot(pool, i);
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+  for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
+    wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
     if (atomic_load_explicit(&ev->root, memory_order_relaxed) != root) continue;
     if (!wd_slot_read(ev, now, NULL, NULL, &v) || !v.open || v.snap.children_open) continue;
     /* The open leaf that progressed least recently is what the operation waits on; network
@@ -85,9 +84,8 @@ void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now,
   }
   const wd_record *r = &best.snap.start;
   const char *state = best.snap.last_state == 0xff ? "no state yet" : wd_state_name(best.snap.last_state);
-  if (r->type == WD_T_PROXYSTEP && r->parent != WD_SLOT_NONE && r->parent != WD_SLOT_FOREIGN &&
-      r->parent < wd_pool_nslots(pool) &&
-      wd_slot_read(wd_pool_slot(pool, r->parent), now, NULL, NULL, &op)) {
+  wd_event *parent = r->type == WD_T_PROXYSTEP ? wd_ctx_slot(ctx, r->parent) : NULL;
+  if (parent && wd_slot_read(parent, now, NULL, NULL, &op)) {
     const wd_record *o = &op.snap.start;
     snprintf(buf, len, "ProxyStep %d of %d (%s peer %d, channel %u) in %s", r->n, o->n,
              (o->flags & WD_F_SEND) ? "send to" : "recv from", o->peer, o->channel, state);
@@ -102,7 +100,7 @@ void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now,
   }
 }
 
-static void wd_fill_stall(const wd_context *ctx, const wd_slot_view *v, uint64_t now, wd_stall *s) {
+static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, wd_stall *s) {
   memset(s, 0, sizeof(*s));
   const wd_record *r = &v->snap.start;
   s->comm_id = ctx->comm_id;
@@ -129,10 +127,11 @@ static inline uint64_t wd_quiet_for(const wd_slot_view *v, uint64_t now) {
 
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max) {
-  uint32_t n = wd_pool_nslots(&ctx->pool), nst = 0;
+  uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
-  for (uint32_t i = 0; i < n; i++) {
-    wd_event *ev = wd_pool_slot(&ctx->pool, i);
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+  for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
+    wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
     wd_slot_view v;
     if (!wd_slot_read(ev, now, ctx, cfg, &v)) continue;
     if (v.snap.is_root) {

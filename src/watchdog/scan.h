@@ -32,7 +32,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
                          uint32_t max);
 
 /* Describe what a stalled root operation waits on (its least recently progressed open leaf). */
-void wd_describe_wait(const wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
+void wd_describe_wait(wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
                       unsigned len);
 
 #endif

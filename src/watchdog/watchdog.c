@@ -124,7 +124,8 @@ static void wd_check_stalls(uint64_t now) {
   for (wd_context *ctx = wd_proc.contexts; ctx; ctx = ctx->next) {
     n += wd_scan_context(ctx, now, &wd_proc.cfg, stalls + n, WD_MAX_STALLS - n);
     /* Keep a quarter of the pool free so the hot path does not have to grow it. */
-    wd_pool_reserve(&ctx->pool, wd_pool_nslots(&ctx->pool) / 4);
+    for (int i = 0; i < WD_CTX_NPOOLS; i++)
+      wd_pool_reserve(wd_ctx_pool(ctx, i), wd_pool_nslots(wd_ctx_pool(ctx, i)) / 4);
   }
   wd_pool_reserve(&wd_proc.detached, wd_pool_nslots(&wd_proc.detached) / 4);
   pthread_mutex_unlock(&wd_proc.lock);

@@ -393,7 +393,7 @@ static void test_parent_slot_not_reused(void) {
   CU_ASSERT_TRUE(alive(op));
   wd_record coll_rec = start_rec(h), op_rec = start_rec(op);
   uint32_t coll_tag = atomic_load(&slot(h)->tag), op_tag = atomic_load(&slot(op)->tag);
-  uint32_t nslots = wd_pool_nslots(&c->pool);
+  uint32_t nslots = wd_pool_nslots(&c->pool) + wd_pool_nslots(&c->proxy_pool);
   int hit = 0;
   for (int i = 0; i < 6000; i++) {
     void *e = simple(c, (i & 1) ? ncclProfileProxyCtrl : ncclProfileCollApi, NULL);
@@ -405,7 +405,7 @@ static void test_parent_slot_not_reused(void) {
     stop(e);
   }
   CU_ASSERT_EQUAL(hit, 0);
-  CU_ASSERT_EQUAL(wd_pool_nslots(&c->pool), nslots); /* churn alone never grows the pool */
+  CU_ASSERT_EQUAL(wd_pool_nslots(&c->pool) + wd_pool_nslots(&c->proxy_pool), nslots); /* churn alone never grows the pools */
   CU_ASSERT_EQUAL(atomic_load(&slot(h)->tag), coll_tag);
   CU_ASSERT_EQUAL(atomic_load(&slot(op)->tag), op_tag);
   CU_ASSERT_PTR_EQUAL(wd_event_from_handle(h), slot(h));
@@ -445,7 +445,7 @@ static void test_stale_handles_ignored(void) {
   /* Let the slot be reused by another event, then use the old handle again. */
   void *e = NULL;
   for (int i = 0; i < 10000; i++) {
-    e = simple(c, ncclProfileProxyCtrl, NULL);
+    e = simple(c, ncclProfileCollApi, NULL); /* operation-level: the Coll's own pool */
     if (e == NULL || slot(e) == slot(h)) break;
     stop(e);
     e = NULL;
@@ -611,7 +611,7 @@ static void test_pxn_pid(void) {
   /* A ProxyOp with our pid under our Coll is ours. */
   void *h = coll(c, NULL, "AllReduce", 0, 1);
   void *mine = proxyop(c, h, getpid(), 0, 1, 1, 1);
-  CU_ASSERT_TRUE(wd_pool_owns(&c->pool, slot(mine)));
+  CU_ASSERT_TRUE(wd_pool_owns(&c->proxy_pool, slot(mine)));
   CU_ASSERT_EQUAL(start_rec(mine).flags & WD_F_DETACHED, 0);
   free_ctx(c);
 }
@@ -1204,8 +1204,11 @@ static void test_threads(void) {
   for (int i = 0; i < NOPS; i++) atomic_store(&handoff[i], NULL);
   /* Grow ahead of need, as the watchdog does each poll: a thread that finds the pool empty
    * while another one grows it drops its event rather than wait. */
-  for (int i = 0; i < 8; i++) wd_pool_reserve(&c->pool, 2 * NOPS + 1024);
-  CU_ASSERT_TRUE(wd_pool_nslots(&c->pool) >= 2 * NOPS);
+  for (int i = 0; i < 8; i++) {
+    wd_pool_reserve(&c->pool, 2 * NOPS + 1024);
+    wd_pool_reserve(&c->proxy_pool, 2 * NOPS + 1024);
+  }
+  CU_ASSERT_TRUE(wd_pool_nslots(&c->proxy_pool) >= 2 * NOPS);
   pthread_t pt, wt;
   atomic_store(&scanning, 1);
   CU_ASSERT_EQUAL_FATAL(pthread_create(&pt, NULL, proxy_thread, c), 0);
@@ -1224,8 +1227,9 @@ static void test_threads(void) {
   CU_ASSERT_EQUAL(done_of(c, "AllReduce"), NOPS - 1);
   CU_ASSERT_EQUAL(atomic_load(&c->dropped), 0);
   uint32_t live = 0;
-  for (uint32_t i = 0; i < wd_pool_nslots(&c->pool); i++)
-    live += atomic_load(&wd_pool_slot(&c->pool, i)->live);
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+    for (uint32_t i = 0; i < wd_pool_nslots(wd_ctx_pool(c, p)); i++)
+      live += atomic_load(&wd_pool_slot(wd_ctx_pool(c, p), i)->live);
   CU_ASSERT_EQUAL(live, 0);
   free_ctx(c);
 }
