@@ -38,6 +38,7 @@ typedef struct wd_context {
   _Atomic int64_t seq_done[WD_NSTR];
   _Atomic int64_t p2p_enq, p2p_done;
   _Atomic uint64_t dropped, stale;
+  uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
   struct wd_context *next; /* process list, under wd_proc.lock */
 } wd_context;
 

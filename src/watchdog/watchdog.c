@@ -126,6 +126,15 @@ static void wd_check_stalls(uint64_t now) {
     /* Keep a quarter of the pool free so the hot path does not have to grow it. */
     for (int i = 0; i < WD_CTX_NPOOLS; i++)
       wd_pool_reserve(wd_ctx_pool(ctx, i), wd_pool_nslots(wd_ctx_pool(ctx, i)) / 4);
+    /* Drops are counted on the hot path and reported here, at most once a poll. */
+    uint64_t dropped = atomic_load_explicit(&ctx->dropped, memory_order_relaxed);
+    if (dropped > ctx->dropped_logged) {
+      WD_WARN("comm 0x%llx \"%s\" rank %d: %llu events dropped so far, its event pool is full "
+              "(NCCL_WATCHDOG_MAX_EVENTS=%u): raise it",
+              (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, (unsigned long long)dropped,
+              wd_proc.cfg.max_events);
+      ctx->dropped_logged = dropped;
+    }
   }
   wd_pool_reserve(&wd_proc.detached, wd_pool_nslots(&wd_proc.detached) / 4);
   pthread_mutex_unlock(&wd_proc.lock);
