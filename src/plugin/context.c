@@ -15,7 +15,11 @@
 #include "clock.h"
 #include "log.h"
 
-wd_process wd_proc = {.lock = PTHREAD_MUTEX_INITIALIZER};
+/* Long enough that no late callback of a finalized communicator (NCCL's shared proxy thread) can
+ * still be inside one of its slots when the context is reset for another communicator. */
+#define WD_RETIRE_GRACE_NS (10ull * 1000000000ull)
+
+wd_process wd_proc = {.lock = PTHREAD_MUTEX_INITIALIZER, .retire_grace_ns = WD_RETIRE_GRACE_NS};
 _Atomic int wd_proc_active;
 
 /* Serialises init and finalize (which start and stop the watchdog); wd_proc.lock only guards
@@ -191,10 +195,22 @@ int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *n
   }
   if (!wd_proc.cfg.enable || !atomic_load(&wd_proc_active)) goto done;
 
-  wd_context *ctx = wd_proc.retired;
+  /* Reuse the memory of a communicator finalized long enough ago; until then its slots stay
+   * as they were left (retired, so late calls are ignored, but never reset under them). */
+  wd_context *ctx = NULL, **oldest = NULL;
+  uint64_t now = wd_now_ns();
+  for (wd_context **pp = &wd_proc.retired; *pp; pp = &(*pp)->next) /* newest first */
+    if (now - (*pp)->retired_ns >= wd_proc.retire_grace_ns) oldest = pp;
+  if (oldest) {
+    ctx = *oldest;
+    *oldest = ctx->next;
+  }
   int recycled = ctx != NULL;
   if (recycled) {
-    wd_proc.retired = ctx->next;
+    wd_pool_recycle(&ctx->pool);
+    wd_pool_recycle(&ctx->proxy_pool);
+    wd_ring_clear(&ctx->ring);
+    wd_ring_clear(&ctx->proxy_ring);
     wd_context_reset(ctx);
   } else {
     /* Cache-line aligned: ring heads and queue ends sit on lines of their own. */
@@ -271,12 +287,12 @@ void wd_context_destroy(wd_context *ctx) {
   pthread_mutex_unlock(&wd_proc.lock);
   /* Not freed: NCCL's proxy thread may still stop or update events of this context (ProxyCtrl
    * of a shared proxy). Its slots are retired (stale handles are ignored) and the context waits
-   * for reuse by the next init; everything is freed at the last finalize. */
+   * on the retired list, to be reset and reused by a later init after a grace period;
+   * everything is freed at the last finalize. */
   ctx->magic = 0;
-  wd_pool_recycle(&ctx->pool);
-  wd_pool_recycle(&ctx->proxy_pool);
-  wd_ring_clear(&ctx->ring);
-  wd_ring_clear(&ctx->proxy_ring);
+  wd_pool_retire(&ctx->pool);
+  wd_pool_retire(&ctx->proxy_pool);
+  ctx->retired_ns = wd_now_ns();
   ctx->next = wd_proc.retired;
   wd_proc.retired = ctx;
   if (last) {

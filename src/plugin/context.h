@@ -39,6 +39,7 @@ typedef struct wd_context {
   _Atomic int64_t p2p_enq, p2p_done;
   _Atomic uint64_t dropped, stale;
   uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
+  uint64_t retired_ns;     /* when it was finalized (on the retired list) */
   struct wd_context *next; /* process list, under wd_proc.lock */
 } wd_context;
 
@@ -47,6 +48,7 @@ typedef struct wd_process {
   int nctx;
   wd_context *contexts;
   wd_context *retired; /* finalized contexts kept for reuse (NCCL may still hold handles) */
+  uint64_t retire_grace_ns; /* a finalized context is reused only after this long */
   wd_config cfg;
   pid_t pid;
   int abi_max;

@@ -180,7 +180,7 @@ void wd_pool_free(wd_pool *p, wd_event *ev) {
   wd_q_push(p, ev->slot_id & ~p->id_base);
 }
 
-void wd_pool_recycle(wd_pool *p) {
+void wd_pool_retire(wd_pool *p) {
   uint32_t n = wd_pool_nslots(p);
   for (uint32_t i = 0; i < n; i++) {
     wd_event *ev = wd_pool_at(p, i);
@@ -188,6 +188,11 @@ void wd_pool_recycle(wd_pool *p) {
     atomic_store_explicit(&ev->open, 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
   }
+}
+
+void wd_pool_recycle(wd_pool *p) {
+  uint32_t n = wd_pool_nslots(p);
+  wd_pool_retire(p);
   for (uint32_t i = 0; i <= p->qmask; i++) {
     atomic_store_explicit(&p->cells[i].seq, i, memory_order_relaxed);
     atomic_store_explicit(&p->cells[i].val, 0, memory_order_relaxed);

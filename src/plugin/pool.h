@@ -52,6 +52,9 @@ void wd_pool_free(wd_pool *p, wd_event *ev);
  * chunks: a finalized communicator's pool is recycled for the next one, so memory NCCL may still
  * hold handles into is never freed while the plugin is loaded. No concurrent allocation. */
 void wd_pool_recycle(wd_pool *p);
+/* Only the first half of that: every slot stops matching its handles. Safe while a late call
+ * is still inside one of the slots (the queue is left alone until wd_pool_recycle). */
+void wd_pool_retire(wd_pool *p);
 /* Add one chunk if fewer than min_free slots are free. Off the hot path. */
 void wd_pool_reserve(wd_pool *p, uint32_t min_free);
 uint32_t wd_pool_nslots(const wd_pool *p);

@@ -254,8 +254,16 @@ static void test_callbacks_after_owner_finalized(void) {
   if (ev) CU_ASSERT_TRUE(wd_pool_owns(&wd_proc.detached, ev));
   CU_ASSERT_EQUAL(ncclProfiler_v5.stopEvent(ctrl2), ncclSuccess);
 
-  /* The next init gets the recycled context, fresh: counters, rings, name. */
+  /* Within the grace period a new init gets new memory; after it, the recycled context, fresh:
+   * counters, rings, name. */
+  wd_context *early = init5(0xa4, "too-early", 8, 6, NULL, fake_logger);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(early);
+  CU_ASSERT_PTR_NOT_EQUAL(early, gone);
+  CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(early), ncclSuccess);
+  uint64_t grace = wd_proc.retire_grace_ns;
+  wd_proc.retire_grace_ns = 0;
   wd_context *next = init5(0xa3, "recycled", 8, 5, NULL, fake_logger);
+  wd_proc.retire_grace_ns = grace;
   CU_ASSERT_PTR_NOT_NULL_FATAL(next);
   CU_ASSERT_PTR_EQUAL(next, gone);
   CU_ASSERT_TRUE(wd_registry_has(next));
