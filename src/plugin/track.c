@@ -258,10 +258,17 @@ void *wd_track_start(wd_start_req *req) {
   return wd_event_handle(ev);
 }
 
+/* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
+ * ignored, and counted on the communicator the slot belongs to (immutable, memory still ours). */
+static void wd_count_stale(void *handle) {
+  const wd_event *slot = (const wd_event *)((uintptr_t)handle & ~(uintptr_t)WD_TAG_MASK);
+  if (slot->ctx) atomic_fetch_add_explicit(&slot->ctx->stale, 1, memory_order_relaxed);
+}
+
 void wd_track_stop(void *handle) {
   wd_event *ev = wd_event_from_handle(handle);
   if (ev == NULL) {
-    /* A stale handle is counted on nothing we could trust: just ignore it. */
+    wd_count_stale(handle);
     return;
   }
   if (atomic_exchange_explicit(&ev->open, 0, memory_order_acq_rel) != 1) return;
@@ -270,7 +277,10 @@ void wd_track_stop(void *handle) {
 
 void wd_track_state(void *handle, int state, const void *args) {
   wd_event *ev = wd_event_from_handle(handle);
-  if (ev == NULL) return;
+  if (ev == NULL) {
+    wd_count_stale(handle);
+    return;
+  }
   const ncclProfilerEventStateArgs_t *a = (const ncclProfilerEventStateArgs_t *)args;
   uint64_t now = wd_now_ns();
   wd_recw w;

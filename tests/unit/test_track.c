@@ -436,8 +436,10 @@ static void test_stale_handles_ignored(void) {
   uint64_t ring = ring_head(&c->ring), pring = ring_head(&c->proxy_ring);
   int64_t done = done_of(c, "Reduce");
   uint64_t corder = atomic_load(&c->completed_order);
+  uint64_t stale = atomic_load(&c->stale);
   stop(h);
   state(h, ncclProfilerProxyStepRecvWait, 1);
+  CU_ASSERT_EQUAL(atomic_load(&c->stale), stale + 2); /* counted for the dump, nothing else */
   CU_ASSERT_EQUAL(ring_head(&c->ring), ring);
   CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);
   CU_ASSERT_EQUAL(done_of(c, "Reduce"), done);
