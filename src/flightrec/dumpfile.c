@@ -300,7 +300,7 @@ static int is_trigger(const wd_trigger_watch *w, const char *name) {
 }
 
 static int seen(const wd_trigger_watch *w, const char *name) {
-  unsigned n = w->nseen < 64 ? w->nseen : 64;
+  unsigned n = w->nseen < WD_TRIGGER_SEEN ? w->nseen : WD_TRIGGER_SEEN;
   for (unsigned i = 0; i < n; i++)
     if (strcmp(w->seen[i], name) == 0) return 1;
   return 0;
@@ -344,10 +344,8 @@ static int scan(wd_trigger_watch *w, char *name, size_t len) {
     struct stat st;
     if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
     if (st.st_mtim.tv_sec < w->floor_sec ||
-        (st.st_mtim.tv_sec == w->floor_sec && st.st_mtim.tv_nsec < w->floor_nsec)) {
-      remember(w, de->d_name);
-      continue;
-    }
+        (st.st_mtim.tv_sec == w->floor_sec && st.st_mtim.tv_nsec < w->floor_nsec))
+      continue; /* not remembered by name: that would push recent names out of the ring */
     /* Triggers of the same burst (within the slack of the newest taken) are still returned:
      * readdir order is not age order. */
     if (st.st_mtim.tv_sec - WD_MTIME_SLACK_SEC > w->floor_sec) {

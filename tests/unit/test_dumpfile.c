@@ -325,6 +325,33 @@ static void test_trigger_cheap_poll(void) {
   CU_ASSERT_EQUAL(w.mtime_sec, 200000);
 }
 
+/* Triggers of an earlier incarnation of the job (more of them than the watch remembers by name)
+ * are never answered; a new one still is. */
+static void test_trigger_history(void) {
+  char dir[PATH_MAX + 16], name[256], path[PATH_MAX * 2];
+  pathf(dir, sizeof(dir), "%s/trig3", g_tmp);
+  CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
+  struct timespec old[2] = {{1000000, 0}, {1000000, 0}};
+  for (int i = 0; i < WD_TRIGGER_SEEN + 64; i++) {
+    pathf(path, sizeof(path), "%s/trigger-old-%d-1.json", dir, 1000 + i);
+    FILE *f = fopen(path, "w");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fclose(f);
+    CU_ASSERT_EQUAL(utimensat(AT_FDCWD, path, old, 0), 0);
+  }
+  wd_trigger_watch w;
+  wd_trigger_watch_init(&w, dir, "me", 7);
+  int answered = 0;
+  for (int i = 0; i < WD_TRIGGER_SEEN + 64; i++)
+    answered += wd_trigger_poll(&w, name, sizeof(name), NULL, 0);
+  CU_ASSERT_EQUAL(answered, 0);
+  char posted[256];
+  CU_ASSERT_EQUAL(wd_trigger_post(dir, "peer", 8, "{}", posted, sizeof(posted)), 0);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 1);
+  CU_ASSERT_STRING_EQUAL(name, posted);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 0);
+}
+
 /* File systems without RENAME_NOREPLACE (NFS, older kernels): link() + unlink() must give the same
  * guarantees. A forked child makes renameat2 fail with ENOSYS through seccomp. */
 static int child_without_renameat2(void *arg) {
@@ -386,6 +413,7 @@ int main(void) {
   CU_add_test(s, "8 MB write is complete", test_large_write);
   CU_add_test(s, "link() fallback without renameat2", test_link_fallback);
   CU_add_test(s, "directory resolution and fallback", test_dir_resolution);
+  CU_add_test(s, "trigger history is never answered", test_trigger_history);
   CU_add_test(s, "trigger files", test_triggers);
   CU_add_test(s, "trigger poll only stats an unchanged directory", test_trigger_cheap_poll);
   CU_add_test(s, "host name", test_hostname);
