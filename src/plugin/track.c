@@ -261,6 +261,7 @@ void *wd_track_start(wd_start_req *req) {
 /* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
  * ignored, and counted on the communicator the slot belongs to (immutable, memory still ours). */
 static void wd_count_stale(void *handle) {
+  if ((uintptr_t)handle <= WD_TAG_MASK) return; /* NULL (with or without a tag): no slot */
   const wd_event *slot = (const wd_event *)((uintptr_t)handle & ~(uintptr_t)WD_TAG_MASK);
   if (slot->ctx) atomic_fetch_add_explicit(&slot->ctx->stale, 1, memory_order_relaxed);
 }
