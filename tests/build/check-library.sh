@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The plugin library as NCCL and an installer see it: it exports exactly ncclProfiler_v4/v5/v6,
-# the generic libnccl-profiler.so name points at it, and `cmake --install --prefix` puts both in
-# the prefix. Usage: check-library.sh BUILD_DIR
+# The plugin library as NCCL and an installer see it: it exports exactly ncclProfiler_v4/v5/v6
+# (ASan builds add their own bookkeeping symbols, ignored), the generic libnccl-profiler.so name
+# points at it, and `cmake --install --prefix` puts both in the prefix.
+# Usage: check-library.sh BUILD_DIR
 set -euo pipefail
 build=$1
 lib=$build/lib/libnccl-profiler-watchdog.so
-exports=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort | tr '\n' ' ')
+exports=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^__odr_asan\.' | sort | tr '\n' ' ')
 [ "$exports" = "ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6 " ] ||
   { echo "FAIL exports: got '$exports'"; exit 1; }
 [ "$(readlink "$build/lib/libnccl-profiler.so")" = libnccl-profiler-watchdog.so ] ||
