@@ -81,7 +81,8 @@ typedef struct wd_record {
   uint8_t nChannels;
   uint8_t nWarps;
   uint8_t rsv0;
-  uint32_t rsv1;
+  uint32_t check; /* set by the ring: hash of the rest, so a reader can tell a record two writers
+                     of different laps wrote at once (a writer preempted for a whole lap) */
 } wd_record;
 
 _Static_assert(sizeof(wd_record) == 80, "ring record is 80 bytes");

@@ -27,14 +27,28 @@ void wd_ring_clear(wd_ring *r) {
 
 /* Payload words are stored with relaxed atomics: the turn word orders them, and readers copy
  * while writers may be inside the slot (the turn check discards such copies). */
+/* The last word's high half is the record's check: a hash of the ticket and the other payload
+ * words. Two writers a whole lap apart (one preempted between taking its ticket and finishing)
+ * can be inside one slot at once and leave a mix of both records behind a complete-looking turn;
+ * the check, computed without any extra atomic operation, tells the reader. */
+static inline uint32_t wd_rec_check(uint64_t ticket, const uint64_t *w) {
+  uint64_t h = ticket * 0x9e3779b97f4a7c15ull;
+#pragma GCC unroll 16
+  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h = (h ^ w[i]) * 0xff51afd7ed558ccdull;
+  h = (h ^ (uint32_t)w[WD_RECORD_WORDS - 1]) * 0xc4ceb9fe1a85ec53ull;
+  return (uint32_t)(h >> 32);
+}
+
 void wd_ring_write_w(wd_ring *r, const wd_recw *rec) {
   uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
   uint64_t *dst = (uint64_t *)&r->recs[t & r->mask]; /* ring memory is only accessed as words */
+  uint64_t last = (uint32_t)rec->w[WD_RECORD_WORDS - 1] | ((uint64_t)wd_rec_check(t, rec->w) << 32);
   __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
   /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
   atomic_thread_fence(memory_order_release);
 #pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], rec->w[i], __ATOMIC_RELAXED);
+  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) __atomic_store_n(&dst[i], rec->w[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&dst[WD_RECORD_WORDS - 1], last, __ATOMIC_RELAXED);
   __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
 }
 
@@ -60,6 +74,7 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
     /* Orders the payload loads before the re-check of the turn. */
     atomic_thread_fence(memory_order_acquire);
     if (__atomic_load_n(&src[0], __ATOMIC_RELAXED) != want) { bad++; continue; }
+    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_rec_check(t, w)) { bad++; continue; }
     w[0] = want;
     memcpy(&out[n], w, sizeof(w));
     n++;

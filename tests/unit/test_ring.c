@@ -37,7 +37,6 @@ static void make_rec(wd_record *r, uint32_t writer, uint32_t i) {
   r->state = (uint8_t)i;
   r->flags = (uint8_t)writer;
   r->func = (uint8_t)(i >> 8);
-  r->rsv1 = (uint32_t)(mix(key) >> 16);
 }
 
 /* 1 when r is exactly the record make_rec would write for its own key. */
@@ -46,6 +45,7 @@ static int rec_ok(const wd_record *r) {
   uint64_t key = r->a;
   make_rec(&want, (uint32_t)(key >> 32), (uint32_t)key);
   want.turn = r->turn;
+  want.check = r->check; /* the ring's own hash, verified by wd_ring_snapshot */
   return memcmp(&want, r, sizeof(want)) == 0 && (r->turn & 1) == 0 && r->turn != 0;
 }
 
@@ -131,6 +131,25 @@ static void test_wrap(void) {
 
 /* A writer inside a slot leaves its turn odd; a slot already taken by a newer ticket has a turn
  * that does not match the ticket the reader expects. Both are skipped and counted. */
+/* Two writers a lap apart inside one slot leave a mix behind a complete-looking turn: the
+ * record's check rejects it. */
+static void test_mixed_lap(void) {
+  wd_ring r;
+  CU_ASSERT_EQUAL_FATAL(wd_ring_init(&r, 16), 0);
+  wd_record out[16];
+  write_recs(&r, 3, 16);
+  uint32_t torn;
+  uint64_t lost;
+  CU_ASSERT_EQUAL(wd_ring_snapshot(&r, out, 16, &torn, &lost), 16);
+  CU_ASSERT_EQUAL(torn, 0);
+  r.recs[7].count ^= 1;     /* one word from the other writer */
+  r.recs[11].channel ^= 0x80; /* a byte of the last word, next to the check */
+  CU_ASSERT_EQUAL(wd_ring_snapshot(&r, out, 16, &torn, &lost), 14);
+  CU_ASSERT_EQUAL(torn, 2);
+  for (uint32_t i = 0; i < 14; i++) CU_ASSERT_TRUE(out[i].n != 7 && out[i].n != 11);
+  wd_ring_destroy(&r);
+}
+
 static void test_torn(void) {
   wd_ring r;
   CU_ASSERT_EQUAL_FATAL(wd_ring_init(&r, 16), 0);
@@ -273,6 +292,7 @@ int main(void) {
   CU_add_test(s, "oldest first", test_order);
   CU_add_test(s, "wrap-around counts lost records", test_wrap);
   CU_add_test(s, "torn records are skipped", test_torn);
+  CU_add_test(s, "a lap-mixed record is rejected by its check", test_mixed_lap);
   CU_add_test(s, "clear", test_clear);
   CU_add_test(s, "concurrent writers and a reader", test_concurrent);
   CU_basic_set_mode(CU_BRM_VERBOSE);
