@@ -31,19 +31,17 @@ void wd_ring_clear(wd_ring *r) {
  * words. Two writers a whole lap apart (one preempted between taking its ticket and finishing)
  * can be inside one slot at once and leave a mix of both records behind a complete-looking turn;
  * the check, computed without any extra atomic operation, tells the reader. */
+static inline uint64_t wd_rotl(uint64_t x, unsigned r) { return (x << r) | (x >> (64 - r)); }
+
 static inline uint32_t wd_rec_check(uint64_t ticket, const uint64_t *w) {
-  /* A sum of products by distinct odd constants (independent multiplies, so it pipelines): any
-   * single changed word changes the sum; a final mix spreads it into the kept high half. */
-  static const uint64_t k[WD_RECORD_WORDS] = {
-      0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull, 0xd6e8feb86659fd93ull,
-      0xa0761d6478bd642full, 0xe7037ed1a0b428dbull, 0x8ebc6af09c88c6e3ull, 0x589965cc75374cc3ull,
-      0x1d8e4e27c47d124full, 0xff51afd7ed558ccdull};
-  uint64_t h = ticket * k[0];
+  /* XOR of the words, each rotated by its own amount (one changed word always changes the
+   * result), then one multiply to spread it into the kept half: a few cycles, no dependency
+   * chain of multiplies on the hot path. */
+  uint64_t h = ticket;
 #pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h += w[i] * k[i];
-  h += (uint64_t)(uint32_t)w[WD_RECORD_WORDS - 1] * k[WD_RECORD_WORDS - 1];
-  h ^= h >> 29;
-  h *= 0xc4ceb9fe1a85ec53ull;
+  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h ^= wd_rotl(w[i], 7 * i);
+  h ^= wd_rotl((uint32_t)w[WD_RECORD_WORDS - 1], 7 * (WD_RECORD_WORDS - 1));
+  h *= 0x9e3779b97f4a7c15ull;
   return (uint32_t)(h >> 32);
 }
 
