@@ -41,7 +41,9 @@ static struct {
   int bt_ok;
   char dir[WD_PATH_MAX];
   char host[64];
-  unsigned ndumps;
+  unsigned ndumps;        /* dumps written, for the file sequence number */
+  unsigned nauto_dumps;   /* stall and peer dumps attempted, against NCCL_WATCHDOG_MAX_DUMPS */
+  unsigned nsignal_dumps; /* snapshot dumps attempted, against the same cap */
   int episode; /* a stall episode is in progress: one dump per episode */
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   int warned_max;
@@ -54,13 +56,18 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
   int rc = -1;
   path[0] = '\0';
   if (!wd_wd.dumps_ok) goto out;
-  if (wd_proc.cfg.max_dumps > 0 && wd_wd.ndumps >= (unsigned)wd_proc.cfg.max_dumps) {
-    if (!wd_wd.warned_max)
-      WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached: no more dumps from this process",
-              wd_proc.cfg.max_dumps);
-    wd_wd.warned_max = 1;
+  /* Requested snapshots and automatic dumps are capped separately, so a script that sends the
+   * snapshot signal every few minutes cannot use up the dumps a real hang needs. */
+  int is_signal = strcmp(reason, "signal") == 0;
+  unsigned *count = is_signal ? &wd_wd.nsignal_dumps : &wd_wd.nauto_dumps;
+  if (wd_proc.cfg.max_dumps > 0 && *count >= (unsigned)wd_proc.cfg.max_dumps) {
+    if (!(wd_wd.warned_max & (1 << is_signal)))
+      WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached for %s dumps: no more from this process",
+              wd_proc.cfg.max_dumps, is_signal ? "snapshot (signal)" : "stall and peer");
+    wd_wd.warned_max |= 1 << is_signal;
     goto out;
   }
+  (*count)++;
   wd_dump_input in;
   if (wd_collect(&in, reason, wd_proc.cfg.backtrace && wd_wd.bt_ok) != 0) {
     wd_collect_free(&in);
@@ -226,6 +233,8 @@ static void *wd_main(void *arg) {
 int wd_watchdog_start(void) {
   atomic_store(&wd_wd.stop, 0);
   wd_wd.ndumps = 0;
+  wd_wd.nauto_dumps = 0;
+  wd_wd.nsignal_dumps = 0;
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
   wd_wd.last_dump_ns = 0;
