@@ -118,7 +118,6 @@ static int wd_process_start(void) {
   wd_clock_id = wd_proc.cfg.precise_clock ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE;
   wd_proc.pid = getpid();
   wd_proc.abi_max = 0;
-  atomic_store(&wd_proc.detached_dropped, 0);
   wd_proc.detached_bl = wd_blacklist_create(65536);
   if (wd_proc.detached_bl == NULL ||
       wd_pool_init(&wd_proc.detached, WD_CHUNK_SLOTS, 16 * WD_CHUNK_SLOTS, WD_SLOT_DETACHED_BIT, NULL) != 0) {

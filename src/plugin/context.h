@@ -55,7 +55,6 @@ typedef struct wd_process {
   wd_pool detached;
   wd_ring detached_ring;
   struct wd_blacklist *detached_bl;
-  _Atomic uint64_t detached_dropped;
 } wd_process;
 
 extern wd_process wd_proc;

@@ -46,7 +46,6 @@ typedef struct wd_event {
   _Atomic uint32_t tag;      /* incarnation, low 6 bits go into the handle */
   _Atomic uint8_t state;     /* last NCCL state id, 0xff none */
   _Atomic uint8_t kind;      /* WD_KIND_* */
-  _Atomic uint8_t reported;  /* stall already reported in the current episode */
   _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
   _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
   struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */

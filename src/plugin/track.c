@@ -194,8 +194,7 @@ void *wd_track_start(wd_start_req *req) {
                            : (wd_type_is_proxy_level(type) ? &ctx->proxy_pool : &ctx->pool);
   wd_event *ev = wd_pool_alloc(pool);
   if (ev == NULL) {
-    if (detached) atomic_fetch_add_explicit(&wd_proc.detached_dropped, 1, memory_order_relaxed);
-    else atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
+    if (!detached) atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
     if (parent) wd_event_unref(parent);
     return NULL;
   }
@@ -243,7 +242,6 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
-  atomic_store_explicit(&ev->reported, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   atomic_store_explicit(&ev->open, 1, memory_order_relaxed);

@@ -48,12 +48,10 @@ static struct {
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   int warned_max;
   wd_trigger_watch watch;
-  pthread_mutex_t dump_lock; /* serialises dumps from the thread and wd_watchdog_dump_now */
-} wd_wd = {.wake_fd = -1, .dump_lock = PTHREAD_MUTEX_INITIALIZER};
+} wd_wd = {.wake_fd = -1};
 
 static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t path_len) {
-  pthread_mutex_lock(&wd_wd.dump_lock);
-  int rc = -1;
+  int rc = -1; /* only the watchdog thread dumps */
   path[0] = '\0';
   if (!wd_wd.dumps_ok) goto out;
   /* Requested snapshots and automatic dumps are capped separately, so a script that sends the
@@ -87,7 +85,6 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
   if (rc != 0) WD_WARN("could not write a %s dump into %s: %s", reason, wd_wd.dir, strerror(errno));
   wd_collect_free(&in);
 out:
-  pthread_mutex_unlock(&wd_wd.dump_lock);
   return rc;
 }
 
@@ -306,8 +303,4 @@ void wd_watchdog_stop(void) {
   wd_wd.bt_ok = 0;
   if (wd_wd.wake_fd >= 0) close(wd_wd.wake_fd);
   wd_wd.wake_fd = -1;
-}
-
-int wd_watchdog_dump_now(const char *reason, char *path_out, unsigned long path_len) {
-  return wd_dump(reason, NULL, path_out, path_len);
 }

@@ -7,7 +7,5 @@
 int wd_watchdog_start(void);
 /* Stop and join the thread, restore every handler (last finalize). */
 void wd_watchdog_stop(void);
-/* Write a dump now from the calling thread (tests, benchmarks). Returns 0 or -1. */
-int wd_watchdog_dump_now(const char *reason, char *path_out, unsigned long path_len);
 
 #endif
