@@ -96,7 +96,8 @@ void wd_event_release_hold(wd_event *ev) {
   if (atomic_exchange_explicit(&ev->hold, 0, memory_order_acq_rel) == 1) wd_event_unref(ev);
 }
 
-static void wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
+/* Returns the event's type. */
+static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   wd_recw rec;
   wd_event_read_startw(ev, &rec);
   rec.r.phase = WD_PH_STOP;
@@ -105,14 +106,14 @@ static void wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   rec.r.flags |= extra_flags;
   rec.r.state = atomic_load_explicit(&ev->state, memory_order_relaxed);
   wd_ring_write_w(wd_ring_for(ev, rec.r.type), &rec);
+  return rec.r.type;
 }
 
 /* What a child's stop means for its parent. */
 static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
-  wd_write_stop(ev, now, extra_flags);
+  unsigned type = wd_write_stop(ev, now, extra_flags);
   wd_event *parent = ev->parent;
   if (parent) {
-    unsigned type = (unsigned)((__atomic_load_n(&ev->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff);
     if (type == WD_T_PROXYSTEP) {
       wd_bump(&parent->steps_done);
     } else if (type == WD_T_KERNELCH) {
