@@ -33,7 +33,7 @@
 
 #include "nccl_host.h"
 #include "lifecycle.h"
-#include "plugin/config.h"
+#include "base/config.h"
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "flightrec/dump.h"
+#include "dump/render.h"
 #include "flightrec/strtab.h"
 
 #define NCOMMS 8

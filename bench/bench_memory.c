@@ -17,7 +17,7 @@
 #include "flightrec/record.h"
 #include "nccl_host.h"
 #include "lifecycle.h"
-#include "plugin/config.h"
+#include "base/config.h"
 
 static long rss_kib(void) {
   FILE *f = fopen("/proc/self/statm", "r");

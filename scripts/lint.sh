@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Static analysis of the plugin sources: clang-tidy (checks in .clang-tidy) and cppcheck.
+# Static analysis of the plugin sources: the layer check (scripts/check-layers.py), clang-tidy
+# (checks in .clang-tidy) and cppcheck.
 #
 #   scripts/lint.sh BUILD_DIR [FILE...]
 #
@@ -50,6 +51,12 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
+
+echo "== layers"
+if ! python3 "$root/scripts/check-layers.py" "$root/src"; then
+  echo "== layers: findings above"
+  status=1
+fi
 
 echo "== clang-tidy (${#files[@]} files)"
 # One process per file, in parallel; the output of each file stays together.

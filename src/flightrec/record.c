@@ -1,5 +1,5 @@
 /* Names used in logs and dumps for the numeric ids that records carry. */
-#include "record.h"
+#include "flightrec/record.h"
 
 #include <stdio.h>
 

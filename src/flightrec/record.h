@@ -41,7 +41,9 @@ enum {
 
 #define WD_SLOT_NONE 0xffffffffu    /* no parent */
 #define WD_SLOT_FOREIGN 0xfffffffeu /* parent lives in another process or is not ours */
-#define WD_SLOT_DETACHED_BIT 0x80000000u
+/* Bits of a slot id: which pool the slot belongs to. */
+#define WD_SLOT_DETACHED_BIT 0x80000000u /* the process-wide detach pool */
+#define WD_SLOT_PROXY_BIT 0x40000000u    /* a context's proxy-level pool */
 
 /*
  * Field use per type (a = `a`, c = `count`, p = `peer`, n = `n`):
@@ -86,11 +88,14 @@ typedef struct wd_record {
 } wd_record;
 
 _Static_assert(sizeof(wd_record) == 80, "ring record is 80 bytes");
-/* Word positions read directly by the event code (track.c). */
-_Static_assert(offsetof(wd_record, raw) == 32u, "raw is word 4");
-_Static_assert(offsetof(wd_record, phase) == 64u && offsetof(wd_record, type) == 65u &&
-                   offsetof(wd_record, flags) == 67u,
-               "phase/type/flags are bytes 0, 1 and 3 of word 8");
+/* Word positions for code that reads a record word by word with atomics (a live event's start
+ * record): the word holding raw, and the word holding phase, type, state and flags. */
+#define WD_RECW_RAW (offsetof(wd_record, raw) / sizeof(uint64_t))
+#define WD_RECW_TAGS (offsetof(wd_record, phase) / sizeof(uint64_t))
+_Static_assert(offsetof(wd_record, raw) % 8 == 0 && offsetof(wd_record, phase) % 8 == 0 &&
+                   offsetof(wd_record, type) == offsetof(wd_record, phase) + 1 &&
+                   offsetof(wd_record, flags) == offsetof(wd_record, phase) + 3,
+               "phase/type/flags are bytes 0, 1 and 3 of one word");
 #define WD_RECORD_WORDS (sizeof(wd_record) / sizeof(uint64_t))
 
 /* A record seen as the words the ring stores (union punning is defined in C). */
@@ -98,6 +103,10 @@ typedef union wd_recw {
   wd_record r;
   uint64_t w[WD_RECORD_WORDS];
 } wd_recw;
+
+/* Fields of the WD_RECW_TAGS word (little-endian, as the record layout above). */
+static inline unsigned wd_recw_type(uint64_t tags) { return (unsigned)(tags >> 8) & 0xffu; }
+static inline unsigned wd_recw_flags(uint64_t tags) { return (unsigned)(tags >> 24) & 0xffu; }
 
 const char *wd_type_name(unsigned type);   /* "Coll", "ProxyStep", ... "Unknown" */
 const char *wd_state_name(unsigned state); /* "RecvWait", "KernelChStop", ... "State<n>" */

@@ -1,5 +1,5 @@
 /* Overwrite ring with per-slot turn words (the folly/printk scheme, see docs/architecture.md). */
-#include "ring.h"
+#include "flightrec/ring.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,7 +9,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "record.h"
+#include "flightrec/record.h"
 
 /* The head alone on its cache line: the operation ring and the proxy ring of one communicator
  * are written by different threads and must not share one. */

@@ -1,5 +1,5 @@
 /* Lock-free string interning: a pointer cache in front of a table of bounded copies. */
-#include "strtab.h"
+#include "flightrec/strtab.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

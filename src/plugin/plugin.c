@@ -6,13 +6,23 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../flightrec/strtab.h"
-#include "context.h"
-#include "log.h"
-#include "profiler_abi.h"
-#include "track.h"
+#include "base/log.h"
+#include "events/store.h"
+#include "events/track.h"
+#include "flightrec/strtab.h"
+#include "plugin/lifecycle.h"
+#include "plugin/profiler_abi.h"
 
 #define WD_EXPORT __attribute__((visibility("default")))
+
+/* The layers below speak of log levels and event types with NCCL's numbers, not its header. */
+_Static_assert(WD_LOG_WARN == (int)NCCL_LOG_WARN && WD_LOG_INFO == (int)NCCL_LOG_INFO &&
+                   WD_LOG_TRACE == (int)NCCL_LOG_TRACE && WD_LOG_ABORT == (int)NCCL_LOG_ABORT &&
+                   WD_LOG_SUBSYS == NCCL_PROFILE,
+               "log levels agree with NCCL's");
+_Static_assert(1u << WD_T_COLL == ncclProfileColl && 1u << WD_T_PROXYSTEP == ncclProfileProxyStep &&
+                   1u << WD_T_KERNELCH == ncclProfileKernelCh && 1u << WD_T_CECOLL == ncclProfileCeColl,
+               "event type bits agree with NCCL's");
 
 static inline unsigned wd_type_of(uint64_t bit) {
   if (bit == 0 || (bit & (bit - 1)) != 0) return WD_T_UNKNOWN;
@@ -92,7 +102,7 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
 static inline int wd_accepting(void *context, void **eHandle) {
   if (eHandle) *eHandle = NULL;
   return eHandle != NULL && context != NULL &&
-         atomic_load_explicit(&wd_proc_active, memory_order_acquire);
+         atomic_load_explicit(&wd_store_active, memory_order_acquire);
 }
 
 static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
@@ -172,14 +182,21 @@ static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEvent
 }
 
 static ncclResult_t wd_stop(void *eHandle) {
-  if (eHandle && atomic_load_explicit(&wd_proc_active, memory_order_acquire)) wd_track_stop(eHandle);
+  if (eHandle && atomic_load_explicit(&wd_store_active, memory_order_acquire)) wd_track_stop(eHandle);
   return ncclSuccess;
 }
 
 static ncclResult_t wd_record_state(void *eHandle, ncclProfilerEventState_t eState,
                                     ncclProfilerEventStateArgs_t *eStateArgs) {
-  if (eHandle && atomic_load_explicit(&wd_proc_active, memory_order_acquire))
-    wd_track_state(eHandle, (int)eState, eStateArgs);
+  if (!eHandle || !atomic_load_explicit(&wd_store_active, memory_order_acquire)) return ncclSuccess;
+  /* Which union member is meant depends on the event's type, known only below: carry both
+   * readings (the members share their first word). */
+  wd_state_req req = {.state = (int)eState, .has_value = eStateArgs != NULL};
+  if (eStateArgs) {
+    req.value = eStateArgs->proxyStep.transSize;
+    req.n = eStateArgs->proxyCtrl.appendedProxyOps;
+  }
+  wd_track_state(eHandle, &req);
   return ncclSuccess;
 }
 
@@ -189,7 +206,7 @@ static ncclResult_t wd_init_common(void **context, int abi, uint64_t commId, int
   if (context == NULL) return ncclSuccess;
   *context = NULL;
   wd_context *ctx = NULL;
-  wd_context_create(&ctx, abi, commId, commName, nNodes, nranks, rank, mask, (void *)logfn);
+  wd_lifecycle_init(&ctx, abi, commId, commName, nNodes, nranks, rank, mask, (wd_logger_fn)logfn);
   *context = ctx;
   return ncclSuccess;
 }
@@ -210,7 +227,7 @@ static ncclResult_t wd_init_v4(void **context, int *mask, const char *commName, 
 }
 
 static ncclResult_t wd_finalize(void *context) {
-  if (context) wd_context_destroy((wd_context *)context);
+  if (context) wd_lifecycle_finalize((wd_context *)context);
   return ncclSuccess;
 }
 

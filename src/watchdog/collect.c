@@ -1,15 +1,16 @@
-#include "collect.h"
+/* Gather a dump's snapshot from the event store (collect.h). */
+#include "watchdog/collect.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "../flightrec/dumpfile.h"
-#include "../flightrec/strtab.h"
-#include "../plugin/clock.h"
-#include "../plugin/context.h"
-#include "scan.h"
+#include "base/clock.h"
+#include "base/host.h"
+#include "events/store.h"
+#include "flightrec/strtab.h"
+#include "watchdog/stall.h"
 
 static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out) {
   memset(out, 0, sizeof(*out));
@@ -22,7 +23,7 @@ static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out) {
 }
 
 static int wd_collect_events(const wd_pool *const *pools, int npools, const wd_context *ctx,
-                             uint64_t now, wd_ev_snap **out, uint32_t *nout) {
+                             const wd_config *cfg, uint64_t now, wd_ev_snap **out, uint32_t *nout) {
   uint32_t n = 0, k = 0;
   for (int p = 0; p < npools; p++) n += wd_pool_nslots(pools[p]);
   wd_ev_snap *evs = malloc(sizeof(wd_ev_snap) * (n ? n : 1));
@@ -31,7 +32,7 @@ static int wd_collect_events(const wd_pool *const *pools, int npools, const wd_c
     uint32_t np = wd_pool_nslots(pools[p]);
     for (uint32_t i = 0; i < np && k < n; i++) {
       wd_slot_view v;
-      if (wd_slot_read(wd_pool_slot(pools[p], i), now, ctx, &wd_proc.cfg, &v)) evs[k++] = v.snap;
+      if (wd_view_read(wd_pool_slot(pools[p], i), now, ctx, cfg, &v)) evs[k++] = v.snap;
     }
   }
   *out = evs;
@@ -39,7 +40,7 @@ static int wd_collect_events(const wd_pool *const *pools, int npools, const wd_c
   return 0;
 }
 
-static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
+static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now, wd_comm_snap *c) {
   memset(c, 0, sizeof(*c));
   c->comm_id = ctx->comm_id;
   memcpy(c->name, ctx->name, sizeof(c->name));
@@ -63,7 +64,7 @@ static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
   c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   c->p2p_completed = atomic_load(&ctx->p2p_done);
   const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};
-  wd_collect_events(pools, WD_CTX_NPOOLS, ctx, now, &c->events, &c->nevents);
+  wd_collect_events(pools, WD_CTX_NPOOLS, ctx, cfg, now, &c->events, &c->nevents);
   wd_collect_ring(&ctx->ring, &c->ring);
   wd_collect_ring(&ctx->proxy_ring, &c->proxy_ring);
   /* The newest record is the communicator's last sign of life (no shared per-callback stamp:
@@ -73,10 +74,10 @@ static void wd_collect_comm(wd_context *ctx, uint64_t now, wd_comm_snap *c) {
     c->last_progress_ns = c->proxy_ring.recs[c->proxy_ring.n - 1].ts_ns;
 }
 
-int wd_collect(wd_dump_input *in, const char *reason, int with_threads) {
+int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads) {
   memset(in, 0, sizeof(*in));
   in->reason = reason;
-  in->cfg = &wd_proc.cfg;
+  in->cfg = cfg;
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   in->mono_ns = wd_now_ns();
@@ -85,24 +86,24 @@ int wd_collect(wd_dump_input *in, const char *reason, int with_threads) {
   wd_hostname(in->host, sizeof(in->host));
   in->pid = (int)getpid();
 
-  pthread_mutex_lock(&wd_proc.lock);
-  in->abi = wd_proc.abi_max;
-  in->comms = calloc(wd_proc.nctx ? (size_t)wd_proc.nctx : 1, sizeof(wd_comm_snap));
+  pthread_mutex_lock(&wd_store.lock);
+  in->abi = wd_store.abi_max;
+  in->comms = calloc(wd_store.nctx ? (size_t)wd_store.nctx : 1, sizeof(wd_comm_snap));
   if (in->comms) {
     /* Oldest communicator first (the list is newest first). */
-    uint32_t k = (uint32_t)wd_proc.nctx;
-    for (wd_context *ctx = wd_proc.contexts; ctx && k > 0; ctx = ctx->next)
-      wd_collect_comm(ctx, in->mono_ns, &in->comms[--k]);
-    in->ncomms = (uint32_t)wd_proc.nctx;
+    uint32_t k = (uint32_t)wd_store.nctx;
+    for (wd_context *ctx = wd_store.contexts; ctx && k > 0; ctx = ctx->next)
+      wd_collect_comm(ctx, cfg, in->mono_ns, &in->comms[--k]);
+    in->ncomms = (uint32_t)wd_store.nctx;
   }
-  const wd_pool *detached = &wd_proc.detached;
-  wd_collect_events(&detached, 1, NULL, in->mono_ns, &in->detached, &in->ndetached);
-  wd_collect_ring(&wd_proc.detached_ring, &in->detached_ring);
-  pthread_mutex_unlock(&wd_proc.lock);
+  const wd_pool *detached = &wd_store.detached;
+  wd_collect_events(&detached, 1, NULL, cfg, in->mono_ns, &in->detached, &in->ndetached);
+  wd_collect_ring(&wd_store.detached_ring, &in->detached_ring);
+  pthread_mutex_unlock(&wd_store.lock);
 
   if (with_threads) {
     wd_bt_result *bt = calloc(1, sizeof(*bt));
-    if (bt && wd_bt_collect(bt, wd_proc.cfg.bt_wait_ns) == 0) in->threads = bt;
+    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns) == 0) in->threads = bt;
     else free(bt);
   }
   return in->comms ? 0 : -1;

@@ -2,10 +2,11 @@
 #ifndef WD_COLLECT_H
 #define WD_COLLECT_H
 
-#include "../flightrec/dump.h"
+#include "base/config.h"
+#include "dump/snapshot.h"
 
-/* Fill in (reason-specific fields are the caller's). Takes wd_proc.lock while copying. */
-int wd_collect(wd_dump_input *in, const char *reason, int with_threads);
+/* Fill in (reason-specific fields are the caller's). Takes wd_store.lock while copying. */
+int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads);
 void wd_collect_free(wd_dump_input *in);
 
 #endif

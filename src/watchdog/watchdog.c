@@ -3,7 +3,7 @@
  * write to, and every NCCL_WATCHDOG_POLL it scans the live operations of every context. All
  * dumps are built and written here, never on NCCL's threads.
  */
-#include "watchdog.h"
+#include "watchdog/watchdog.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -19,16 +19,18 @@
 
 #include <cjson/cJSON.h>
 
-#include "../flightrec/dump.h"
-#include "../flightrec/dumpfile.h"
-#include "../flightrec/strtab.h"
-#include "../plugin/clock.h"
-#include "../plugin/context.h"
-#include "../plugin/log.h"
-#include "backtrace.h"
-#include "collect.h"
-#include "scan.h"
-#include "signals.h"
+#include "base/clock.h"
+#include "base/host.h"
+#include "base/log.h"
+#include "dump/dumpfile.h"
+#include "dump/render.h"
+#include "dump/trigger.h"
+#include "events/store.h"
+#include "flightrec/strtab.h"
+#include "stacks/backtrace.h"
+#include "watchdog/collect.h"
+#include "watchdog/signals.h"
+#include "watchdog/stall.h"
 
 #define WD_MAX_STALLS 64
 
@@ -48,6 +50,7 @@ static struct {
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   int warned_max;
   wd_trigger_watch watch;
+  const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
 } wd_wd = {.wake_fd = -1};
 
 static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t path_len) {
@@ -58,16 +61,16 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
    * snapshot signal every few minutes cannot use up the dumps a real hang needs. */
   int is_signal = strcmp(reason, "signal") == 0;
   unsigned *count = is_signal ? &wd_wd.nsignal_dumps : &wd_wd.nauto_dumps;
-  if (wd_proc.cfg.max_dumps > 0 && *count >= (unsigned)wd_proc.cfg.max_dumps) {
+  if (wd_wd.cfg->max_dumps > 0 && *count >= (unsigned)wd_wd.cfg->max_dumps) {
     if (!(wd_wd.warned_max & (1 << is_signal)))
       WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached for %s dumps: no more from this process",
-              wd_proc.cfg.max_dumps, is_signal ? "snapshot (signal)" : "stall and peer");
+              wd_wd.cfg->max_dumps, is_signal ? "snapshot (signal)" : "stall and peer");
     wd_wd.warned_max |= 1 << is_signal;
     goto out;
   }
   (*count)++;
   wd_dump_input in;
-  if (wd_collect(&in, reason, wd_proc.cfg.backtrace && wd_wd.bt_ok) != 0) {
+  if (wd_collect(&in, wd_wd.cfg, reason, wd_wd.cfg->backtrace && wd_wd.bt_ok) != 0) {
     wd_collect_free(&in);
     goto out;
   }
@@ -124,9 +127,9 @@ static void wd_post_trigger(const wd_stall *st, uint32_t n, const char *dump_pat
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
-  pthread_mutex_lock(&wd_proc.lock);
-  for (wd_context *ctx = wd_proc.contexts; ctx; ctx = ctx->next) {
-    n += wd_scan_context(ctx, now, &wd_proc.cfg, stalls + n, WD_MAX_STALLS - n);
+  pthread_mutex_lock(&wd_store.lock);
+  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
+    n += wd_scan_context(ctx, now, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
     /* Keep a quarter of the pool free so the hot path does not have to grow it. */
     for (int i = 0; i < WD_CTX_NPOOLS; i++)
       wd_pool_reserve(wd_ctx_pool(ctx, i), wd_pool_nslots(wd_ctx_pool(ctx, i)) / 4);
@@ -136,12 +139,12 @@ static void wd_check_stalls(uint64_t now) {
       WD_WARN("comm 0x%llx \"%s\" rank %d: %llu events dropped so far, its event pool is full "
               "(NCCL_WATCHDOG_MAX_EVENTS=%u): raise it",
               (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, (unsigned long long)dropped,
-              wd_proc.cfg.max_events);
+              wd_wd.cfg->max_events);
       ctx->dropped_logged = dropped;
     }
   }
-  wd_pool_reserve(&wd_proc.detached, wd_pool_nslots(&wd_proc.detached) / 4);
-  pthread_mutex_unlock(&wd_proc.lock);
+  wd_pool_reserve(&wd_store.detached, wd_pool_nslots(&wd_store.detached) / 4);
+  pthread_mutex_unlock(&wd_store.lock);
   if (n == 0) {
     if (wd_wd.episode) WD_INFO("progress resumed: stall episode over");
     wd_wd.episode = 0;
@@ -167,8 +170,8 @@ static void wd_check_stalls(uint64_t now) {
             wd_str(s->func), (long long)s->seq, (double)s->since_progress_ns / 1e9, s->waiting_on,
             rc == 0 ? path : "(not written)");
   }
-  if (rc == 0 && wd_proc.cfg.peer_dumps) wd_post_trigger(stalls, n, path);
-  if (wd_proc.cfg.action == WD_ACTION_ABORT) {
+  if (rc == 0 && wd_wd.cfg->peer_dumps) wd_post_trigger(stalls, n, path);
+  if (wd_wd.cfg->action == WD_ACTION_ABORT) {
     WD_WARN("NCCL_WATCHDOG_ACTION=abort: aborting the process after the stall dump");
     abort();
   }
@@ -177,7 +180,7 @@ static void wd_check_stalls(uint64_t now) {
 static void wd_check_signal(void) {
   int sender = 0;
   if (wd_snapsig_take(&sender) <= 0) return;
-  wd_dump_input extra = {.signo = wd_proc.cfg.signal, .sender_pid = sender};
+  wd_dump_input extra = {.signo = wd_wd.cfg->signal, .sender_pid = sender};
   char path[WD_PATH_MAX + 64];
   if (wd_dump("signal", &extra, path, sizeof(path)) == 0)
     WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
@@ -190,7 +193,7 @@ static void wd_check_triggers(void) {
   char name[256], content[8192];
   for (int i = 0; i < 64 && wd_trigger_poll(&wd_wd.watch, name, sizeof(name), content, sizeof(content)) == 1; i++) {
     uint64_t now = wd_now_ns();
-    if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_proc.cfg.timeout_ns) {
+    if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_wd.cfg->timeout_ns) {
       WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
               (double)(now - wd_wd.last_dump_ns) / 1e9);
       continue;
@@ -204,7 +207,7 @@ static void wd_check_triggers(void) {
 
 static void *wd_main(void *arg) {
   (void)arg;
-  uint64_t poll_ns = wd_proc.cfg.poll_ns;
+  uint64_t poll_ns = wd_wd.cfg->poll_ns;
   uint64_t next = wd_now_ns() + poll_ns;
   while (!atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) {
     uint64_t now = wd_now_ns();
@@ -220,14 +223,15 @@ static void *wd_main(void *arg) {
     now = wd_now_ns();
     if (now >= next) {
       next = now + poll_ns;
-      if (wd_proc.cfg.peer_dumps && wd_wd.dumps_ok) wd_check_triggers();
+      if (wd_wd.cfg->peer_dumps && wd_wd.dumps_ok) wd_check_triggers();
       wd_check_stalls(now);
     }
   }
   return NULL;
 }
 
-int wd_watchdog_start(void) {
+int wd_watchdog_start(const wd_config *cfg) {
+  wd_wd.cfg = cfg;
   atomic_store(&wd_wd.stop, 0);
   wd_wd.ndumps = 0;
   wd_wd.nauto_dumps = 0;
@@ -236,9 +240,9 @@ int wd_watchdog_start(void) {
   wd_wd.warned_max = 0;
   wd_wd.last_dump_ns = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
-  wd_wd.dumps_ok = wd_dumpdir_resolve(&wd_proc.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
+  wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
   if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");
-  if (wd_wd.dumps_ok && wd_proc.cfg.peer_dumps)
+  if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps)
     wd_trigger_watch_init(&wd_wd.watch, wd_wd.dir, wd_wd.host, (int)getpid());
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wd_wd.wake_fd < 0) {
@@ -246,12 +250,12 @@ int wd_watchdog_start(void) {
     return -1;
   }
   wd_wd.bt_ok = 0;
-  if (wd_proc.cfg.backtrace) {
-    wd_wd.bt_ok = wd_bt_init(wd_proc.cfg.bt_signal) == 0;
+  if (wd_wd.cfg->backtrace) {
+    wd_wd.bt_ok = wd_bt_init(wd_wd.cfg->bt_signal) == 0;
     if (!wd_wd.bt_ok) WD_WARN("backtraces disabled: could not install the backtrace signal handler");
   }
-  if (wd_proc.cfg.signal && wd_snapsig_install(wd_proc.cfg.signal, wd_wd.wake_fd) != 0)
-    WD_WARN("could not install the snapshot signal handler (signal %d)", wd_proc.cfg.signal);
+  if (wd_wd.cfg->signal && wd_snapsig_install(wd_wd.cfg->signal, wd_wd.wake_fd) != 0)
+    WD_WARN("could not install the snapshot signal handler (signal %d)", wd_wd.cfg->signal);
 
   /* The thread starts with every signal blocked, so process-directed signals land elsewhere. */
   sigset_t all, old;

@@ -2,9 +2,12 @@
 #ifndef WD_WATCHDOG_H
 #define WD_WATCHDOG_H
 
+#include "base/config.h"
+
 /* Start the thread and install the signal handlers (first init). 0, or -1 (plugin keeps
- * recording but cannot dump). Called under the lifecycle lock. */
-int wd_watchdog_start(void);
+ * recording but cannot dump). cfg stays alive until wd_watchdog_stop. Called under the
+ * lifecycle lock. */
+int wd_watchdog_start(const wd_config *cfg);
 /* Stop and join the thread, restore every handler (last finalize). */
 void wd_watchdog_stop(void);
 

@@ -3,7 +3,7 @@
  * in a forked child with a bounded wait; the child reports failed checks on stderr and through
  * its exit status.
  */
-#include "watchdog/backtrace.h"
+#include "stacks/backtrace.h"
 
 #include <CUnit/Basic.h>
 #include <errno.h>

@@ -6,17 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plugin/blacklist.h"
-#include "plugin/log.h"
+#include "events/blacklist.h"
+#include "base/log.h"
 
 /* Eviction warnings arrive through the logger. */
 static int nlog;
 static char last_log[1024];
 
-static void fake_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+static void fake_logger(wd_log_level level, unsigned long flags, const char *file, int line,
                         const char *fmt, ...) {
   (void)flags, (void)file, (void)line;
-  if (level != NCCL_LOG_WARN) return;
+  if (level != WD_LOG_WARN) return;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(last_log, sizeof last_log, fmt, ap);

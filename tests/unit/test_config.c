@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plugin/config.h"
-#include "plugin/gpu.h"
-#include "plugin/log.h"
+#include "base/config.h"
+#include "base/gpu.h"
+#include "base/log.h"
 
 /* ---- fake environment and captured warnings ---- */
 
@@ -649,7 +649,7 @@ static int log_level;
 static unsigned long log_flags;
 static char log_msg[2048];
 
-static void fake_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+static void fake_logger(wd_log_level level, unsigned long flags, const char *file, int line,
                         const char *fmt, ...) {
   (void)file;
   (void)line;
@@ -662,7 +662,7 @@ static void fake_logger(ncclDebugLogLevel level, unsigned long flags, const char
   log_calls++;
 }
 
-static void other_logger(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+static void other_logger(wd_log_level level, unsigned long flags, const char *file, int line,
                          const char *fmt, ...) {
   (void)level, (void)flags, (void)file, (void)line, (void)fmt;
   CU_FAIL("the second logger must not replace the first");
@@ -734,8 +734,8 @@ static void test_log_logger(void) {
   log_calls = 0;
   WD_INFO("value %s", "100%s%n"); /* a '%' in the text must not be interpreted */
   CU_ASSERT_EQUAL(log_calls, 1);
-  CU_ASSERT_EQUAL(log_level, NCCL_LOG_INFO);
-  CU_ASSERT_EQUAL(log_flags, NCCL_PROFILE);
+  CU_ASSERT_EQUAL(log_level, WD_LOG_INFO);
+  CU_ASSERT_EQUAL(log_flags, WD_LOG_SUBSYS);
   CU_ASSERT_STRING_EQUAL(log_msg, "value 100%s%n");
 
   /* No warn callback: config warnings go through the logger. The real environment is used, so
@@ -751,7 +751,7 @@ static void test_log_logger(void) {
   CU_ASSERT(warned("NCCL_WATCHDOG_POLL=\"fast\" is not a duration"));
   wd_config_load(&c, NULL, NULL);
   CU_ASSERT_EQUAL(log_calls, 2);
-  CU_ASSERT_EQUAL(log_level, NCCL_LOG_WARN);
+  CU_ASSERT_EQUAL(log_level, WD_LOG_WARN);
   unsetenv("NCCL_WATCHDOG_TIMOUT");
   unsetenv("NCCL_WATCHDOG_POLL");
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "flightrec/dump.h"
+#include "dump/render.h"
 #include "flightrec/strtab.h"
 
 #define MONO 1000000000000ull /* the dump's CLOCK_MONOTONIC */

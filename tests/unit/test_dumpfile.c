@@ -20,8 +20,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "flightrec/dumpfile.h"
-#include "plugin/log.h"
+#include "base/host.h"
+#include "dump/dumpfile.h"
+#include "dump/trigger.h"
+#include "base/log.h"
 #include "wd_test_util.h"
 
 static char g_tmp[PATH_MAX];
@@ -35,13 +37,13 @@ static void pathf(char *buf, size_t len, const char *fmt, ...) {
 } /* a fresh directory per test */
 static int g_warns;
 
-static void count_warns(ncclDebugLogLevel level, unsigned long flags, const char *file, int line,
+static void count_warns(wd_log_level level, unsigned long flags, const char *file, int line,
                         const char *fmt, ...) {
   (void)flags;
   (void)file;
   (void)line;
   (void)fmt;
-  if (level == NCCL_LOG_WARN) g_warns++;
+  if (level == WD_LOG_WARN) g_warns++;
 }
 
 static int setup(void) { return wd_test_mkdtemp(g_tmp, sizeof(g_tmp), "dumpfile"); }

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "plugin/blacklist.h"
-#include "plugin/event.h"
-#include "plugin/pool.h"
+#include "events/blacklist.h"
+#include "events/event.h"
+#include "events/pool.h"
 
 static wd_event *alloc_pub(wd_pool *p) {
   wd_event *ev = wd_pool_alloc(p);

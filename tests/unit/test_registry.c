@@ -10,9 +10,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "plugin/context.h"
+#include "events/context.h"
+#include "events/store.h"
+#include "plugin/lifecycle.h"
 #include "plugin/profiler_abi.h"
-#include "plugin/track.h"
+#include "events/track.h"
 #include "wd_test_util.h"
 
 extern ncclProfiler_v4_t ncclProfiler_v4;
@@ -37,15 +39,15 @@ static void *init5(uint64_t id, const char *name, int nranks, int rank, int *mas
 
 static int in_list(const wd_context *ctx) {
   int found = 0;
-  pthread_mutex_lock(&wd_proc.lock);
-  for (wd_context *c = wd_proc.contexts; c; c = c->next)
+  pthread_mutex_lock(&wd_store.lock);
+  for (wd_context *c = wd_store.contexts; c; c = c->next)
     if (c == ctx) found = 1;
-  pthread_mutex_unlock(&wd_proc.lock);
+  pthread_mutex_unlock(&wd_store.lock);
   return found;
 }
 
 static void test_three_contexts(void) {
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
   int mask = 0;
   nlog = 0;
   wd_context *a = init5(0x1111, "commA", 4, 0, &mask, fake_logger);
@@ -56,10 +58,10 @@ static void test_three_contexts(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(c);
   CU_ASSERT_TRUE(nlog > 0); /* the INFO lines went through NCCL's logger */
   CU_ASSERT_TRUE(a != b && b != c && a != c);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
-  CU_ASSERT_EQUAL(wd_proc.nctx, 3);
-  CU_ASSERT_EQUAL(wd_proc.pid, getpid());
-  CU_ASSERT_EQUAL(mask, wd_proc.cfg.event_mask);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
+  CU_ASSERT_EQUAL(wd_store.nctx, 3);
+  CU_ASSERT_EQUAL(wd_store.pid, getpid());
+  CU_ASSERT_EQUAL(mask, wd_store.cfg->event_mask);
   CU_ASSERT_EQUAL(mask, WD_DEFAULT_EVENT_MASK);
   CU_ASSERT_EQUAL(a->magic, WD_CTX_MAGIC);
   CU_ASSERT_EQUAL(a->abi, 5);
@@ -89,18 +91,18 @@ static void test_three_contexts(void) {
   CU_ASSERT_TRUE(wd_registry_has(a));
   CU_ASSERT_TRUE(wd_registry_has(c));
   CU_ASSERT_FALSE(in_list(b));
-  CU_ASSERT_EQUAL(wd_proc.nctx, 2);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
+  CU_ASSERT_EQUAL(wd_store.nctx, 2);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
   /* A second finalize of the same context is recognised and ignored. */
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(b), ncclSuccess);
-  CU_ASSERT_EQUAL(wd_proc.nctx, 2);
+  CU_ASSERT_EQUAL(wd_store.nctx, 2);
 
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(a), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(c), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
-  CU_ASSERT_EQUAL(wd_proc.nctx, 0);
-  CU_ASSERT_PTR_NULL(wd_proc.contexts);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
+  CU_ASSERT_EQUAL(wd_store.nctx, 0);
+  CU_ASSERT_PTR_NULL(wd_store.contexts);
   CU_ASSERT_FALSE(wd_registry_has(a));
   CU_ASSERT_FALSE(wd_registry_has(c));
 }
@@ -118,7 +120,7 @@ static void test_reinit_all_versions(void) {
     CU_ASSERT_PTR_NOT_NULL_FATAL(c4);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c5);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c6);
-    CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
+    CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
     wd_context *x4 = c4, *x6 = c6;
     CU_ASSERT_EQUAL(x4->abi, 4);
     CU_ASSERT_EQUAL(x4->comm_id, 0xabcdef);
@@ -130,15 +132,15 @@ static void test_reinit_all_versions(void) {
     CU_ASSERT_EQUAL(x6->comm_id, 0x66);
     CU_ASSERT_EQUAL(x6->nnodes, 3);
     CU_ASSERT_EQUAL(x6->rank, 11);
-    CU_ASSERT_EQUAL(wd_proc.abi_max, 6);
+    CU_ASSERT_EQUAL(wd_store.abi_max, 6);
     CU_ASSERT_EQUAL(mask, WD_DEFAULT_EVENT_MASK);
     CU_ASSERT_TRUE(wd_registry_has(c4) && wd_registry_has(c5) && wd_registry_has(c6));
     /* The three tables share one implementation: any finalize ends any context. */
     CU_ASSERT_EQUAL(ncclProfiler_v6.finalize(c4), ncclSuccess);
     CU_ASSERT_EQUAL(ncclProfiler_v4.finalize(c5), ncclSuccess);
     CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(c6), ncclSuccess);
-    CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
-    CU_ASSERT_EQUAL(wd_proc.nctx, 0);
+    CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
+    CU_ASSERT_EQUAL(wd_store.nctx, 0);
   }
 }
 
@@ -150,10 +152,10 @@ static void test_null_arguments(void) {
   /* No place to put the context: nothing to do, still success. */
   CU_ASSERT_EQUAL(ncclProfiler_v5.init(NULL, 1, NULL, "x", 1, 1, 0, NULL), ncclSuccess);
   CU_ASSERT_EQUAL(ncclProfiler_v4.init(NULL, NULL, "x", 1, 1, 1, 0, NULL), ncclSuccess);
-  CU_ASSERT_EQUAL(wd_proc.nctx, 1);
+  CU_ASSERT_EQUAL(wd_store.nctx, 1);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(NULL), ncclSuccess);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(ctx), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
 }
 
 static void test_disabled(void) {
@@ -161,8 +163,8 @@ static void test_disabled(void) {
   int mask = 12345;
   void *ctx = init5(0x88, "off", 2, 0, &mask, fake_logger);
   CU_ASSERT_PTR_NULL(ctx);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
-  CU_ASSERT_EQUAL(wd_proc.nctx, 0);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
+  CU_ASSERT_EQUAL(wd_store.nctx, 0);
   /* NCCL calls with the NULL context it got. */
   ncclProfilerEventDescr_v5_t d = {.type = ncclProfileColl};
   void *h = (void *)0x5;
@@ -179,9 +181,9 @@ static void test_disabled(void) {
   /* Settings are read at the first init of a lifecycle: enabled again. */
   ctx = init5(0x8a, "on", 2, 0, &mask, fake_logger);
   CU_ASSERT_PTR_NOT_NULL(ctx);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(ctx), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
 }
 
 static void *start5(void *ctx, uint64_t type, void *parent) {
@@ -215,7 +217,7 @@ static void test_finalize_in_flight(void) {
   CU_ASSERT_PTR_NOT_NULL(op);
   CU_ASSERT_PTR_NOT_NULL(step);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(ctx), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
   CU_ASSERT_EQUAL(ncclProfiler_v5.recordEventState(step, ncclProfilerProxyStepRecvWait, NULL),
                   ncclSuccess);
   CU_ASSERT_EQUAL(ncclProfiler_v5.stopEvent(step), ncclSuccess);
@@ -240,7 +242,7 @@ static void test_callbacks_after_owner_finalized(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(ctrl);
   CU_ASSERT_PTR_NOT_NULL_FATAL(coll);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(gone), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
   CU_ASSERT_FALSE(wd_registry_has(gone));
   CU_ASSERT_PTR_NULL(wd_event_from_handle(ctrl)); /* retired */
   CU_ASSERT_EQUAL(ncclProfiler_v5.recordEventState(ctrl, ncclProfilerProxyCtrlSleep, NULL),
@@ -251,7 +253,7 @@ static void test_callbacks_after_owner_finalized(void) {
   void *ctrl2 = start5(gone, ncclProfileProxyCtrl, NULL);
   wd_event *ev = wd_event_from_handle(ctrl2);
   CU_ASSERT_PTR_NOT_NULL(ev);
-  if (ev) CU_ASSERT_TRUE(wd_pool_owns(&wd_proc.detached, ev));
+  if (ev) CU_ASSERT_TRUE(wd_pool_owns(&wd_store.detached, ev));
   CU_ASSERT_EQUAL(ncclProfiler_v5.stopEvent(ctrl2), ncclSuccess);
 
   /* Within the grace period a new init gets new memory; after it, the recycled context, fresh:
@@ -260,10 +262,10 @@ static void test_callbacks_after_owner_finalized(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(early);
   CU_ASSERT_PTR_NOT_EQUAL(early, gone);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(early), ncclSuccess);
-  uint64_t grace = wd_proc.retire_grace_ns;
-  wd_proc.retire_grace_ns = 0;
+  uint64_t grace = wd_store.retire_grace_ns;
+  wd_store.retire_grace_ns = 0;
   wd_context *next = init5(0xa3, "recycled", 8, 5, NULL, fake_logger);
-  wd_proc.retire_grace_ns = grace;
+  wd_store.retire_grace_ns = grace;
   CU_ASSERT_PTR_NOT_NULL_FATAL(next);
   CU_ASSERT_PTR_EQUAL(next, gone);
   CU_ASSERT_TRUE(wd_registry_has(next));
@@ -289,8 +291,8 @@ static void test_callbacks_after_owner_finalized(void) {
   CU_ASSERT_EQUAL(ncclProfiler_v5.stopEvent(fresh), ncclSuccess);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(next), ncclSuccess);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(keep), ncclSuccess);
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 0);
-  CU_ASSERT_PTR_NULL(wd_proc.retired); /* freed at the last finalize */
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 0);
+  CU_ASSERT_PTR_NULL(wd_store.retired); /* freed at the last finalize */
 }
 
 static void *fork_ctx;
@@ -298,7 +300,7 @@ static void *fork_ctx;
 static int child_checks(void *arg) {
   (void)arg;
   int bad = 0;
-  if (atomic_load(&wd_proc_active) != 0) bad |= 1;
+  if (atomic_load(&wd_store_active) != 0) bad |= 1;
   void *c = (void *)0x1;
   ncclProfiler_v5.init(&c, 0xb2, NULL, "child", 1, 2, 1, NULL);
   if (c != NULL) bad |= 2;
@@ -319,7 +321,7 @@ static void test_fork_child_quiet(void) {
   CU_ASSERT_EQUAL(rc, 0);
   /* The parent is unaffected. */
   CU_ASSERT_TRUE(wd_registry_has(fork_ctx));
-  CU_ASSERT_EQUAL(atomic_load(&wd_proc_active), 1);
+  CU_ASSERT_EQUAL(atomic_load(&wd_store_active), 1);
   CU_ASSERT_EQUAL(ncclProfiler_v5.finalize(fork_ctx), ncclSuccess);
 }
 

@@ -18,12 +18,14 @@
 #include <unistd.h>
 
 #include "flightrec/strtab.h"
-#include "plugin/blacklist.h"
-#include "plugin/clock.h"
-#include "plugin/context.h"
+#include "events/blacklist.h"
+#include "base/clock.h"
+#include "events/context.h"
+#include "events/store.h"
+#include "plugin/lifecycle.h"
 #include "plugin/profiler_abi.h"
-#include "plugin/track.h"
-#include "watchdog/scan.h"
+#include "events/track.h"
+#include "watchdog/stall.h"
 #include "wd_test_util.h"
 
 extern ncclProfiler_v4_t ncclProfiler_v4;
@@ -168,21 +170,21 @@ static int64_t enq_of(wd_context *c, const char *func) {
 static uint64_t ring_head(const wd_ring *r) { return atomic_load(&r->head); }
 
 static uint32_t scan(wd_context *c, uint64_t now, const wd_config *cfg, wd_stall *out, uint32_t max) {
-  pthread_mutex_lock(&wd_proc.lock);
+  pthread_mutex_lock(&wd_store.lock);
   uint32_t n = wd_scan_context(c, now, cfg, out, max);
-  pthread_mutex_unlock(&wd_proc.lock);
+  pthread_mutex_unlock(&wd_store.lock);
   return n;
 }
 
 static int superseded(wd_context *c, void *h) {
   wd_slot_view v;
-  if (!wd_slot_read(slot(h), wd_now_ns(), c, &tcfg, &v)) return -1;
+  if (!wd_view_read(slot(h), wd_now_ns(), c, &tcfg, &v)) return -1;
   return v.superseded;
 }
 
 static int status_of(wd_context *c, void *h, uint64_t now) {
   wd_slot_view v;
-  if (!wd_slot_read(slot(h), now, c, &tcfg, &v)) return -1;
+  if (!wd_view_read(slot(h), now, c, &tcfg, &v)) return -1;
   return v.snap.status;
 }
 
@@ -492,7 +494,7 @@ static void test_stale_handles_ignored(void) {
 static void test_null_and_unknown(void) {
   wd_context *c = new_ctx("nulls", 1);
   uint64_t ring = ring_head(&c->ring), pring = ring_head(&c->proxy_ring);
-  uint64_t det = ring_head(&wd_proc.detached_ring);
+  uint64_t det = ring_head(&wd_store.detached_ring);
   ncclProfilerEventDescr_v5_t d;
   descr(&d, ncclProfileColl, NULL);
   void *h = (void *)0x5;
@@ -536,7 +538,7 @@ static void test_null_and_unknown(void) {
   /* Nothing was recorded for any of that. */
   CU_ASSERT_EQUAL(ring_head(&c->ring), ring);
   CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);
-  CU_ASSERT_EQUAL(ring_head(&wd_proc.detached_ring), det);
+  CU_ASSERT_EQUAL(ring_head(&wd_store.detached_ring), det);
   CU_ASSERT_EQUAL(atomic_load(&c->order_next), 0);
 
   /* NULL strings and NULL state arguments are fine. */
@@ -563,13 +565,13 @@ static void test_null_and_unknown(void) {
 static void test_pxn_pid(void) {
   wd_context *c = new_ctx("pxn", 1);
   uint64_t ring = ring_head(&c->ring), pring = ring_head(&c->proxy_ring);
-  uint64_t det = ring_head(&wd_proc.detached_ring);
+  uint64_t det = ring_head(&wd_store.detached_ring);
   pid_t other = getpid() + 100000;
   void *raw_parent = (void *)(uintptr_t)0x7f00dead1040ull; /* a handle of the other process */
   void *op = proxyop(c, raw_parent, other, 6, 2, 8, 0);
   CU_ASSERT_PTR_NOT_NULL_FATAL(op);
   wd_event *ev = slot(op);
-  CU_ASSERT_TRUE(wd_pool_owns(&wd_proc.detached, ev));
+  CU_ASSERT_TRUE(wd_pool_owns(&wd_store.detached, ev));
   CU_ASSERT_FALSE(wd_pool_owns(&c->pool, ev));
   CU_ASSERT_PTR_NULL(ev->ctx);
   CU_ASSERT_PTR_NULL(ev->parent);
@@ -581,12 +583,12 @@ static void test_pxn_pid(void) {
   CU_ASSERT_EQUAL(r.pid, other);
   CU_ASSERT_EQUAL(r.peer, 2);
   CU_ASSERT_EQUAL(r.channel, 6);
-  CU_ASSERT_EQUAL(wd_blacklist_refcount(wd_proc.detached_bl, (uintptr_t)raw_parent), 1);
+  CU_ASSERT_EQUAL(wd_blacklist_refcount(wd_store.detached_bl, (uintptr_t)raw_parent), 1);
 
   /* Its ProxySteps come with our context; the parent gives them away. */
   void *s = step(c, op, 0);
   CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-  CU_ASSERT_TRUE(wd_pool_owns(&wd_proc.detached, slot(s)));
+  CU_ASSERT_TRUE(wd_pool_owns(&wd_store.detached, slot(s)));
   wd_record sr = start_rec(s);
   CU_ASSERT_TRUE(sr.flags & WD_F_DETACHED);
   CU_ASSERT_EQUAL(sr.parent, ev->slot_id);
@@ -595,7 +597,7 @@ static void test_pxn_pid(void) {
   /* And so does a NetPlugin event under such a step. */
   void *np = simple(c, ncclProfileNetPlugin, s);
   CU_ASSERT_PTR_NOT_NULL_FATAL(np);
-  CU_ASSERT_TRUE(wd_pool_owns(&wd_proc.detached, slot(np)));
+  CU_ASSERT_TRUE(wd_pool_owns(&wd_store.detached, slot(np)));
   stop(np);
   state(s, ncclProfilerProxyStepRecvWait, 128);
   stop(s);
@@ -603,12 +605,12 @@ static void test_pxn_pid(void) {
   stop(op);
   CU_ASSERT_FALSE(alive(op));
   CU_ASSERT_FALSE(alive(s));
-  CU_ASSERT_EQUAL(wd_blacklist_refcount(wd_proc.detached_bl, (uintptr_t)raw_parent), 0);
+  CU_ASSERT_EQUAL(wd_blacklist_refcount(wd_store.detached_bl, (uintptr_t)raw_parent), 0);
   /* None of it touched the communicator: all in the detached ring. */
   CU_ASSERT_EQUAL(ring_head(&c->ring), ring);
   CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);
   CU_ASSERT_EQUAL(atomic_load(&c->order_next), 0);
-  CU_ASSERT_EQUAL(ring_head(&wd_proc.detached_ring), det + 7);
+  CU_ASSERT_EQUAL(ring_head(&wd_store.detached_ring), det + 7);
 
   /* A ProxyOp with our pid under our Coll is ours. */
   void *h = coll(c, NULL, "AllReduce", 0, 1);
@@ -627,7 +629,7 @@ static void test_foreign_context(void) {
   void *fakes[] = {page, (void *)0x10};
   for (int i = 0; i < 2; i++) {
     void *fc = fakes[i];
-    uint64_t det = ring_head(&wd_proc.detached_ring);
+    uint64_t det = ring_head(&wd_store.detached_ring);
     void *api = simple(fc, ncclProfileCollApi, NULL);
     void *h = coll(fc, page + 64, "AllReduce", 3, 2);
     void *op = proxyop(fc, h, getpid(), 0, 1, 2, 1);
@@ -638,7 +640,7 @@ static void test_foreign_context(void) {
     void *all[] = {api, h, op, op2, s, k, ctrl};
     int ok = 1;
     for (int j = 0; j < 7; j++)
-      if (all[j] == NULL || !wd_pool_owns(&wd_proc.detached, slot(all[j])) ||
+      if (all[j] == NULL || !wd_pool_owns(&wd_store.detached, slot(all[j])) ||
           !(start_rec(all[j]).flags & WD_F_DETACHED))
         ok = 0;
     CU_ASSERT_TRUE(ok);
@@ -658,7 +660,7 @@ static void test_foreign_context(void) {
     CU_ASSERT_TRUE(alive(h)); /* its children keep it */
     for (int j = 6; j >= 0; j--) stop(all[j]);
     for (int j = 0; j < 7; j++) CU_ASSERT_FALSE(alive(all[j]));
-    CU_ASSERT_EQUAL(ring_head(&wd_proc.detached_ring), det + 7 + 3 + 7);
+    CU_ASSERT_EQUAL(ring_head(&wd_store.detached_ring), det + 7 + 3 + 7);
   }
   /* v4 too. */
   ncclProfilerEventDescr_v4_t d4;
@@ -1245,7 +1247,7 @@ int main(void) {
   int mask = 0;
   if (ncclProfiler_v5.init(&anchor, 1, &mask, "anchor", 1, 1, 0, NULL) != ncclSuccess || !anchor)
     return 2;
-  tcfg = wd_proc.cfg;
+  tcfg = *wd_store.cfg;
   tcfg.timeout_ns = 10 * SEC;
   tcfg.poll_ns = 1 * SEC;
   tcfg.unreached_timeout_ns = 0;

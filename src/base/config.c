@@ -4,7 +4,7 @@
  * Nothing here may stop a job: every rejected value produces exactly one warning naming the
  * variable, the value and what is used instead, and the default takes its place.
  */
-#include "plugin/config.h"
+#include "base/config.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "plugin/log.h"
+#include "base/log.h"
 
 #define WD_NS_PER_MS UINT64_C(1000000)
 #define WD_NS_PER_S UINT64_C(1000000000)

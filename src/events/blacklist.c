@@ -3,13 +3,13 @@
  * backward shift, so there are no tombstones and probe chains never degrade after many
  * insert/remove cycles) plus an LRU list linked through entry indices.
  */
-#include "plugin/blacklist.h"
+#include "events/blacklist.h"
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "plugin/log.h"
+#include "base/log.h"
 
 #define WD_BL_NIL UINT32_MAX
 

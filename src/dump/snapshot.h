@@ -3,44 +3,19 @@
  * (no pointers into live event storage), then wd_dump_write() turns it into one JSON document
  * (docs/dump-format.md) with cJSON and writes it atomically. Runs on the watchdog thread only.
  */
-#ifndef WD_DUMP_H
-#define WD_DUMP_H
+#ifndef WD_SNAPSHOT_H
+#define WD_SNAPSHOT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../plugin/config.h"
-#include "../watchdog/backtrace.h"
-#include "record.h"
+#include "base/config.h"
+#include "events/view.h"
+#include "flightrec/record.h"
+#include "stacks/backtrace.h"
 
 #define WD_DUMP_FORMAT "nccl-watchdog-dump"
 #define WD_DUMP_VERSION 1
-
-/* Status of an in-flight root operation (Coll, P2p, or a ProxyOp whose parent is gone). */
-enum {
-  WD_OP_ENQUEUED = 0, /* stopped (handed to the proxy / GPU stream), no child started yet */
-  WD_OP_REACHED = 1,  /* a child started: the GPU or the network got to it */
-  WD_OP_GPU_DONE = 2, /* every expected kernel channel stopped; only proxy tails remain */
-  WD_OP_STALLED = 3,  /* reached and no progress for longer than the timeout */
-  WD_OP_POSTING = 4,  /* started, not stopped yet (being enqueued) */
-};
-const char *wd_op_status_name(int status); /* "enqueued", "reached", ... */
-
-/* One live event. */
-typedef struct wd_ev_snap {
-  wd_record start;        /* its start record: type, slot, parent slot, fields, start time */
-  uint64_t last_ns;       /* last progress at or under this event (CLOCK_MONOTONIC) */
-  uint8_t last_state;     /* last NCCL state id, 0xff when none */
-  uint8_t stopped;        /* NCCL stopped it (for Coll/P2p: enqueued) */
-  uint8_t status;         /* WD_OP_* for root operations, 0 otherwise */
-  uint8_t is_root;        /* a root operation: dumps show it as the top of an open tree */
-  uint32_t children_open; /* children started and not stopped */
-  uint32_t children_seen; /* children ever started */
-  uint32_t steps_done;    /* ProxyOp: ProxySteps stopped */
-  uint32_t kch_expected;  /* Coll/P2p: kernel channels expected (0 when KernelCh is off) */
-  uint32_t kch_done;      /* Coll/P2p: kernel channels stopped */
-  uint64_t last_trans;    /* ProxyStep: last transSize; KernelCh: GPU stop time */
-} wd_ev_snap;
 
 typedef struct wd_seq_snap {
   uint8_t func;       /* string id */
@@ -114,10 +89,5 @@ typedef struct wd_dump_input {
   wd_ring_snap detached_ring;
   const wd_bt_result *threads; /* NULL when backtraces are off */
 } wd_dump_input;
-
-/* Build the JSON document. Returns a malloc'd NUL-terminated string (caller frees), or NULL. */
-char *wd_dump_render(const wd_dump_input *in);
-/* Render and write into dir atomically; path_out receives the final path. 0, or -1. */
-int wd_dump_write(const wd_dump_input *in, const char *dir, char *path_out, size_t path_len);
 
 #endif

@@ -1,12 +1,12 @@
 /*
- * Logging. With NCCL's logger, lines go through it (subsystem NCCL_PROFILE) so NCCL_DEBUG and
+ * Logging. With NCCL's logger, lines go through it (subsystem WD_LOG_SUBSYS) so NCCL_DEBUG and
  * NCCL_DEBUG_SUBSYS govern them like the rest of NCCL's output. Without one (tests, tools, or a
  * message before the first init), one line goes to stderr.
  *
  * Callable from any thread; not from a signal handler (NCCL's logger takes a mutex, and this
  * formats with vsnprintf).
  */
-#include "plugin/log.h"
+#include "base/log.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -20,11 +20,11 @@
 /* Longest message; longer ones are cut and end with "...". */
 #define WD_LOG_MAX 1024
 
-static _Atomic(ncclDebugLogger_t) wd_logger;
+static _Atomic(wd_logger_fn) wd_logger;
 
-void wd_log_set_logger(ncclDebugLogger_t fn) {
+void wd_log_set_logger(wd_logger_fn fn) {
   if (!fn) return;
-  ncclDebugLogger_t expected = NULL;
+  wd_logger_fn expected = NULL;
   /* The first logger wins: every init passes the same function, and replacing it while another
    * thread is calling it would gain nothing. */
   atomic_compare_exchange_strong(&wd_logger, &expected, fn);
@@ -33,28 +33,28 @@ void wd_log_set_logger(ncclDebugLogger_t fn) {
 void wd_log_reset(void) { atomic_store(&wd_logger, NULL); }
 
 /* Whether the stderr fallback prints a line of this level. */
-static int wd_stderr_wants(ncclDebugLogLevel level) {
-  if (level == NCCL_LOG_WARN || level == NCCL_LOG_ABORT) return 1;
-  if (level == NCCL_LOG_NONE) return 0;
+static int wd_stderr_wants(wd_log_level level) {
+  if (level == WD_LOG_WARN || level == WD_LOG_ABORT) return 1;
+  if (level == WD_LOG_NONE) return 0;
   const char *dbg = getenv("NCCL_DEBUG");
   if (!dbg) return 0;
   if (strcasecmp(dbg, "TRACE") == 0) return 1;
-  return strcasecmp(dbg, "INFO") == 0 && level != NCCL_LOG_TRACE;
+  return strcasecmp(dbg, "INFO") == 0 && level != WD_LOG_TRACE;
 }
 
-static const char *wd_level_name(ncclDebugLogLevel level) {
+static const char *wd_level_name(wd_log_level level) {
   switch (level) {
-  case NCCL_LOG_WARN: return "WARN";
-  case NCCL_LOG_ABORT: return "ABORT";
-  case NCCL_LOG_TRACE: return "TRACE";
-  case NCCL_LOG_VERSION: return "VERSION";
+  case WD_LOG_WARN: return "WARN";
+  case WD_LOG_ABORT: return "ABORT";
+  case WD_LOG_TRACE: return "TRACE";
+  case WD_LOG_VERSION: return "VERSION";
   default: return "INFO";
   }
 }
 
-void wd_log(ncclDebugLogLevel level, const char *file, int line, const char *fmt, ...) {
+void wd_log(wd_log_level level, const char *file, int line, const char *fmt, ...) {
   char msg[WD_LOG_MAX];
-  ncclDebugLogger_t fn = atomic_load(&wd_logger);
+  wd_logger_fn fn = atomic_load(&wd_logger);
   if (!fn && !wd_stderr_wants(level)) return;
 
   int n = -1;
@@ -70,7 +70,7 @@ void wd_log(ncclDebugLogLevel level, const char *file, int line, const char *fmt
 
   if (fn) {
     /* Pass the text as an argument, never as the format: it may contain '%'. */
-    fn(level, NCCL_PROFILE, file ? file : "", line, "%s", msg);
+    fn(level, WD_LOG_SUBSYS, file ? file : "", line, "%s", msg);
     return;
   }
 

@@ -12,7 +12,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "event.h"
+#include "events/event.h"
 
 #define WD_CHUNK_SLOTS 1024u
 

@@ -12,7 +12,7 @@
  * handler.
  */
 #define UNW_LOCAL_ONLY
-#include "watchdog/backtrace.h"
+#include "stacks/backtrace.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -33,10 +33,10 @@
 #include <unistd.h>
 
 enum {
-  WD_SLOT_IDLE = 0,    /* not asked (blocked, gone, self) */
-  WD_SLOT_ARMED = 1,   /* signalled, handler not yet in */
-  WD_SLOT_RUNNING = 2, /* handler unwinding */
-  WD_SLOT_DONE = 3,    /* pcs valid */
+  WD_BT_IDLE = 0,    /* not asked (blocked, gone, self) */
+  WD_BT_ARMED = 1,   /* signalled, handler not yet in */
+  WD_BT_RUNNING = 2, /* handler unwinding */
+  WD_BT_DONE = 3,    /* pcs valid */
 };
 
 /* Handler frames before the signal trampoline are dropped; bound the walk so a corrupt stack
@@ -134,8 +134,8 @@ static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
   }
   if (slot) {
     /* ARMED -> RUNNING admits one unwind per slot: a second or late signal returns at once. */
-    int expect = WD_SLOT_ARMED;
-    if (atomic_compare_exchange_strong(&slot->state, &expect, WD_SLOT_RUNNING)) {
+    int expect = WD_BT_ARMED;
+    if (atomic_compare_exchange_strong(&slot->state, &expect, WD_BT_RUNNING)) {
       uint64_t from = 0;
 #if defined(__x86_64__)
       if (uc) from = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
@@ -144,7 +144,7 @@ static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
 #endif
       slot->n = wd_bt_unwind(slot->pcs, WD_BT_MAX_FRAMES, from ? from : 1, &slot->exact0);
       /* Release: the collector's acquire load of DONE sees n and pcs. */
-      atomic_store_explicit(&slot->state, WD_SLOT_DONE, memory_order_release);
+      atomic_store_explicit(&slot->state, WD_BT_DONE, memory_order_release);
     }
   }
   atomic_fetch_sub(&g_inside, 1);
@@ -471,7 +471,7 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
       th->status = WD_BT_BLOCKED;
     } else {
       th->status = WD_BT_NO_ANSWER;
-      atomic_store_explicit(&t->slots[i].state, WD_SLOT_ARMED, memory_order_relaxed);
+      atomic_store_explicit(&t->slots[i].state, WD_BT_ARMED, memory_order_relaxed);
     }
   }
   /* Publish (seq_cst) before the first signal, so every handler finds its armed slot. */
@@ -481,8 +481,8 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
   for (int i = 0; i < n; i++) {
     if (res->threads[i].status != WD_BT_NO_ANSWER) continue;
     if (syscall(SYS_tgkill, pid, tids[i], g_signo) != 0) {
-      int expect = WD_SLOT_ARMED;
-      atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_SLOT_IDLE);
+      int expect = WD_BT_ARMED;
+      atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_BT_IDLE);
       res->threads[i].status = WD_BT_GONE;
       continue;
     }
@@ -499,16 +499,16 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
   for (int round = 1;; round++) {
     int done = 0;
     for (int i = 0; i < n; i++)
-      if (atomic_load_explicit(&t->slots[i].state, memory_order_acquire) == WD_SLOT_DONE) done++;
+      if (atomic_load_explicit(&t->slots[i].state, memory_order_acquire) == WD_BT_DONE) done++;
     if (done >= pending || wd_now_ns() >= deadline) break;
     if (round % 10 == 0) {
       /* A thread that exited after it was signalled will never answer: stop waiting for it. */
       for (int i = 0; i < n; i++) {
-        int expect = WD_SLOT_ARMED;
+        int expect = WD_BT_ARMED;
         if (res->threads[i].status == WD_BT_NO_ANSWER &&
-            atomic_load(&t->slots[i].state) == WD_SLOT_ARMED &&
+            atomic_load(&t->slots[i].state) == WD_BT_ARMED &&
             syscall(SYS_tgkill, pid, tids[i], 0) != 0 && errno == ESRCH &&
-            atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_SLOT_IDLE)) {
+            atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_BT_IDLE)) {
           res->threads[i].status = WD_BT_GONE;
           pending--;
         }
@@ -520,9 +520,9 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
     wd_bt_slot *s = &t->slots[i];
     if (res->threads[i].status != WD_BT_NO_ANSWER) continue;
     /* ARMED -> IDLE: a handler that comes in later leaves the slot alone. */
-    int expect = WD_SLOT_ARMED;
-    if (atomic_compare_exchange_strong(&s->state, &expect, WD_SLOT_IDLE)) continue;
-    if (expect != WD_SLOT_DONE) continue; /* still unwinding: reported as no answer */
+    int expect = WD_BT_ARMED;
+    if (atomic_compare_exchange_strong(&s->state, &expect, WD_BT_IDLE)) continue;
+    if (expect != WD_BT_DONE) continue; /* still unwinding: reported as no answer */
     atomic_thread_fence(memory_order_acquire);
     res->threads[i].status = WD_BT_OK;
     res->answered++;

@@ -1,10 +1,10 @@
-#include "pool.h"
+#include "events/pool.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "blacklist.h"
-#include "log.h"
+#include "events/blacklist.h"
+#include "base/log.h"
 
 /* Bounded MPMC queue of slot indices (Vyukov). Positions are 32-bit and compared by signed
  * difference, which stays correct across wrap-around because capacity << 2^31. */

@@ -4,7 +4,7 @@
  * one growing buffer and attached as raw JSON, because one cJSON object per record costs several
  * times the 200 ms a full dump may take. Both paths escape every string they emit.
  */
-#include "dump.h"
+#include "dump/render.h"
 
 #include <cjson/cJSON.h>
 #include <fcntl.h>
@@ -17,268 +17,21 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dumpfile.h"
-#include "strtab.h"
+#include "dump/dumpfile.h"
+#include "dump/forest.h"
+#include "dump/jsonstr.h"
+#include "dump/textbuf.h"
+#include "flightrec/strtab.h"
 
 #ifndef WD_VERSION
 #define WD_VERSION "0.0.0"
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
-/* Growing text buffer. Writers reserve a bound first, then append without further checks.    */
-
-typedef struct wd_sb {
-  char *p;
-  size_t len, cap;
-  int oom;
-  int mapped; /* p comes from map_big(), not malloc */
-} wd_sb;
-
-#define WD_HUGE (2u << 20)
-
-/*
- * The document buffer (tens of MB) is an anonymous mapping aligned to 2 MB and advised for
- * transparent huge pages: faulting in 4 KB pages one by one costs more than formatting the whole
- * dump on some virtual machines. Without THP it is an ordinary mapping.
- */
-static int thp_available(void) {
-  static atomic_int cached = -1; /* racing first calls compute the same value */
-  int v = atomic_load_explicit(&cached, memory_order_relaxed);
-  if (v < 0) {
-    char buf[128] = "";
-    int fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      ssize_t n = read(fd, buf, sizeof(buf) - 1);
-      buf[n > 0 ? n : 0] = 0;
-      close(fd);
-    }
-    v = strstr(buf, "[always]") || strstr(buf, "[madvise]");
-    atomic_store_explicit(&cached, v, memory_order_relaxed);
-  }
-  return v;
-}
-
-static char *map_big(size_t len) {
-  size_t span = len + WD_HUGE;
-  char *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return NULL;
-  uintptr_t a = ((uintptr_t)p + WD_HUGE - 1) & ~(uintptr_t)(WD_HUGE - 1);
-  size_t head = a - (uintptr_t)p, tail = span - head - len;
-  if (head) munmap(p, head);
-  if (tail) munmap((char *)a + len, tail);
-  madvise((void *)a, len, MADV_HUGEPAGE); /* advice only: fine when it fails */
-#ifdef MADV_POPULATE_WRITE
-  /* Without THP, fault everything in with one call instead of one trap per 4 KB page (with THP,
-   * lazy faults are cheaper). Fails harmlessly (EINVAL) on kernels before 5.14. */
-  if (!thp_available()) madvise((void *)a, len, MADV_POPULATE_WRITE);
-#endif
-  return (char *)a;
-}
-
-static int sb_reserve(wd_sb *b, size_t n) {
-  if (b->oom) return -1;
-  /* The sums and the doubling below must not wrap. */
-  if (n >= SIZE_MAX / 2 || b->len >= SIZE_MAX / 2 - n) {
-    b->oom = 1;
-    return -1;
-  }
-  if (b->len + n + 1 <= b->cap) return 0;
-  size_t cap = b->cap ? b->cap : 4096;
-  while (cap < b->len + n + 1) cap *= 2;
-  char *p;
-  if (b->mapped) {
-    cap = (cap + WD_HUGE - 1) & ~(size_t)(WD_HUGE - 1);
-    p = map_big(cap);
-    if (p && b->p) {
-      memcpy(p, b->p, b->len);
-      munmap(b->p, b->cap);
-    }
-  } else {
-    p = realloc(b->p, cap);
-  }
-  if (!p) {
-    b->oom = 1;
-    return -1;
-  }
-  b->p = p;
-  b->cap = cap;
-  return 0;
-}
-
-static void sb_free(wd_sb *b) {
-  if (b->mapped && b->p)
-    munmap(b->p, b->cap);
-  else
-    free(b->p);
-  memset(b, 0, sizeof(*b));
-}
-
-/* The unchecked appends below rely on an earlier sb_reserve. */
-static inline void sb_mem(wd_sb *b, const char *s, size_t n) {
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-}
-/* lit must be a string literal: "" lit "" rejects anything else at compile time. */
-#define SB_LIT(b, lit) sb_mem((b), "" lit "", sizeof(lit) - 1)
-static inline void sb_ch(wd_sb *b, char c) { b->p[b->len++] = c; }
-static inline void sb_bool(wd_sb *b, const char *key, int v) {
-  sb_mem(b, key, strlen(key));
-  if (v)
-    SB_LIT(b, "true");
-  else
-    SB_LIT(b, "false");
-}
-
-static inline void sb_u64(wd_sb *b, uint64_t v) {
-  char tmp[20];
-  int n = 0;
-  do {
-    tmp[n++] = (char)('0' + v % 10);
-    v /= 10;
-  } while (v);
-  while (n) b->p[b->len++] = tmp[--n];
-}
-
-static inline void sb_i64(wd_sb *b, int64_t v) {
-  if (v < 0) {
-    sb_ch(b, '-');
-    sb_u64(b, (uint64_t)0 - (uint64_t)v);
-  } else {
-    sb_u64(b, (uint64_t)v);
-  }
-}
-
-static inline void sb_hex(wd_sb *b, uint64_t v) {
-  static const char digits[] = "0123456789abcdef";
-  char tmp[16];
-  int n = 0;
-  do {
-    tmp[n++] = digits[v & 15];
-    v >>= 4;
-  } while (v);
-  SB_LIT(b, "\"0x");
-  while (n) b->p[b->len++] = tmp[--n];
-  sb_ch(b, '"');
-}
-
-/* A duration in ns as milliseconds with microsecond resolution ("300120.300"). */
-static inline void sb_ms(wd_sb *b, uint64_t ns) {
-  uint64_t us = ns / 1000;
-  sb_u64(b, us / 1000);
-  unsigned frac = (unsigned)(us % 1000);
-  sb_ch(b, '.');
-  sb_ch(b, (char)('0' + frac / 100));
-  sb_ch(b, (char)('0' + frac / 10 % 10));
-  sb_ch(b, (char)('0' + frac % 10));
-}
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 when invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-  unsigned c = s[0];
-  if (c < 0x80) return 1;
-  if (c >= 0xc2 && c <= 0xdf) return (n >= 2 && (s[1] & 0xc0) == 0x80) ? 2 : 0;
-  if (c >= 0xe0 && c <= 0xef) {
-    if (n < 3 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80) return 0;
-    if (c == 0xe0 && s[1] < 0xa0) return 0; /* overlong */
-    if (c == 0xed && s[1] >= 0xa0) return 0; /* surrogate */
-    return 3;
-  }
-  if (c >= 0xf0 && c <= 0xf4) {
-    if (n < 4 || (s[1] & 0xc0) != 0x80 || (s[2] & 0xc0) != 0x80 || (s[3] & 0xc0) != 0x80) return 0;
-    if (c == 0xf0 && s[1] < 0x90) return 0;
-    if (c == 0xf4 && s[1] >= 0x90) return 0;
-    return 4;
-  }
-  return 0;
-}
-
-/* Worst case output of sb_str for n input bytes: every byte as a 6-byte escape, plus quotes. */
-#define SB_STR_BOUND(n) ((n) * 6 + 2)
-
-/* A JSON string: quotes, backslashes and control characters escaped; bytes that are not valid
- * UTF-8 become U+FFFD so a strict parser accepts the document. */
-static void sb_str(wd_sb *b, const char *s, size_t n) {
-  static const char hex[] = "0123456789abcdef";
-  const unsigned char *u = (const unsigned char *)s;
-  sb_ch(b, '"');
-  size_t i = 0;
-  while (i < n) {
-    unsigned c = u[i];
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      sb_ch(b, (char)c);
-      i++;
-      continue;
-    }
-    if (c < 0x80) {
-      sb_ch(b, '\\');
-      switch (c) {
-      case '"': sb_ch(b, '"'); break;
-      case '\\': sb_ch(b, '\\'); break;
-      case '\n': sb_ch(b, 'n'); break;
-      case '\r': sb_ch(b, 'r'); break;
-      case '\t': sb_ch(b, 't'); break;
-      case '\b': sb_ch(b, 'b'); break;
-      case '\f': sb_ch(b, 'f'); break;
-      default:
-        SB_LIT(b, "u00");
-        sb_ch(b, hex[c >> 4]);
-        sb_ch(b, hex[c & 15]);
-      }
-      i++;
-      continue;
-    }
-    size_t k = utf8_seq(u + i, n - i);
-    if (k == 0) {
-      SB_LIT(b, "\\ufffd");
-      i++;
-    } else {
-      sb_mem(b, s + i, k);
-      i += k;
-    }
-  }
-  sb_ch(b, '"');
-}
-
-/* A copy of s that is valid UTF-8 (invalid bytes become U+FFFD), for strings handed to cJSON,
- * which escapes quotes and control characters but passes other bytes through. NULL on OOM. */
-static char *utf8_clean(const char *s) {
-  size_t n = strlen(s);
-  const unsigned char *u = (const unsigned char *)s;
-  size_t i = 0;
-  while (i < n) {
-    size_t k = utf8_seq(u + i, n - i);
-    if (!k) break;
-    i += k;
-  }
-  char *out = malloc(i == n ? n + 1 : n * 3 + 1);
-  if (!out) return NULL;
-  if (i == n) {
-    memcpy(out, s, n + 1);
-    return out;
-  }
-  size_t o = 0;
-  i = 0;
-  while (i < n) {
-    size_t k = utf8_seq(u + i, n - i);
-    if (!k) {
-      memcpy(out + o, "\xef\xbf\xbd", 3);
-      o += 3;
-      i++;
-    } else {
-      memcpy(out + o, s + i, k);
-      o += k;
-      i += k;
-    }
-  }
-  out[o] = 0;
-  return out;
-}
-
-/* ------------------------------------------------------------------------------------------ */
 /* Names, escaped once per dump.                                                               */
 
 typedef struct wd_name {
-  char s[SB_STR_BOUND(WD_STR_LEN) + 1]; /* quoted, escaped */
+  char s[WD_SB_STR_BOUND(WD_STR_LEN) + 1]; /* quoted, escaped */
   uint16_t len;
 } wd_name;
 
@@ -290,23 +43,6 @@ typedef struct wd_section {
   const wd_ev_snap *ev;     /* the others */
   uint32_t n;
 } wd_section;
-
-/* Children index entry: live events sorted by (parent slot, start time, slot). */
-typedef struct wd_kid {
-  uint32_t parent;
-  uint32_t slot;
-  uint64_t ts;
-  uint32_t idx;
-} wd_kid;
-
-/* The live events of one communicator (or the detached ones) being laid out as trees. */
-typedef struct wd_forest {
-  const wd_ev_snap *ev;
-  uint32_t n;
-  wd_kid *kids;  /* by parent, for children lookups */
-  wd_kid *order; /* by start time */
-  char *placed;  /* per event: 0 not yet shown, 1 shown, 2 top of a tree */
-} wd_forest;
 
 typedef struct wd_ctx {
   const wd_dump_input *in;
@@ -322,7 +58,7 @@ static void name_set(wd_name *nm, const char *s) {
   wd_sb b = {nm->s, 0, sizeof(nm->s), 0, 0};
   size_t n = s ? strnlen(s, (size_t)WD_STR_LEN * 2) : 0;
   if (n > WD_STR_LEN - 1) n = WD_STR_LEN - 1; /* bound the cache entry */
-  sb_str(&b, s ? s : "", n);
+  wd_sb_str(&b, s ? s : "", n);
   nm->len = (uint16_t)b.len;
 }
 
@@ -338,7 +74,7 @@ static void ctx_init(wd_ctx *c, const wd_dump_input *in) {
   }
 }
 
-static inline void sb_name(wd_sb *b, const wd_name *nm) { sb_mem(b, nm->s, nm->len); }
+static inline void wd_sb_name(wd_sb *b, const wd_name *nm) { wd_sb_mem(b, nm->s, nm->len); }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Records and nodes.                                                                          */
@@ -349,32 +85,32 @@ static inline void sb_name(wd_sb *b, const wd_name *nm) { sb_mem(b, nm->s, nm->l
 
 static void put_parent(wd_sb *b, uint32_t parent) {
   if (parent == WD_SLOT_NONE)
-    SB_LIT(b, "null");
+    WD_SB_LIT(b, "null");
   else if (parent == WD_SLOT_FOREIGN)
-    SB_LIT(b, "\"foreign\"");
+    WD_SB_LIT(b, "\"foreign\"");
   else
-    sb_u64(b, parent);
+    wd_sb_u64(b, parent);
 }
 
 /* The fields of the event type (the table in docs/dump-format.md). ev is the live event when
  * rendering a node, NULL for a ring record. */
 /* func, then seq for collectives, then count and datatype: what API and operation events share. */
 static void put_call(wd_ctx *c, wd_sb *b, const wd_record *r, int with_seq) {
-  SB_LIT(b, ",\"func\":");
-  sb_name(b, &c->strs[r->func]);
+  WD_SB_LIT(b, ",\"func\":");
+  wd_sb_name(b, &c->strs[r->func]);
   if (with_seq) {
-    SB_LIT(b, ",\"seq\":");
-    sb_u64(b, r->a);
+    WD_SB_LIT(b, ",\"seq\":");
+    wd_sb_u64(b, r->a);
   }
-  SB_LIT(b, ",\"count\":");
-  sb_u64(b, r->count);
-  SB_LIT(b, ",\"datatype\":");
-  sb_name(b, &c->strs[r->dtype]);
+  WD_SB_LIT(b, ",\"count\":");
+  wd_sb_u64(b, r->count);
+  WD_SB_LIT(b, ",\"datatype\":");
+  wd_sb_name(b, &c->strs[r->dtype]);
 }
 
 static void put_int(wd_sb *b, const char *key_lit, size_t key_len, int64_t v) {
-  sb_mem(b, key_lit, key_len);
-  sb_i64(b, v);
+  wd_sb_mem(b, key_lit, key_len);
+  wd_sb_i64(b, v);
 }
 #define PUT_INT(b, key, v) put_int((b), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (int64_t)(v))
 
@@ -384,10 +120,10 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
   case WD_T_COLL:
   case WD_T_CECOLL:
     put_call(c, b, r, 1);
-    SB_LIT(b, ",\"algo\":");
-    sb_name(b, &c->strs[r->algo]);
-    SB_LIT(b, ",\"proto\":");
-    sb_name(b, &c->strs[r->proto]);
+    WD_SB_LIT(b, ",\"algo\":");
+    wd_sb_name(b, &c->strs[r->algo]);
+    WD_SB_LIT(b, ",\"proto\":");
+    wd_sb_name(b, &c->strs[r->proto]);
     PUT_INT(b, "root", r->peer);
     PUT_INT(b, "nChannels", r->nChannels);
     PUT_INT(b, "nWarps", r->nWarps);
@@ -413,7 +149,7 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     PUT_INT(b, "peer", r->peer);
     PUT_INT(b, "nSteps", r->n);
     PUT_INT(b, "chunkSize", r->count);
-    sb_bool(b, ",\"isSend\":", r->flags & WD_F_SEND);
+    wd_sb_bool(b, ",\"isSend\":", r->flags & WD_F_SEND);
     break;
   case WD_T_PROXYSTEP:
     PUT_INT(b, "step", r->n);
@@ -425,11 +161,11 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     break;
   case WD_T_KERNELCH:
     PUT_INT(b, "channel", r->channel);
-    SB_LIT(b, ",\"pTimer\":");
-    sb_hex(b, r->a);
+    WD_SB_LIT(b, ",\"pTimer\":");
+    wd_sb_hex(b, r->a);
     if (ev && ev->last_trans) {
-      SB_LIT(b, ",\"pTimerStop\":");
-      sb_hex(b, ev->last_trans);
+      WD_SB_LIT(b, ",\"pTimerStop\":");
+      wd_sb_hex(b, ev->last_trans);
     }
     break;
   case WD_T_PROXYCTRL:
@@ -438,8 +174,8 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     }
     break;
   case WD_T_NETPLUGIN:
-    SB_LIT(b, ",\"id\":");
-    sb_hex(b, r->a);
+    WD_SB_LIT(b, ",\"id\":");
+    wd_sb_hex(b, r->a);
     break;
   case WD_T_CESYNC:
     PUT_INT(b, "nRanks", r->n);
@@ -452,58 +188,58 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     break;
   }
   if (r->flags & WD_F_DETACHED) {
-    SB_LIT(b, ",\"raw\":");
-    sb_hex(b, r->raw);
+    WD_SB_LIT(b, ",\"raw\":");
+    wd_sb_hex(b, r->raw);
   }
   int is_op = r->type == WD_T_COLL || r->type == WD_T_P2P || r->type == WD_T_CECOLL;
   if (ev && is_op)
-    sb_bool(b, ",\"graphCaptured\":", r->flags & WD_F_GRAPH);
+    wd_sb_bool(b, ",\"graphCaptured\":", r->flags & WD_F_GRAPH);
   else if (r->flags & WD_F_GRAPH)
-    SB_LIT(b, ",\"graphCaptured\":true");
-  if (r->flags & WD_F_DETACHED) SB_LIT(b, ",\"detached\":true");
-  if (r->flags & WD_F_ORPHAN) SB_LIT(b, ",\"orphan\":true");
-  if (r->flags & WD_F_ABANDONED) SB_LIT(b, ",\"abandoned\":true");
+    WD_SB_LIT(b, ",\"graphCaptured\":true");
+  if (r->flags & WD_F_DETACHED) WD_SB_LIT(b, ",\"detached\":true");
+  if (r->flags & WD_F_ORPHAN) WD_SB_LIT(b, ",\"orphan\":true");
+  if (r->flags & WD_F_ABANDONED) WD_SB_LIT(b, ",\"abandoned\":true");
 }
 
 static int put_record(wd_ctx *c, wd_sb *b, const wd_record *r, int comma) {
-  if (sb_reserve(b, REC_BOUND)) return -1;
-  if (comma) sb_ch(b, ',');
-  SB_LIT(b, "{\"t\":");
-  sb_i64(b, (int64_t)(r->ts_ns - c->in->mono_ns));
+  if (wd_sb_reserve(b, REC_BOUND)) return -1;
+  if (comma) wd_sb_ch(b, ',');
+  WD_SB_LIT(b, "{\"t\":");
+  wd_sb_i64(b, (int64_t)(r->ts_ns - c->in->mono_ns));
   switch (r->phase) {
-  case WD_PH_START: SB_LIT(b, ",\"ph\":\"start\""); break;
-  case WD_PH_STATE: SB_LIT(b, ",\"ph\":\"state\""); break;
-  case WD_PH_STOP: SB_LIT(b, ",\"ph\":\"stop\""); break;
+  case WD_PH_START: WD_SB_LIT(b, ",\"ph\":\"start\""); break;
+  case WD_PH_STATE: WD_SB_LIT(b, ",\"ph\":\"state\""); break;
+  case WD_PH_STOP: WD_SB_LIT(b, ",\"ph\":\"stop\""); break;
   default:
-    SB_LIT(b, ",\"ph\":\"phase");
-    sb_u64(b, r->phase);
-    sb_ch(b, '"');
+    WD_SB_LIT(b, ",\"ph\":\"phase");
+    wd_sb_u64(b, r->phase);
+    wd_sb_ch(b, '"');
   }
-  SB_LIT(b, ",\"type\":");
-  sb_name(b, &c->types[r->type]);
-  SB_LIT(b, ",\"slot\":");
-  sb_u64(b, r->slot);
-  SB_LIT(b, ",\"parent\":");
+  WD_SB_LIT(b, ",\"type\":");
+  wd_sb_name(b, &c->types[r->type]);
+  WD_SB_LIT(b, ",\"slot\":");
+  wd_sb_u64(b, r->slot);
+  WD_SB_LIT(b, ",\"parent\":");
   put_parent(b, r->parent);
-  SB_LIT(b, ",\"tid\":");
-  sb_i64(b, r->tid);
+  WD_SB_LIT(b, ",\"tid\":");
+  wd_sb_i64(b, r->tid);
   if (r->phase == WD_PH_STATE) {
-    SB_LIT(b, ",\"state\":");
-    sb_name(b, &c->states[r->state]);
+    WD_SB_LIT(b, ",\"state\":");
+    wd_sb_name(b, &c->states[r->state]);
   }
   put_type_fields(c, b, r, NULL);
-  sb_ch(b, '}');
+  wd_sb_ch(b, '}');
   return 0;
 }
 
 /* "[record,...]" for a ring snapshot. */
 static int put_records(wd_ctx *c, wd_sb *b, const wd_ring_snap *rs) {
-  if (sb_reserve(b, 2)) return -1;
-  sb_ch(b, '[');
+  if (wd_sb_reserve(b, 2)) return -1;
+  wd_sb_ch(b, '[');
   for (uint32_t i = 0; rs->recs && i < rs->n; i++)
     if (put_record(c, b, &rs->recs[i], i > 0)) return -1;
-  if (sb_reserve(b, 2)) return -1;
-  sb_ch(b, ']');
+  if (wd_sb_reserve(b, 2)) return -1;
+  wd_sb_ch(b, ']');
   return 0;
 }
 
@@ -511,171 +247,77 @@ static uint64_t ago(const wd_ctx *c, uint64_t ts) {
   return ts && ts < c->in->mono_ns ? c->in->mono_ns - ts : 0;
 }
 
-static int kid_cmp(const void *pa, const void *pb) {
-  const wd_kid *a = pa, *b = pb;
-  if (a->parent != b->parent) return a->parent < b->parent ? -1 : 1;
-  if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
-  if (a->slot != b->slot) return a->slot < b->slot ? -1 : 1;
-  return a->idx < b->idx ? -1 : a->idx > b->idx;
-}
-
-/* Start-time order (for roots and flat lists): same key with parent ignored. */
-static int start_cmp(const void *pa, const void *pb) {
-  const wd_kid *a = pa, *b = pb;
-  if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
-  if (a->slot != b->slot) return a->slot < b->slot ? -1 : 1;
-  return a->idx < b->idx ? -1 : a->idx > b->idx;
-}
-
-static int u32_cmp(const void *pa, const void *pb) {
-  uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
-  return a < b ? -1 : a > b;
-}
-
-/* Index of the first entry whose parent is slot, or n. */
-static uint32_t kids_first(const wd_forest *f, uint32_t slot) {
-  uint32_t lo = 0, hi = f->n;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (f->kids[mid].parent < slot)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 #define WD_TREE_DEPTH 16 /* deeper chains (never produced by NCCL) are listed flat */
 
 static int put_node(wd_ctx *c, wd_sb *b, wd_forest *f, uint32_t idx, int depth, int nest) {
   const wd_ev_snap *e = &f->ev[idx];
   const wd_record *r = &e->start;
-  if (sb_reserve(b, REC_BOUND)) return -1;
-  SB_LIT(b, "{\"slot\":");
-  sb_u64(b, r->slot);
-  SB_LIT(b, ",\"type\":");
-  sb_name(b, &c->types[r->type]);
-  SB_LIT(b, ",\"parentSlot\":");
+  if (wd_sb_reserve(b, REC_BOUND)) return -1;
+  WD_SB_LIT(b, "{\"slot\":");
+  wd_sb_u64(b, r->slot);
+  WD_SB_LIT(b, ",\"type\":");
+  wd_sb_name(b, &c->types[r->type]);
+  WD_SB_LIT(b, ",\"parentSlot\":");
   put_parent(b, r->parent);
   if (e->is_root) {
-    SB_LIT(b, ",\"status\":\"");
+    WD_SB_LIT(b, ",\"status\":\"");
     const char *st = wd_op_status_name(e->status);
-    sb_mem(b, st, strlen(st));
-    sb_ch(b, '"');
+    wd_sb_mem(b, st, strlen(st));
+    wd_sb_ch(b, '"');
   }
-  sb_bool(b, ",\"stopped\":", e->stopped);
-  SB_LIT(b, ",\"ageMs\":");
-  sb_ms(b, ago(c, r->ts_ns));
-  SB_LIT(b, ",\"sinceProgressMs\":");
-  sb_ms(b, ago(c, e->last_ns ? e->last_ns : r->ts_ns));
-  SB_LIT(b, ",\"state\":");
+  wd_sb_bool(b, ",\"stopped\":", e->stopped);
+  WD_SB_LIT(b, ",\"ageMs\":");
+  wd_sb_ms(b, ago(c, r->ts_ns));
+  WD_SB_LIT(b, ",\"sinceProgressMs\":");
+  wd_sb_ms(b, ago(c, e->last_ns ? e->last_ns : r->ts_ns));
+  WD_SB_LIT(b, ",\"state\":");
   if (e->last_state == 0xff)
-    SB_LIT(b, "null");
+    WD_SB_LIT(b, "null");
   else
-    sb_name(b, &c->states[e->last_state]);
-  SB_LIT(b, ",\"tid\":");
-  sb_i64(b, r->tid);
+    wd_sb_name(b, &c->states[e->last_state]);
+  WD_SB_LIT(b, ",\"tid\":");
+  wd_sb_i64(b, r->tid);
   put_type_fields(c, b, r, e);
   switch (r->type) {
   case WD_T_COLL:
   case WD_T_P2P:
   case WD_T_CECOLL:
-    SB_LIT(b, ",\"kernelChannels\":{\"expected\":");
-    sb_u64(b, e->kch_expected);
-    SB_LIT(b, ",\"done\":");
-    sb_u64(b, e->kch_done);
-    sb_ch(b, '}');
+    WD_SB_LIT(b, ",\"kernelChannels\":{\"expected\":");
+    wd_sb_u64(b, e->kch_expected);
+    WD_SB_LIT(b, ",\"done\":");
+    wd_sb_u64(b, e->kch_done);
+    wd_sb_ch(b, '}');
     break;
   case WD_T_PROXYOP:
-    SB_LIT(b, ",\"stepsDone\":");
-    sb_u64(b, e->steps_done);
+    WD_SB_LIT(b, ",\"stepsDone\":");
+    wd_sb_u64(b, e->steps_done);
     break;
   default:
     break;
   }
   if (e->children_seen || e->children_open) {
-    SB_LIT(b, ",\"childrenSeen\":");
-    sb_u64(b, e->children_seen);
-    SB_LIT(b, ",\"childrenOpen\":");
-    sb_u64(b, e->children_open);
+    WD_SB_LIT(b, ",\"childrenSeen\":");
+    wd_sb_u64(b, e->children_seen);
+    WD_SB_LIT(b, ",\"childrenOpen\":");
+    wd_sb_u64(b, e->children_open);
   }
-  SB_LIT(b, ",\"children\":[");
+  WD_SB_LIT(b, ",\"children\":[");
   if (nest && depth < WD_TREE_DEPTH) {
     int first = 1;
-    for (uint32_t k = kids_first(f, r->slot); k < f->n && f->kids[k].parent == r->slot; k++) {
+    for (uint32_t k = wd_forest_kids_first(f, r->slot); k < f->n && f->kids[k].parent == r->slot; k++) {
       uint32_t ci = f->kids[k].idx;
       if (f->placed[ci] || f->ev[ci].is_root) continue;
       f->placed[ci] = 1;
       if (!first) {
-        if (sb_reserve(b, 1)) return -1;
-        sb_ch(b, ',');
+        if (wd_sb_reserve(b, 1)) return -1;
+        wd_sb_ch(b, ',');
       }
       first = 0;
       if (put_node(c, b, f, ci, depth + 1, 1)) return -1;
     }
   }
-  if (sb_reserve(b, 3)) return -1;
-  SB_LIT(b, "]}");
-  return 0;
-}
-
-static void forest_end(wd_ctx *c) {
-  free(c->forest.kids);
-  free(c->forest.order);
-  free(c->forest.placed);
-  memset(&c->forest, 0, sizeof(c->forest));
-}
-
-/*
- * Index the live events for layout. Tops (nodes shown at the top level with their live
- * descendants nested) are the root operations; with tops_orphans, also every event whose parent
- * is not live (detached events have no root operations of their own). O(n log n).
- */
-static int forest_begin(wd_ctx *c, const wd_ev_snap *ev, uint32_t n, int tops_orphans) {
-  forest_end(c);
-  wd_forest *f = &c->forest;
-  f->ev = ev;
-  f->n = ev ? n : 0;
-  n = f->n;
-  if (!n) return 0;
-  f->kids = malloc(sizeof(wd_kid) * n);
-  f->order = malloc(sizeof(wd_kid) * n);
-  f->placed = calloc(n, 1);
-  if (!f->kids || !f->order || !f->placed) return -1;
-  for (uint32_t i = 0; i < n; i++) {
-    f->kids[i] = (wd_kid){ev[i].start.parent, ev[i].start.slot, ev[i].start.ts_ns, i};
-    f->order[i] = f->kids[i];
-  }
-  qsort(f->kids, n, sizeof(wd_kid), kid_cmp);
-  qsort(f->order, n, sizeof(wd_kid), start_cmp);
-  uint32_t *slots = NULL; /* sorted live slots, to tell a live parent from a gone one */
-  if (tops_orphans) {
-    slots = malloc(sizeof(uint32_t) * n);
-    if (!slots) return -1;
-    for (uint32_t i = 0; i < n; i++) slots[i] = f->order[i].slot;
-    qsort(slots, n, sizeof(uint32_t), u32_cmp);
-  }
-  for (uint32_t i = 0; i < n; i++) {
-    const wd_ev_snap *e = &ev[i];
-    int top = e->is_root;
-    uint32_t p = e->start.parent;
-    if (!top && slots) {
-      top = 1;
-      if (p != WD_SLOT_NONE && p != WD_SLOT_FOREIGN && p != e->start.slot) {
-        uint32_t lo = 0, hi = n;
-        while (lo < hi) {
-          uint32_t mid = lo + (hi - lo) / 2;
-          if (slots[mid] < p)
-            lo = mid + 1;
-          else
-            hi = mid;
-        }
-        if (lo < n && slots[lo] == p) top = 0;
-      }
-    }
-    if (top) f->placed[i] = 2;
-  }
-  free(slots);
+  if (wd_sb_reserve(b, 3)) return -1;
+  WD_SB_LIT(b, "]}");
   return 0;
 }
 
@@ -688,8 +330,8 @@ static int forest_list(wd_ctx *c, wd_sb *b, int tops, int *first) {
     if (tops ? f->placed[idx] != 2 : f->placed[idx] != 0) continue;
     if (!tops) f->placed[idx] = 1;
     if (!*first) {
-      if (sb_reserve(b, 1)) return -1;
-      sb_ch(b, ',');
+      if (wd_sb_reserve(b, 1)) return -1;
+      wd_sb_ch(b, ',');
     }
     *first = 0;
     if (put_node(c, b, f, idx, 0, tops)) return -1;
@@ -703,26 +345,26 @@ static int put_section(wd_ctx *c, wd_sb *b, const wd_section *s) {
   case SEC_RECORDS:
     return put_records(c, b, s->ring);
   case SEC_INFLIGHT: /* the forest stays for the SEC_OPEN that follows */
-    if (forest_begin(c, s->ev, s->n, 0) || sb_reserve(b, 1)) return -1;
-    sb_ch(b, '[');
-    if (forest_list(c, b, 1, &first) || sb_reserve(b, 1)) return -1;
-    sb_ch(b, ']');
+    if (wd_forest_build(&c->forest, s->ev, s->n, 0) || wd_sb_reserve(b, 1)) return -1;
+    wd_sb_ch(b, '[');
+    if (forest_list(c, b, 1, &first) || wd_sb_reserve(b, 1)) return -1;
+    wd_sb_ch(b, ']');
     return 0;
   case SEC_OPEN:
-    if (c->forest.ev != s->ev && forest_begin(c, s->ev, s->n, 0)) return -1;
-    if (sb_reserve(b, 1)) return -1;
-    sb_ch(b, '[');
-    if (forest_list(c, b, 0, &first) || sb_reserve(b, 1)) return -1;
-    sb_ch(b, ']');
-    forest_end(c);
+    if (c->forest.ev != s->ev && wd_forest_build(&c->forest, s->ev, s->n, 0)) return -1;
+    if (wd_sb_reserve(b, 1)) return -1;
+    wd_sb_ch(b, '[');
+    if (forest_list(c, b, 0, &first) || wd_sb_reserve(b, 1)) return -1;
+    wd_sb_ch(b, ']');
+    wd_forest_free(&c->forest);
     return 0;
   case SEC_DETACHED: /* trees, then whatever is left (parent cycles) flat, in one list */
-    if (forest_begin(c, s->ev, s->n, 1) || sb_reserve(b, 1)) return -1;
-    sb_ch(b, '[');
-    if (forest_list(c, b, 1, &first) || forest_list(c, b, 0, &first) || sb_reserve(b, 1))
+    if (wd_forest_build(&c->forest, s->ev, s->n, 1) || wd_sb_reserve(b, 1)) return -1;
+    wd_sb_ch(b, '[');
+    if (forest_list(c, b, 1, &first) || forest_list(c, b, 0, &first) || wd_sb_reserve(b, 1))
       return -1;
-    sb_ch(b, ']');
-    forest_end(c);
+    wd_sb_ch(b, ']');
+    wd_forest_free(&c->forest);
     return 0;
   default:
     return -1;
@@ -733,7 +375,7 @@ static int put_section(wd_ctx *c, wd_sb *b, const wd_section *s) {
 /* cJSON helpers: each creates the item and attaches it to its parent at once.                */
 
 static int add_str(cJSON *o, const char *key, const char *s) {
-  char *clean = utf8_clean(s ? s : "");
+  char *clean = wd_utf8_clean(s ? s : "");
   if (!clean) return -1;
   cJSON *it = cJSON_AddStringToObject(o, key, clean);
   free(clean);
@@ -794,16 +436,6 @@ static int add_section(wd_ctx *c, cJSON *o, const char *key, wd_section sec) {
 /* ------------------------------------------------------------------------------------------ */
 /* Document sections.                                                                          */
 
-const char *wd_op_status_name(int status) {
-  switch (status) {
-  case WD_OP_ENQUEUED: return "enqueued";
-  case WD_OP_REACHED: return "reached";
-  case WD_OP_GPU_DONE: return "gpu_done";
-  case WD_OP_STALLED: return "stalled";
-  case WD_OP_POSTING: return "posting";
-  default: return "unknown";
-  }
-}
 
 static const char *bt_status_name(int status) {
   switch (status) {
@@ -908,7 +540,7 @@ static int put_env(cJSON *root) {
     char key[256];
     memcpy(key, *e, klen);
     key[klen] = 0;
-    char *ckey = utf8_clean(key);
+    char *ckey = wd_utf8_clean(key);
     if (!ckey) return -1;
     if (cJSON_GetObjectItemCaseSensitive(o, ckey)) { /* duplicate entry: the first one wins */
       free(ckey);
@@ -927,7 +559,7 @@ static int put_strings(cJSON *root) {
   unsigned n = wd_str_count();
   if (n > WD_STR_MAX) n = WD_STR_MAX;
   for (unsigned i = 0; i < n; i++) {
-    char *clean = utf8_clean(wd_str((uint8_t)i));
+    char *clean = wd_utf8_clean(wd_str((uint8_t)i));
     if (!clean) return -1;
     int rc = push(arr, cJSON_CreateString(clean));
     free(clean);
@@ -1097,13 +729,13 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   size_t skel_len = strlen(skel);
   memset(out, 0, sizeof(*out));
   out->mapped = 1;
-  if (sb_reserve(out, skel_len + estimate(in))) goto end;
+  if (wd_sb_reserve(out, skel_len + estimate(in))) goto end;
   const char *p = skel;
   for (;;) {
     const char *m = strchr(p, '\x01');
     size_t n = m ? (size_t)(m - p) : strlen(p);
-    if (sb_reserve(out, n)) goto end;
-    sb_mem(out, p, n);
+    if (wd_sb_reserve(out, n)) goto end;
+    wd_sb_mem(out, p, n);
     if (!m) break;
     uint32_t idx = 0;
     for (p = m + 1; *p >= '0' && *p <= '9'; p++) idx = idx * 10 + (uint32_t)(*p - '0');
@@ -1112,9 +744,9 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   out->p[out->len] = 0;
   rc = 0;
 end:
-  if (rc) sb_free(out);
+  if (rc) wd_sb_free(out);
   if (c) {
-    forest_end(c);
+    wd_forest_free(&c->forest);
     free(c->secs);
   }
   free(skel);
@@ -1129,7 +761,7 @@ char *wd_dump_render(const wd_dump_input *in) {
   if (render_doc(in, &doc)) return NULL;
   char *out = malloc(doc.len + 1);
   if (out) memcpy(out, doc.p, doc.len + 1);
-  sb_free(&doc);
+  wd_sb_free(&doc);
   return out;
 }
 
@@ -1139,6 +771,6 @@ int wd_dump_write(const wd_dump_input *in, const char *dir, char *path_out, size
   if (render_doc(in, &doc)) return -1;
   int rc = wd_dumpfile_write(dir, in->host, in->pid, in->dump_seq, in->reason ? in->reason : "dump",
                              doc.p, doc.len, path_out, path_len);
-  sb_free(&doc);
+  wd_sb_free(&doc);
   return rc;
 }

@@ -1,18 +1,16 @@
 /*
- * Profiler contexts (one per communicator init) and the process-wide state they share: the
- * registry of contexts this process created, the detach pool for PXN events, the configuration.
+ * A profiler context: one per communicator init. It owns the communicator's event pools, its two
+ * rings and its sequence counters; the store (store.h) keeps the list of contexts.
  */
 #ifndef WD_CONTEXT_H
 #define WD_CONTEXT_H
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../flightrec/ring.h"
-#include "config.h"
-#include "gpu.h"
-#include "pool.h"
+#include "base/gpu.h"
+#include "events/pool.h"
+#include "flightrec/ring.h"
 
 #define WD_CTX_MAGIC 0x57444358u /* "WDCX" */
 #define WD_NSTR 256
@@ -40,28 +38,8 @@ typedef struct wd_context {
   _Atomic uint64_t dropped, stale;
   uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
-  struct wd_context *next; /* process list, under wd_proc.lock */
+  struct wd_context *next; /* store list, under wd_store.lock */
 } wd_context;
-
-typedef struct wd_process {
-  pthread_mutex_t lock; /* init, finalize and the watchdog's scans; never the hot path */
-  int nctx;
-  wd_context *contexts;
-  wd_context *retired; /* finalized contexts kept for reuse (NCCL may still hold handles) */
-  uint64_t retire_grace_ns; /* a finalized context is reused only after this long */
-  wd_config cfg;
-  pid_t pid;
-  int abi_max;
-  wd_pool detached;
-  wd_ring detached_ring;
-  struct wd_blacklist *detached_bl;
-} wd_process;
-
-extern wd_process wd_proc;
-/* 1 while process-wide resources exist (first init .. last finalize), 0 in a forked child. */
-extern _Atomic int wd_proc_active;
-
-#define WD_SLOT_PROXY_BIT 0x40000000u /* slot ids of a context's proxy pool */
 
 /* The pools of a context, for scans. */
 static inline wd_pool *wd_ctx_pool(wd_context *ctx, int i) { return i ? &ctx->proxy_pool : &ctx->pool; }
@@ -69,12 +47,15 @@ static inline wd_pool *wd_ctx_pool(wd_context *ctx, int i) { return i ? &ctx->pr
 /* The slot a slot id of this context names, or NULL. */
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id);
 
-/* Is ctx a live context of this process? Lock-free. */
-int wd_registry_has(const void *ctx);
-
-/* init/finalize of one context. Return 0 or -1 (init: *out NULL means disabled). */
-int wd_context_create(wd_context **out, int abi, uint64_t comm_id, const char *name, int nnodes,
-                      int nranks, int rank, int *mask, void *logfn);
-void wd_context_destroy(wd_context *ctx);
+/* A new context with its pools and rings sized from the arguments, or NULL (out of memory). */
+wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size);
+/* Make a context finalized long ago fit for another communicator (pools, rings, counters). */
+void wd_context_recycle(wd_context *ctx);
+/* Fill in the identity of the communicator it profiles. */
+void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *name, int nnodes,
+                     int nranks, int rank, int kch_on);
+/* Its handles stop matching (finalize); the memory stays for late callbacks. */
+void wd_context_retire(wd_context *ctx, uint64_t now);
+void wd_context_free(wd_context *ctx);
 
 #endif

@@ -7,8 +7,8 @@
 
 #include <string.h>
 
-#include "context.h"
-#include "event.h"
+#include "events/context.h"
+#include "events/event.h"
 
 /* A start request, normalised from the v4/v5/v6 descriptors. */
 typedef struct wd_start_req {
@@ -24,7 +24,15 @@ typedef struct wd_start_req {
 
 void *wd_track_start(wd_start_req *req);
 void wd_track_stop(void *handle);
-void wd_track_state(void *handle, int state, const void *args /* ncclProfilerEventStateArgs_t */);
+/* A state change, normalised from NCCL's state arguments by the entry point. */
+typedef struct wd_state_req {
+  int state;         /* NCCL's state id */
+  int has_value;     /* the fields below were given */
+  uint64_t value;    /* ProxyStep: transSize; KernelCh: pTimer */
+  int32_t n;         /* ProxyCtrl: appendedProxyOps */
+} wd_state_req;
+
+void wd_track_state(void *handle, const wd_state_req *req);
 
 /* Drop one reference; the last one completes the event and returns its slot. */
 void wd_event_unref(wd_event *ev);

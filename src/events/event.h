@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "../flightrec/record.h"
+#include "flightrec/record.h"
 
 struct wd_context;
 struct wd_pool;
@@ -61,6 +61,18 @@ static inline uint32_t wd_event_children_live(wd_event *ev) {
   uint32_t own = atomic_load_explicit(&ev->open, memory_order_relaxed) +
                  atomic_load_explicit(&ev->hold, memory_order_relaxed);
   return refs > own ? refs - own : 0;
+}
+
+/* Fields of the start record of a live slot, read with one atomic load (the slot may be reused
+ * meanwhile: callers validate with the seq word or the handle's tag). */
+static inline unsigned wd_event_type(const wd_event *ev) {
+  return wd_recw_type(__atomic_load_n(&ev->startw[WD_RECW_TAGS], __ATOMIC_RELAXED));
+}
+static inline unsigned wd_event_flags(const wd_event *ev) {
+  return wd_recw_flags(__atomic_load_n(&ev->startw[WD_RECW_TAGS], __ATOMIC_RELAXED));
+}
+static inline uint64_t wd_event_raw(const wd_event *ev) {
+  return __atomic_load_n(&ev->startw[WD_RECW_RAW], __ATOMIC_RELAXED);
 }
 
 static inline void *wd_event_handle(wd_event *ev) {

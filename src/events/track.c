@@ -1,15 +1,11 @@
 /* Event lifecycle on the hot path: no malloc, no system call, no lock. */
-#include "track.h"
+#include "events/track.h"
 
 #include <string.h>
 
-#include "../flightrec/strtab.h"
-#include "blacklist.h"
-#include "clock.h"
-#include "profiler_abi.h"
-
-__thread int wd_tid_cache __attribute__((tls_model("initial-exec")));
-int wd_clock_id = CLOCK_MONOTONIC_COARSE;
+#include "base/clock.h"
+#include "events/blacklist.h"
+#include "events/store.h"
 
 static inline void wd_max_u64(_Atomic uint64_t *a, uint64_t v) {
   uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
@@ -32,7 +28,7 @@ static inline void wd_bump(_Atomic uint32_t *c) {
 }
 
 static inline wd_ring *wd_ring_for(const wd_event *ev, unsigned type) {
-  if (ev->ctx == NULL) return &wd_proc.detached_ring;
+  if (ev->ctx == NULL) return &wd_store.detached_ring;
   return wd_type_is_proxy_level(type) ? &ev->ctx->proxy_ring : &ev->ctx->ring;
 }
 
@@ -82,8 +78,8 @@ void wd_event_unref(wd_event *ev) {
   if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return;
   if (atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT) wd_complete_root(ev);
   if (ev->ctx == NULL) {
-    uint64_t raw = __atomic_load_n(&ev->startw[4], __ATOMIC_RELAXED); /* start.raw */
-    if (raw) wd_blacklist_unref(wd_proc.detached_bl, (uintptr_t)raw);
+    uint64_t raw = wd_event_raw(ev);
+    if (raw) wd_blacklist_unref(wd_store.detached_bl, (uintptr_t)raw);
   }
   wd_event *parent = ev->parent;
   ev->parent = NULL;
@@ -146,7 +142,7 @@ static inline int wd_is_tracked_child(unsigned type) {
  * start), or a fresh one when there is none. */
 static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
   wd_event *g = wd_event_from_handle(group_obj);
-  *grouped = g && ((__atomic_load_n(&g->startw[8], __ATOMIC_RELAXED) >> 8) & 0xff) == WD_T_GROUP;
+  *grouped = g && wd_event_type(g) == WD_T_GROUP;
   if (*grouped) return atomic_load_explicit(&g->order, memory_order_relaxed);
   return atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed);
 }
@@ -157,18 +153,18 @@ void *wd_track_start(wd_start_req *req) {
   if (type >= WD_T_COUNT) return NULL;
   wd_context *ctx = (wd_context *)req->context;
   int detached = !wd_registry_has(ctx);
-  if (type == WD_T_PROXYOP && req->pid != wd_proc.pid) detached = 1;
+  if (type == WD_T_PROXYOP && req->pid != wd_store.pid) detached = 1;
   /* A PXN ProxyStep may come with a context value that happens to be ours; its parent, our
    * detached ProxyOp, gives it away. Range check only: never dereference foreign memory. */
   if (req->parent_obj && (type == WD_T_PROXYSTEP || type == WD_T_NETPLUGIN) &&
-      wd_pool_owns(&wd_proc.detached, req->parent_obj))
+      wd_pool_owns(&wd_store.detached, req->parent_obj))
     detached = 1;
 
   wd_event *parent = NULL;
   uint32_t parent_slot = WD_SLOT_NONE;
   rec->raw = 0;
   if (req->parent_obj) {
-    int ours = !detached || wd_pool_owns(&wd_proc.detached, req->parent_obj);
+    int ours = !detached || wd_pool_owns(&wd_store.detached, req->parent_obj);
     if (!ours) {
       parent_slot = WD_SLOT_FOREIGN;
       rec->raw = (uint64_t)(uintptr_t)req->parent_obj;
@@ -182,16 +178,15 @@ void *wd_track_start(wd_start_req *req) {
        * unless it was re-initialised meanwhile (odd seq) or is of another type. */
       wd_event *p = (wd_event *)((uintptr_t)req->parent_obj & ~(uintptr_t)WD_TAG_MASK);
       parent_slot = p->slot_id;
-      uint64_t w = __atomic_load_n(&p->startw[8], __ATOMIC_RELAXED);
-      unsigned ptype = (unsigned)((w >> 8) & 0xff);
+      unsigned ptype = wd_event_type(p);
       if (!(atomic_load_explicit(&p->seq, memory_order_acquire) & 1) &&
           (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
-          ((w >> 24) & WD_F_GRAPH))
+          (wd_event_flags(p) & WD_F_GRAPH))
         rec->flags |= WD_F_GRAPH;
     }
   }
 
-  wd_pool *pool = detached ? &wd_proc.detached
+  wd_pool *pool = detached ? &wd_store.detached
                            : (wd_type_is_proxy_level(type) ? &ctx->proxy_pool : &ctx->pool);
   wd_event *ev = wd_pool_alloc(pool);
   if (ev == NULL) {
@@ -201,7 +196,7 @@ void *wd_track_start(wd_start_req *req) {
   }
   if (detached) {
     rec->flags |= WD_F_DETACHED;
-    if (rec->raw) wd_blacklist_ref(wd_proc.detached_bl, (uintptr_t)rec->raw);
+    if (rec->raw) wd_blacklist_ref(wd_store.detached_bl, (uintptr_t)rec->raw);
   }
 
   uint64_t now = wd_now_ns();
@@ -275,13 +270,12 @@ void wd_track_stop(void *handle) {
   wd_close(ev, wd_now_ns(), 0);
 }
 
-void wd_track_state(void *handle, int state, const void *args) {
+void wd_track_state(void *handle, const wd_state_req *req) {
   wd_event *ev = wd_event_from_handle(handle);
   if (ev == NULL) {
     wd_count_stale(handle);
     return;
   }
-  const ncclProfilerEventStateArgs_t *a = (const ncclProfilerEventStateArgs_t *)args;
   uint64_t now = wd_now_ns();
   wd_recw w;
   wd_event_read_startw(ev, &w);
@@ -289,18 +283,15 @@ void wd_track_state(void *handle, int state, const void *args) {
   rec->phase = WD_PH_STATE;
   rec->ts_ns = now;
   rec->tid = wd_tid();
-  rec->state = (uint8_t)(state >= 0 && state < 255 ? state : 255);
-  if (a) {
+  rec->state = (uint8_t)(req->state >= 0 && req->state < 255 ? req->state : 255);
+  if (req->has_value) {
     switch (rec->type) {
     case WD_T_PROXYSTEP:
-      rec->a = a->proxyStep.transSize;
-      atomic_store_explicit(&ev->last_trans, rec->a, memory_order_relaxed);
-      break;
     case WD_T_KERNELCH:
-      rec->a = a->kernelCh.pTimer;
+      rec->a = req->value;
       atomic_store_explicit(&ev->last_trans, rec->a, memory_order_relaxed);
       break;
-    case WD_T_PROXYCTRL: rec->n = a->proxyCtrl.appendedProxyOps; break;
+    case WD_T_PROXYCTRL: rec->n = req->n; break;
     default: break;
     }
   }

@@ -1,43 +1,16 @@
-#include "scan.h"
+/* The stall rule and the watchdog's pass over a context's live events (stall.h). */
+#include "watchdog/stall.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "../flightrec/strtab.h"
-#include "../plugin/track.h"
+#include "events/track.h"
+#include "flightrec/strtab.h"
 
-int wd_slot_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_config *cfg,
+int wd_view_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_config *cfg,
                  wd_slot_view *v) {
-  uint64_t s1 = atomic_load_explicit(&ev->seq, memory_order_acquire);
-  if ((s1 & 1) || !atomic_load_explicit(&ev->live, memory_order_acquire)) return 0;
-  memset(v, 0, sizeof(*v));
-  v->ev = ev;
-  v->handle = wd_event_handle(ev);
-  wd_event_read_start(ev, &v->snap.start);
-  v->snap.last_ns = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
-  v->snap.last_state = atomic_load_explicit(&ev->state, memory_order_relaxed);
-  v->open = (uint8_t)atomic_load_explicit(&ev->open, memory_order_relaxed);
-  v->snap.stopped = !v->open;
-  v->snap.is_root = atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT;
-  v->snap.children_open = wd_event_children_live(ev);
-  v->snap.children_seen = atomic_load_explicit(&ev->children_seen, memory_order_relaxed);
-  v->snap.steps_done = atomic_load_explicit(&ev->steps_done, memory_order_relaxed);
-  v->snap.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
-  v->snap.kch_done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
-  v->snap.last_trans = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
-  v->order = atomic_load_explicit(&ev->order, memory_order_relaxed);
-  v->root = atomic_load_explicit(&ev->root, memory_order_relaxed);
-  if (v->root == ev) v->root = NULL;
-  atomic_thread_fence(memory_order_acquire);
-  if (atomic_load_explicit(&ev->seq, memory_order_relaxed) != s1) return 0;
-  if (v->snap.is_root) {
-    if (ctx) v->superseded = v->order < atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
-    if (v->open) v->snap.status = WD_OP_POSTING;
-    else if (v->snap.kch_expected && v->snap.kch_done >= v->snap.kch_expected) v->snap.status = WD_OP_GPU_DONE;
-    else if (v->snap.children_seen == 0) v->snap.status = WD_OP_ENQUEUED;
-    else v->snap.status = WD_OP_REACHED;
-    if (cfg && wd_view_is_stalled(v, now, cfg)) v->snap.status = WD_OP_STALLED;
-  }
+  if (!wd_slot_read(ev, ctx, v)) return 0;
+  if (v->snap.is_root && wd_view_is_stalled(v, now, cfg)) v->snap.status = WD_OP_STALLED;
   return 1;
 }
 
@@ -60,7 +33,7 @@ static int wd_wait_priority(unsigned type) {
   }
 }
 
-void wd_describe_wait(wd_context *ctx, const wd_event *root, uint64_t now, char *buf,
+void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
                       unsigned len) {
   wd_slot_view best, v, op;
   memset(&best, 0, sizeof(best));
@@ -69,7 +42,7 @@ void wd_describe_wait(wd_context *ctx, const wd_event *root, uint64_t now, char 
   for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
     wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
     if (atomic_load_explicit(&ev->root, memory_order_relaxed) != root) continue;
-    if (!wd_slot_read(ev, now, NULL, NULL, &v) || !v.open || v.snap.children_open) continue;
+    if (!wd_slot_read(ev, NULL, &v) || !v.open || v.snap.children_open) continue;
     /* The open leaf that progressed least recently is what the operation waits on; network
      * steps say more (peer, direction) than a kernel channel that is merely running. */
     int pri = wd_wait_priority(v.snap.start.type), best_pri = have ? wd_wait_priority(best.snap.start.type) : -1;
@@ -85,7 +58,7 @@ void wd_describe_wait(wd_context *ctx, const wd_event *root, uint64_t now, char 
   const wd_record *r = &best.snap.start;
   const char *state = best.snap.last_state == 0xff ? "no state yet" : wd_state_name(best.snap.last_state);
   wd_event *parent = r->type == WD_T_PROXYSTEP ? wd_ctx_slot(ctx, r->parent) : NULL;
-  if (parent && wd_slot_read(parent, now, NULL, NULL, &op)) {
+  if (parent && wd_slot_read(parent, NULL, &op)) {
     const wd_record *o = &op.snap.start;
     snprintf(buf, len, "ProxyStep %d of %d (%s peer %d, channel %u) in %s", r->n, o->n,
              (o->flags & WD_F_SEND) ? "send to" : "recv from", o->peer, o->channel, state);
@@ -117,7 +90,7 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
   if (v->snap.children_seen == 0)
     snprintf(s->waiting_on, sizeof(s->waiting_on), "not reached: enqueued, no kernel channel or proxy operation started");
   else
-    wd_describe_wait(ctx, v->ev, now, s->waiting_on, sizeof(s->waiting_on));
+    wd_describe_wait(ctx, v->ev, s->waiting_on, sizeof(s->waiting_on));
 }
 
 /* Time since the event last progressed; an event may progress after `now` was read. */
@@ -133,7 +106,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
   for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
     wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
     wd_slot_view v;
-    if (!wd_slot_read(ev, now, ctx, cfg, &v)) continue;
+    if (!wd_view_read(ev, now, ctx, cfg, &v)) continue;
     if (v.snap.is_root) {
       if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
       /* A later operation completed: this one is done on the GPU even if NCCL never says so. */

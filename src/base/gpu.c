@@ -6,7 +6,7 @@
  * our init, and when it is not loaded there can be no current context anyway, so we never load
  * or initialise a driver that the application did not (no cuInit, no side effects).
  */
-#include "plugin/gpu.h"
+#include "base/gpu.h"
 
 #include <dlfcn.h>
 #include <stdio.h>

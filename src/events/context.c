@@ -1,0 +1,94 @@
+/* A profiler context: pools, rings and counters of one communicator (context.h). */
+#include "events/context.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/clock.h"
+
+wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
+  if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
+    return NULL;
+  wd_pool *p = (slot_id & WD_SLOT_PROXY_BIT) ? &ctx->proxy_pool : &ctx->pool;
+  uint32_t idx = slot_id & ~WD_SLOT_PROXY_BIT;
+  return idx < wd_pool_nslots(p) ? wd_pool_slot(p, idx) : NULL;
+}
+
+/* Everything but the pools and the rings. */
+static void wd_context_reset(wd_context *ctx) {
+  ctx->abi = 0;
+  ctx->kch_on = 0;
+  atomic_store(&ctx->order_next, 0);
+  atomic_store(&ctx->completed_order, 0);
+  atomic_store(&ctx->p2p_enq, 0);
+  atomic_store(&ctx->p2p_done, 0);
+  atomic_store(&ctx->dropped, 0);
+  ctx->dropped_logged = 0;
+  atomic_store(&ctx->stale, 0);
+  ctx->next = NULL;
+}
+
+void wd_context_free(wd_context *ctx) {
+  wd_ring_destroy(&ctx->ring);
+  wd_ring_destroy(&ctx->proxy_ring);
+  wd_pool_destroy(&ctx->pool);
+  wd_pool_destroy(&ctx->proxy_pool);
+  ctx->magic = 0;
+  free(ctx);
+}
+
+wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size) {
+  /* Cache-line aligned: ring heads and queue ends sit on lines of their own. */
+  wd_context *ctx = aligned_alloc(64, (sizeof(*ctx) + 63) & ~(size_t)63);
+  if (ctx == NULL) return NULL;
+  memset(ctx, 0, sizeof(*ctx));
+  /* Operation-level events are few at a time (a handful per collective in flight); the bulk
+   * is proxy steps. max_events bounds the proxy pool, a quarter of it the other. */
+  uint32_t op_max = max_events / 4 > WD_CHUNK_SLOTS ? max_events / 4 : WD_CHUNK_SLOTS;
+  int pools = 0;
+  if (wd_pool_init(&ctx->pool, WD_CHUNK_SLOTS, op_max, 0, ctx) == 0) pools |= 1;
+  if (wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, max_events, WD_SLOT_PROXY_BIT, ctx) == 0) pools |= 2;
+  if (pools != 3 || wd_ring_init(&ctx->ring, ring_size) != 0 ||
+      wd_ring_init(&ctx->proxy_ring, proxy_ring_size) != 0) {
+    if (!(pools & 1)) memset(&ctx->pool, 0, sizeof(ctx->pool));
+    if (!(pools & 2)) memset(&ctx->proxy_pool, 0, sizeof(ctx->proxy_pool));
+    wd_context_free(ctx);
+    return NULL;
+  }
+  return ctx;
+}
+
+void wd_context_recycle(wd_context *ctx) {
+  wd_pool_recycle(&ctx->pool);
+  wd_pool_recycle(&ctx->proxy_pool);
+  wd_ring_clear(&ctx->ring);
+  wd_ring_clear(&ctx->proxy_ring);
+  wd_context_reset(ctx);
+}
+
+void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *name, int nnodes,
+                     int nranks, int rank, int kch_on) {
+  ctx->magic = WD_CTX_MAGIC;
+  ctx->abi = abi;
+  ctx->comm_id = comm_id;
+  snprintf(ctx->name, sizeof(ctx->name), "%s", name ? name : "");
+  ctx->rank = rank;
+  ctx->nranks = nranks;
+  ctx->nnodes = nnodes;
+  ctx->init_ns = wd_now_ns();
+  for (int i = 0; i < WD_NSTR; i++) {
+    atomic_store(&ctx->seq_enq[i], -1);
+    atomic_store(&ctx->seq_done[i], -1);
+  }
+  wd_gpu_uuid(ctx->gpu_uuid, sizeof(ctx->gpu_uuid));
+  ctx->cuda_dev = wd_gpu_device();
+  ctx->kch_on = kch_on;
+}
+
+void wd_context_retire(wd_context *ctx, uint64_t now) {
+  ctx->magic = 0;
+  wd_pool_retire(&ctx->pool);
+  wd_pool_retire(&ctx->proxy_pool);
+  ctx->retired_ns = now;
+}

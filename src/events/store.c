@@ -1,0 +1,167 @@
+/* The process's event store (store.h). */
+#include "events/store.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "events/blacklist.h"
+#include "flightrec/record.h"
+
+/* Long enough that no late callback of a finalized communicator (NCCL's shared proxy thread) can
+ * still be inside one of its slots when the context is reset for another communicator. */
+#define WD_RETIRE_GRACE_NS (10ull * 1000000000ull)
+
+wd_store_state wd_store = {.lock = PTHREAD_MUTEX_INITIALIZER, .retire_grace_ns = WD_RETIRE_GRACE_NS};
+_Atomic int wd_store_active;
+
+/* Registry: open addressing over context addresses, lock-free lookups. */
+#define WD_REG_SIZE 4096u
+#define WD_REG_TOMB ((uintptr_t)1)
+static _Atomic uintptr_t wd_registry[WD_REG_SIZE];
+
+static inline unsigned reg_hash(uintptr_t p) {
+  return (unsigned)(((uint64_t)p * 0x9e3779b97f4a7c15ull) >> 52) & (WD_REG_SIZE - 1);
+}
+
+int wd_registry_has(const void *ctx) {
+  uintptr_t p = (uintptr_t)ctx;
+  if (p <= WD_REG_TOMB) return 0;
+  unsigned h = reg_hash(p);
+  for (unsigned i = 0; i < WD_REG_SIZE; i++) {
+    uintptr_t cur = atomic_load_explicit(&wd_registry[(h + i) & (WD_REG_SIZE - 1)], memory_order_acquire);
+    if (cur == p) return 1;
+    if (cur == 0) return 0;
+  }
+  return 0;
+}
+
+static int reg_add(uintptr_t p) {
+  unsigned h = reg_hash(p);
+  for (unsigned i = 0; i < WD_REG_SIZE; i++) {
+    _Atomic uintptr_t *e = &wd_registry[(h + i) & (WD_REG_SIZE - 1)];
+    uintptr_t cur = atomic_load_explicit(e, memory_order_relaxed);
+    if (cur == 0 || cur == WD_REG_TOMB) {
+      atomic_store_explicit(e, p, memory_order_release);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+static void reg_remove(uintptr_t p) {
+  unsigned h = reg_hash(p);
+  for (unsigned i = 0; i < WD_REG_SIZE; i++) {
+    _Atomic uintptr_t *e = &wd_registry[(h + i) & (WD_REG_SIZE - 1)];
+    uintptr_t cur = atomic_load_explicit(e, memory_order_relaxed);
+    if (cur == p) {
+      atomic_store_explicit(e, WD_REG_TOMB, memory_order_release);
+      return;
+    }
+    if (cur == 0) return;
+  }
+}
+
+static void reg_clear(void) {
+  for (unsigned i = 0; i < WD_REG_SIZE; i++) atomic_store_explicit(&wd_registry[i], 0, memory_order_relaxed);
+}
+
+int wd_store_open(const wd_config *cfg) {
+  wd_store.cfg = cfg;
+  wd_store.pid = getpid();
+  wd_store.abi_max = 0;
+  wd_store.detached_bl = wd_blacklist_create(65536);
+  if (wd_store.detached_bl == NULL ||
+      wd_pool_init(&wd_store.detached, WD_CHUNK_SLOTS, 16 * WD_CHUNK_SLOTS, WD_SLOT_DETACHED_BIT, NULL) != 0) {
+    if (wd_store.detached_bl) wd_blacklist_destroy(wd_store.detached_bl);
+    wd_store.detached_bl = NULL;
+    WD_WARN("cannot allocate the detach pool; nccl-watchdog disabled for this process");
+    return -1;
+  }
+  wd_store.detached.blacklist = wd_store.detached_bl;
+  if (wd_ring_init(&wd_store.detached_ring, cfg->proxy_ring_size) != 0) {
+    wd_pool_destroy(&wd_store.detached);
+    wd_blacklist_destroy(wd_store.detached_bl);
+    wd_store.detached_bl = NULL;
+    return -1;
+  }
+  atomic_store_explicit(&wd_store_active, 1, memory_order_release);
+  return 0;
+}
+
+void wd_store_quiesce(void) { atomic_store_explicit(&wd_store_active, 0, memory_order_release); }
+
+void wd_store_close(void) {
+  wd_store_quiesce();
+  wd_ring_destroy(&wd_store.detached_ring);
+  wd_pool_destroy(&wd_store.detached);
+  wd_blacklist_destroy(wd_store.detached_bl);
+  wd_store.detached_bl = NULL;
+  reg_clear();
+  while (wd_store.retired) {
+    wd_context *ctx = wd_store.retired;
+    wd_store.retired = ctx->next;
+    wd_context_free(ctx);
+  }
+}
+
+wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes, int nranks,
+                         int rank) {
+  const wd_config *cfg = wd_store.cfg;
+  /* Reuse the memory of a communicator finalized long enough ago; until then its slots stay
+   * as they were left (retired, so late calls are ignored, but never reset under them). */
+  wd_context *ctx = NULL, **oldest = NULL;
+  uint64_t now = wd_now_ns();
+  for (wd_context **pp = &wd_store.retired; *pp; pp = &(*pp)->next) /* newest first */
+    if (now - (*pp)->retired_ns >= wd_store.retire_grace_ns) oldest = pp;
+  if (oldest) {
+    ctx = *oldest;
+    *oldest = ctx->next;
+    wd_context_recycle(ctx);
+  } else {
+    ctx = wd_context_alloc(cfg->max_events, cfg->ring_size, cfg->proxy_ring_size);
+    if (ctx == NULL) {
+      WD_WARN("out of memory for communicator %s rank %d: not profiled", name ? name : "", rank);
+      return NULL;
+    }
+  }
+  wd_context_bind(ctx, abi, comm_id, name, nnodes, nranks, rank,
+                  (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0);
+
+  pthread_mutex_lock(&wd_store.lock);
+  if (reg_add((uintptr_t)ctx) != 0) {
+    pthread_mutex_unlock(&wd_store.lock);
+    WD_WARN("too many communicators in one process: %s rank %d not profiled", ctx->name, rank);
+    wd_context_free(ctx);
+    return NULL;
+  }
+  ctx->next = wd_store.contexts;
+  wd_store.contexts = ctx;
+  wd_store.nctx++;
+  if (abi > wd_store.abi_max) wd_store.abi_max = abi;
+  pthread_mutex_unlock(&wd_store.lock);
+  return ctx;
+}
+
+int wd_store_remove(wd_context *ctx) {
+  if (!wd_registry_has(ctx)) return -1;
+  pthread_mutex_lock(&wd_store.lock);
+  reg_remove((uintptr_t)ctx);
+  for (wd_context **pp = &wd_store.contexts; *pp; pp = &(*pp)->next) {
+    if (*pp == ctx) {
+      *pp = ctx->next;
+      break;
+    }
+  }
+  int left = --wd_store.nctx;
+  pthread_mutex_unlock(&wd_store.lock);
+  /* Not freed: NCCL's proxy thread may still stop or update events of this context (ProxyCtrl
+   * of a shared proxy). Its slots are retired (stale handles are ignored) and the context waits
+   * on the retired list, to be reset and reused by a later init after a grace period. */
+  wd_context_retire(ctx, wd_now_ns());
+  ctx->next = wd_store.retired;
+  wd_store.retired = ctx;
+  return left;
+}

@@ -1,0 +1,96 @@
+/* The plugin's life in a process (lifecycle.h). */
+#include "plugin/lifecycle.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "events/store.h"
+#include "flightrec/record.h"
+#include "flightrec/strtab.h"
+#include "watchdog/watchdog.h"
+
+#ifndef WD_VERSION
+#define WD_VERSION "0.0.0"
+#endif
+
+/* Serialises init and finalize (which start and stop the watchdog); the store's lock only
+ * guards the context lists that the watchdog scans. */
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
+static int forked_child;
+static int atfork_done;
+static wd_config config; /* loaded at each process-wide start; read by the store and the watchdog */
+
+/* In a forked child the parent's watchdog thread does not exist and its locks may be held by
+ * threads that do not exist either: the plugin goes quiet in the child. */
+static void on_fork_child(void) {
+  forked_child = 1;
+  wd_store_quiesce();
+  wd_tid_forget();
+}
+
+static void config_warn(const char *msg) { WD_WARN("%s", msg); }
+
+static const char *env_get(const char *name) { return getenv(name); }
+
+static int process_start(void) {
+  wd_config_defaults(&config);
+  wd_config_load(&config, env_get, config_warn);
+  char desc[1024];
+  wd_config_describe(&config, desc, sizeof(desc));
+  WD_INFO("nccl-watchdog %s: %s", WD_VERSION, desc);
+  if (!config.enable) return 0;
+  wd_clock_id = config.precise_clock ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE;
+  if (wd_store_open(&config) != 0) return -1;
+  if (!atfork_done) {
+    pthread_atfork(NULL, NULL, on_fork_child);
+    atfork_done = 1;
+  }
+  if (wd_watchdog_start(&config) != 0) WD_WARN("watchdog thread not started: recording only, no dumps");
+  return 0;
+}
+
+static void process_stop(void) {
+  wd_watchdog_stop();
+  wd_store_close();
+  /* NCCL may be unloaded and loaded again at another address: forget its string pointers. */
+  wd_str_reset_ptrs();
+}
+
+int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *name, int nnodes,
+                      int nranks, int rank, int *mask, wd_logger_fn logfn) {
+  *out = NULL;
+  pthread_mutex_lock(&life_lock);
+  int rc = 0;
+  if (forked_child) goto done;
+  wd_log_set_logger(logfn);
+  if (wd_store.nctx == 0 && !atomic_load(&wd_store_active)) {
+    if (process_start() != 0) {
+      rc = -1;
+      goto done;
+    }
+  }
+  if (!config.enable || !atomic_load(&wd_store_active)) goto done;
+  wd_context *ctx = wd_store_add(abi, comm_id, name, nnodes, nranks, rank);
+  if (ctx == NULL) goto done;
+  if (mask) *mask = config.event_mask;
+  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d)", (unsigned long long)comm_id,
+          ctx->name, rank, nranks, abi);
+  *out = ctx;
+done:
+  if (*out == NULL && wd_store.nctx == 0 && atomic_load(&wd_store_active)) process_stop();
+  pthread_mutex_unlock(&life_lock);
+  return rc;
+}
+
+void wd_lifecycle_finalize(wd_context *ctx) {
+  pthread_mutex_lock(&life_lock);
+  if (!forked_child && wd_store_remove(ctx) == 0) {
+    process_stop();
+    wd_log_reset();
+  }
+  pthread_mutex_unlock(&life_lock);
+}

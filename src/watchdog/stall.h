@@ -1,0 +1,31 @@
+/*
+ * The stall rule and the watchdog's pass over a context's live events: which in-flight
+ * operations are stalled, what each waits on, and which finished operations NCCL will never
+ * report. Called with wd_store.lock held.
+ */
+#ifndef WD_STALL_H
+#define WD_STALL_H
+
+#include "base/config.h"
+#include "dump/snapshot.h"
+#include "events/context.h"
+#include "events/view.h"
+
+/* wd_slot_read, then the stall rule: a stalled root operation's status is WD_OP_STALLED. */
+int wd_view_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_config *cfg,
+                 wd_slot_view *v);
+
+/* Stall rules for one root view (status already computed by wd_slot_read). */
+int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg);
+
+/* One pass over a context: retire operations a later completed one vouches for, abandon their
+ * children that NCCL will never stop, and append stalls (up to max) to out. Returns the number
+ * of stalls appended. */
+uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
+                         uint32_t max);
+
+/* Describe what a stalled root operation waits on (its least recently progressed open leaf). */
+void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
+                      unsigned len);
+
+#endif
