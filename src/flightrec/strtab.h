@@ -1,7 +1,7 @@
 /*
  * Process-wide string table. NCCL passes string literals that live inside NCCL; a record keeps a
  * small id and the table keeps a bounded copy, so nothing reads NCCL's memory after it unloads.
- * Lookups are lock-free; a new string takes one CAS.
+ * Lookups are lock-free; adding a new string takes a short mutex, once per distinct string.
  */
 #ifndef WD_STRTAB_H
 #define WD_STRTAB_H

@@ -6,8 +6,8 @@
  * unwinds itself with libunwind and stores raw program counters only; symbolisation (dladdr,
  * libunwind's ELF reader) happens afterwards on the collecting thread.
  *
- * Memory safety against late handlers: a handler announces itself in g_inside before it reads
- * g_table; the collector withdraws g_table and then waits (bounded) for g_inside to drop to
+ * Memory safety against late handlers: a handler announces itself in bt_inside before it reads
+ * bt_table; the collector withdraws bt_table and then waits (bounded) for bt_inside to drop to
  * zero before it frees the slots. If it never drops, the slots are leaked, never freed under a
  * handler.
  */
@@ -57,15 +57,15 @@ typedef struct wd_bt_table {
   wd_bt_slot *slots;
 } wd_bt_table;
 
-static int g_signo;
-static int g_installed;
-static struct sigaction g_old;
-static _Atomic(wd_bt_table *) g_table;
-static atomic_int g_inside;
+static int bt_signo;
+static int bt_installed;
+static struct sigaction bt_old;
+static _Atomic(wd_bt_table *) bt_table;
+static atomic_int bt_inside;
 /* Handlers anywhere in our code, chaining included: fini waits (bounded) for them to leave so
  * the plugin can be unloaded after it. */
-static atomic_int g_entered;
-static pthread_mutex_t g_collect_lock = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int bt_entered;
+static pthread_mutex_t bt_collect_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void wd_bt_handler(int sig, siginfo_t *si, void *uc);
 static void wd_sleep_ns(long ns);
@@ -106,11 +106,11 @@ static __attribute__((noinline)) int wd_bt_unwind(uint64_t *pcs, int max, uint64
 }
 
 static void wd_bt_chain(int sig, siginfo_t *si, void *uc) {
-  if (g_old.sa_flags & SA_SIGINFO) {
-    if (g_old.sa_sigaction && g_old.sa_sigaction != wd_bt_handler) g_old.sa_sigaction(sig, si, uc);
-  } else if (g_old.sa_handler != SIG_DFL && g_old.sa_handler != SIG_IGN &&
-             g_old.sa_handler != NULL) {
-    g_old.sa_handler(sig);
+  if (bt_old.sa_flags & SA_SIGINFO) {
+    if (bt_old.sa_sigaction && bt_old.sa_sigaction != wd_bt_handler) bt_old.sa_sigaction(sig, si, uc);
+  } else if (bt_old.sa_handler != SIG_DFL && bt_old.sa_handler != SIG_IGN &&
+             bt_old.sa_handler != NULL) {
+    bt_old.sa_handler(sig);
   }
   /* SIG_DFL would kill the process (real-time signals terminate): never chain to it. */
 }
@@ -118,11 +118,11 @@ static void wd_bt_chain(int sig, siginfo_t *si, void *uc) {
 static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   wd_bt_slot *slot = NULL;
-  atomic_fetch_add(&g_entered, 1);
-  /* seq_cst increment before the load of g_table: pairs with the collector's store of NULL
-   * followed by its load of g_inside (see wd_bt_withdraw). */
-  atomic_fetch_add(&g_inside, 1);
-  wd_bt_table *t = atomic_load(&g_table);
+  atomic_fetch_add(&bt_entered, 1);
+  /* seq_cst increment before the load of bt_table: pairs with the collector's store of NULL
+   * followed by its load of bt_inside (see wd_bt_withdraw). */
+  atomic_fetch_add(&bt_inside, 1);
+  wd_bt_table *t = atomic_load(&bt_table);
   if (t && si && si->si_code == SI_TKILL && si->si_pid == t->pid) {
     int tid = wd_gettid();
     for (int i = 0; i < t->n; i++) {
@@ -147,14 +147,14 @@ static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
       atomic_store_explicit(&slot->state, WD_BT_DONE, memory_order_release);
     }
   }
-  atomic_fetch_sub(&g_inside, 1);
+  atomic_fetch_sub(&bt_inside, 1);
   if (!slot) wd_bt_chain(sig, si, uc);
   errno = saved_errno;
-  atomic_fetch_sub(&g_entered, 1);
+  atomic_fetch_sub(&bt_entered, 1);
 }
 
 int wd_bt_init(int signo) {
-  if (g_installed) return g_signo == signo ? 0 : -1;
+  if (bt_installed) return bt_signo == signo ? 0 : -1;
   if (signo <= 0 || signo >= NSIG) return -1;
   /* This libunwind maps UNW_CACHE_PER_THREAD to GLOBAL when built without __thread; GLOBAL is
    * what we ask for explicitly: its lock is taken with every signal blocked, so a handler can
@@ -171,20 +171,20 @@ int wd_bt_init(int signo) {
   sa.sa_sigaction = wd_bt_handler;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sigemptyset(&sa.sa_mask);
-  if (sigaction(signo, &sa, &g_old) != 0) return -1;
-  g_signo = signo;
-  g_installed = 1;
+  if (sigaction(signo, &sa, &bt_old) != 0) return -1;
+  bt_signo = signo;
+  bt_installed = 1;
   return 0;
 }
 
 void wd_bt_fini(void) {
-  if (!g_installed) return;
+  if (!bt_installed) return;
   struct sigaction cur;
-  if (sigaction(g_signo, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+  if (sigaction(bt_signo, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
       cur.sa_sigaction == wd_bt_handler)
-    sigaction(g_signo, &g_old, NULL);
-  g_installed = 0;
-  for (int i = 0; i < 100 && atomic_load(&g_entered) > 0; i++) wd_sleep_ns(1000000);
+    sigaction(bt_signo, &bt_old, NULL);
+  bt_installed = 0;
+  for (int i = 0; i < 100 && atomic_load(&bt_entered) > 0; i++) wd_sleep_ns(1000000);
 }
 
 static void wd_sleep_ns(long ns) {
@@ -427,9 +427,9 @@ static void wd_bt_fill(wd_bt_sym *sc, wd_bt_thread *th, const uint64_t *pcs, int
 
 /* Withdraw the table from handlers; returns 1 when no handler can still be touching it. */
 static int wd_bt_withdraw(void) {
-  atomic_store(&g_table, NULL);
+  atomic_store(&bt_table, NULL);
   for (int i = 0; i < 1000; i++) {
-    if (atomic_load(&g_inside) == 0) return 1;
+    if (atomic_load(&bt_inside) == 0) return 1;
     wd_sleep_ns(1000000);
   }
   return 0;
@@ -438,10 +438,10 @@ static int wd_bt_withdraw(void) {
 int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
   if (!res) return -1;
   memset(res, 0, sizeof(*res));
-  if (!g_installed) return -1;
+  if (!bt_installed) return -1;
   /* One collection at a time; trylock so a forked child whose parent was collecting fails
    * instead of deadlocking. */
-  if (pthread_mutex_trylock(&g_collect_lock) != 0) return -1;
+  if (pthread_mutex_trylock(&bt_collect_lock) != 0) return -1;
 
   int rc = -1;
   int *tids = malloc(WD_BT_MAX_THREADS * sizeof(int));
@@ -461,7 +461,7 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
     wd_bt_thread *th = &res->threads[i];
     th->tid = tids[i];
     t->slots[i].tid = tids[i];
-    int p = wd_bt_probe(tids[i], g_signo, th->name, sizeof(th->name));
+    int p = wd_bt_probe(tids[i], bt_signo, th->name, sizeof(th->name));
     if (tids[i] == self) {
       th->status = WD_BT_SELF;
       selfidx = i;
@@ -475,12 +475,12 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
     }
   }
   /* Publish (seq_cst) before the first signal, so every handler finds its armed slot. */
-  atomic_store(&g_table, t);
+  atomic_store(&bt_table, t);
   pid_t pid = getpid();
   int pending = 0;
   for (int i = 0; i < n; i++) {
     if (res->threads[i].status != WD_BT_NO_ANSWER) continue;
-    if (syscall(SYS_tgkill, pid, tids[i], g_signo) != 0) {
+    if (syscall(SYS_tgkill, pid, tids[i], bt_signo) != 0) {
       int expect = WD_BT_ARMED;
       atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_BT_IDLE);
       res->threads[i].status = WD_BT_GONE;
@@ -555,7 +555,7 @@ out:
   }
   free(tids);
   if (rc != 0) wd_bt_free(res);
-  pthread_mutex_unlock(&g_collect_lock);
+  pthread_mutex_unlock(&bt_collect_lock);
   return rc;
 }
 

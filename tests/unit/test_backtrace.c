@@ -492,9 +492,5 @@ int main(void) {
   CU_add_test(s, "threads exiting during collection", test_churn);
   CU_add_test(s, "wait bound with a thread that cannot answer", test_no_answer);
   CU_add_test(s, "chaining to the application's handler, fini", test_chain_and_fini);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int failed = (int)CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

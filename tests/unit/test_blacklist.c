@@ -8,6 +8,7 @@
 
 #include "events/blacklist.h"
 #include "base/log.h"
+#include "wd_test_util.h"
 
 /* Eviction warnings arrive through the logger. */
 static int nlog;
@@ -254,10 +255,7 @@ int main(void) {
   CU_add_test(s, "cycles against a model", test_cycles_against_model);
   CU_add_test(s, "churn at capacity", test_churn_at_capacity);
   CU_add_test(s, "threads", test_threads);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
+  int rc = wd_test_run();
   wd_log_reset();
-  return failed ? 1 : 0;
+  return rc;
 }

@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/gpu.h"
 #include "base/log.h"
+#include "wd_test_util.h"
 
 /* ---- fake environment and captured warnings ---- */
 
@@ -805,9 +806,5 @@ int main(void) {
   CU_add_test(g, "logger", test_log_logger);
   CU_pSuite u = CU_add_suite("gpu", NULL, NULL);
   CU_add_test(u, "no driver", test_gpu_no_driver);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

@@ -12,6 +12,7 @@
 
 #include "dump/render.h"
 #include "flightrec/strtab.h"
+#include "wd_test_util.h"
 
 #define MONO 1000000000000ull /* the dump's CLOCK_MONOTONIC */
 #define MS 1000000ull
@@ -780,9 +781,5 @@ int main(void) {
   CU_add_test(s, "50,000 live events", test_big_forest);
   CU_add_test(s, "parent cycles", test_cycles);
   CU_add_test(s, "write and validate against the schema", test_write_and_validate);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

@@ -419,9 +419,5 @@ int main(void) {
   CU_add_test(s, "trigger files", test_triggers);
   CU_add_test(s, "trigger poll only stats an unchanged directory", test_trigger_cheap_poll);
   CU_add_test(s, "host name", test_hostname);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

@@ -9,6 +9,7 @@
 #include "events/blacklist.h"
 #include "events/event.h"
 #include "events/pool.h"
+#include "wd_test_util.h"
 
 static wd_event *alloc_pub(wd_pool *p) {
   wd_event *ev = wd_pool_alloc(p);
@@ -389,9 +390,5 @@ int main(void) {
   CU_add_test(s, "recycle", test_recycle);
   CU_add_test(s, "blacklisted slots are skipped", test_blacklist_skips);
   CU_add_test(s, "threads", test_threads);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

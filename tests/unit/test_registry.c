@@ -338,10 +338,7 @@ int main(void) {
   CU_add_test(s, "callbacks after the owner was finalized; recycling",
               test_callbacks_after_owner_finalized);
   CU_add_test(s, "forked child is quiet", test_fork_child_quiet);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
+  int rc = wd_test_run();
   wd_test_rmtree(tmpdir);
-  return failed ? 1 : 0;
+  return rc;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "flightrec/ring.h"
+#include "wd_test_util.h"
 
 /* A record whose fields are functions of (writer, i), so any mix of two records is detected. */
 static uint64_t mix(uint64_t x) {
@@ -295,9 +296,5 @@ int main(void) {
   CU_add_test(s, "a lap-mixed record is rejected by its check", test_mixed_lap);
   CU_add_test(s, "clear", test_clear);
   CU_add_test(s, "concurrent writers and a reader", test_concurrent);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

@@ -241,9 +241,5 @@ int main(void) {
   CU_add_test(s, "previous SIG_IGN", test_prev_ignore);
   CU_add_test(s, "our handler replaced by someone else", test_replaced);
   CU_add_test(s, "forked child does not wake the parent", test_fork);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  int failed = (int)CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

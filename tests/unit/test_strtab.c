@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "flightrec/strtab.h"
+#include "wd_test_util.h"
 
 static void test_empty_and_null(void) {
   CU_ASSERT_EQUAL(wd_str_count(), 1); /* only id 0 */
@@ -191,9 +192,5 @@ int main(void) {
   CU_add_test(s, "reset keeps the copies", test_reset_ptrs);
   CU_add_test(s, "threads", test_threads);
   CU_add_test(s, "overflow", test_overflow);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
-  return failed ? 1 : 0;
+  return wd_test_run();
 }

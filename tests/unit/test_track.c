@@ -1273,11 +1273,8 @@ int main(void) {
   CU_add_test(s, "API parent and graph flag", test_api_parent_graph_flag);
   CU_add_test(s, "v4 descriptors", test_v4);
   CU_add_test(s, "threads", test_threads);
-  CU_basic_set_mode(CU_BRM_VERBOSE);
-  CU_basic_run_tests();
-  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
-  CU_cleanup_registry();
+  int rc = wd_test_run();
   ncclProfiler_v5.finalize(anchor);
   wd_test_rmtree(tmpdir);
-  return failed ? 1 : 0;
+  return rc;
 }

@@ -5,6 +5,7 @@
 #ifndef WD_TEST_UTIL_H
 #define WD_TEST_UTIL_H
 
+#include <CUnit/Basic.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
@@ -99,6 +100,16 @@ static inline void wd_test_quiet_env(const char *dump_dir) {
   unsetenv("NCCL_WATCHDOG_ENABLE");
   unsetenv("NCCL_WATCHDOG_EVENT_MASK");
   unsetenv("NCCL_WATCHDOG_CONFIG");
+}
+
+/* The end of every unit test's main: run the registered suites verbosely, clean up, and return
+ * the exit status (1 when any assertion or test failed, so ctest sees it). */
+static inline int wd_test_run(void) {
+  CU_basic_set_mode(CU_BRM_VERBOSE);
+  CU_basic_run_tests();
+  unsigned failed = CU_get_number_of_failures() + CU_get_number_of_tests_failed();
+  CU_cleanup_registry();
+  return failed ? 1 : 0;
 }
 
 #endif /* WD_TEST_UTIL_H */
