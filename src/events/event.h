@@ -1,6 +1,6 @@
 /*
- * An event slot: what a handle given to NCCL points at. Slots live in chunks that are never freed
- * before their pool, so a stale handle always points at readable memory; the low bits of a handle
+ * An event slot: what a handle given to NCCL points at. Slots live in chunks of the slot arena
+ * (arena.h), so a stale handle always points at readable memory; the low bits of a handle
  * carry the slot's incarnation tag so a stale handle is recognised instead of trusted.
  *
  * Reference counting keeps a parent slot from being reused while children point at it: refs is
@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "events/arena.h"
 #include "flightrec/record.h"
 
 struct wd_context;
@@ -79,11 +80,16 @@ static inline void *wd_event_handle(wd_event *ev) {
   return (void *)((uintptr_t)ev | (atomic_load_explicit(&ev->tag, memory_order_relaxed) & WD_TAG_MASK));
 }
 
-/* The slot a handle names, or NULL when the handle is NULL or stale. Handles are only ever
- * values this process returned, so the slot memory is ours (pools never free chunks early). */
+/* The slot a value NCCL handed back (a handle, a parentObj) points at, whatever its tag, or NULL
+ * when it is not a slot of ours: nothing else is ever dereferenced. */
+static inline wd_event *wd_event_slot_of(const void *h) {
+  return (wd_event *)wd_arena_slot_at((uintptr_t)h & ~(uintptr_t)WD_TAG_MASK, sizeof(wd_event));
+}
+
+/* The slot a handle names, or NULL when the handle is NULL, not ours, or stale. */
 static inline wd_event *wd_event_from_handle(void *h) {
-  if (h == NULL) return NULL;
-  wd_event *ev = (wd_event *)((uintptr_t)h & ~(uintptr_t)WD_TAG_MASK);
+  wd_event *ev = wd_event_slot_of(h);
+  if (ev == NULL) return NULL;
   uint32_t tag = (uint32_t)((uintptr_t)h & WD_TAG_MASK);
   if ((atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) != tag) return NULL;
   if (!atomic_load_explicit(&ev->live, memory_order_acquire)) return NULL;

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "events/arena.h"
 #include "events/blacklist.h"
 #include "base/log.h"
 
@@ -69,14 +70,24 @@ static int wd_q_pop(wd_pool *p, uint32_t *v) {
 static int wd_pool_add_chunk(wd_pool *p) {
   uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_relaxed);
   if (n >= p->max_chunks) return -1;
-  wd_event *chunk = aligned_alloc(WD_EVENT_ALIGN, sizeof(wd_event) * WD_CHUNK_SLOTS);
+  wd_event *chunk = wd_arena_chunk_get(sizeof(wd_event) * WD_CHUNK_SLOTS);
   if (chunk == NULL) return -1;
-  memset(chunk, 0, sizeof(wd_event) * WD_CHUNK_SLOTS);
+  /* A reused chunk keeps its tags (bumped once more), so handles from its previous pool stay
+   * stale; the rest of a slot is initialised when it is allocated. */
   for (uint32_t i = 0; i < WD_CHUNK_SLOTS; i++) {
-    chunk[i].pool = p;
-    chunk[i].ctx = p->ctx;
-    chunk[i].slot_id = p->id_base | (n * WD_CHUNK_SLOTS + i);
+    wd_event *ev = &chunk[i];
+    atomic_store_explicit(&ev->live, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->tag, atomic_load_explicit(&ev->tag, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    uint64_t seq = atomic_load_explicit(&ev->seq, memory_order_relaxed);
+    atomic_store_explicit(&ev->seq, seq + (seq & 1), memory_order_relaxed);
+    ev->parent = NULL;
+    atomic_store_explicit(&ev->root, NULL, memory_order_relaxed);
+    __atomic_store_n(&ev->pool, p, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->ctx, p->ctx, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->slot_id, p->id_base | (n * WD_CHUNK_SLOTS + i), __ATOMIC_RELAXED);
   }
+  atomic_thread_fence(memory_order_release);
   atomic_store_explicit(&p->chunks[n], chunk, memory_order_release);
   atomic_store_explicit(&p->nchunks, n + 1, memory_order_release);
   for (uint32_t i = 0; i < WD_CHUNK_SLOTS; i++) wd_q_push(p, n * WD_CHUNK_SLOTS + i);
@@ -123,7 +134,10 @@ int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
 void wd_pool_destroy(wd_pool *p) {
   if (p->chunks) {
     uint32_t n = atomic_load(&p->nchunks);
-    for (uint32_t i = 0; i < n; i++) free(atomic_load(&p->chunks[i]));
+    /* Chunks go back to the arena, never to the system: a late call with a handle into them
+     * still reads our memory, and finds a bumped tag. */
+    wd_pool_retire(p);
+    for (uint32_t i = 0; i < n; i++) wd_arena_chunk_put(atomic_load(&p->chunks[i]));
     free(p->chunks);
     p->chunks = NULL;
     pthread_mutex_destroy(&p->grow_lock);
@@ -224,11 +238,6 @@ uint32_t wd_pool_nslots(const wd_pool *p) {
 wd_event *wd_pool_slot(const wd_pool *p, uint32_t idx) { return wd_pool_at(p, idx); }
 
 int wd_pool_owns(const wd_pool *p, const void *ptr) {
-  uintptr_t a = (uintptr_t)ptr;
-  uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_acquire);
-  for (uint32_t i = 0; i < n; i++) {
-    uintptr_t base = (uintptr_t)atomic_load_explicit(&p->chunks[i], memory_order_acquire);
-    if (a >= base && a < base + sizeof(wd_event) * WD_CHUNK_SLOTS) return 1;
-  }
-  return 0;
+  const wd_event *ev = wd_event_slot_of(ptr);
+  return ev != NULL && __atomic_load_n(&ev->pool, __ATOMIC_RELAXED) == p;
 }

@@ -1,7 +1,7 @@
 /*
  * Chunked event pool. Free slots wait in a FIFO (a bounded lock-free queue), so a freed slot is
  * reused as late as possible: after every other free slot (the round-robin of the seed design).
- * Chunks are allocated whole and never freed before the pool. Allocation never blocks; when the
+ * Chunks come whole from the slot arena and go back to it, never to the system. Allocation never blocks; when the
  * queue is empty one thread grows the pool by a chunk (warm-up) and the watchdog grows it ahead
  * of need; when the configured maximum is reached the event is dropped and counted.
  */
@@ -62,7 +62,7 @@ uint32_t wd_pool_nslots(const wd_pool *p);
 uint32_t wd_pool_nfree(const wd_pool *p);
 /* Slot by index (0..nslots-1), for scans. */
 wd_event *wd_pool_slot(const wd_pool *p, uint32_t idx);
-/* Whether ptr points into one of this pool's chunks (no dereference). */
+/* Whether ptr is a slot of this pool (checked against the arena before anything is read). */
 int wd_pool_owns(const wd_pool *p, const void *ptr);
 
 /* Make a freshly initialised slot visible to readers (seq turns even). */

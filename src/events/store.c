@@ -7,6 +7,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "events/arena.h"
 #include "events/blacklist.h"
 #include "flightrec/record.h"
 
@@ -100,11 +101,31 @@ void wd_store_close(void) {
   wd_blacklist_destroy(wd_store.detached_bl);
   wd_store.detached_bl = NULL;
   reg_clear();
+  /* Contexts finalized within the grace period stay (a late callback may still be inside one);
+   * a later open reuses them, and unloading the library frees them. */
+  uint64_t now = wd_now_ns();
+  for (wd_context **pp = &wd_store.retired; *pp;) {
+    wd_context *ctx = *pp;
+    if (now - ctx->retired_ns >= wd_store.retire_grace_ns) {
+      *pp = ctx->next;
+      wd_context_free(ctx);
+    } else {
+      pp = &ctx->next;
+    }
+  }
+}
+
+/* Unloading the library (dlclose after the last finalize): nothing can call in any more, so the
+ * contexts kept for late callbacks and the slot arena go. At process exit with communicators
+ * still open, NCCL's threads may still be running: then nothing is freed (the system reclaims). */
+__attribute__((destructor)) static void store_unload(void) {
+  if (wd_store.nctx != 0 || atomic_load(&wd_store_active)) return;
   while (wd_store.retired) {
     wd_context *ctx = wd_store.retired;
     wd_store.retired = ctx->next;
     wd_context_free(ctx);
   }
+  wd_arena_release();
 }
 
 wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes, int nranks,

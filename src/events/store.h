@@ -36,7 +36,8 @@ extern _Atomic int wd_store_active;
 
 /* Open the store with cfg (kept by pointer). 0, or -1 (nothing allocated). */
 int wd_store_open(const wd_config *cfg);
-/* Close it: the detach pool, the registry; retired contexts are freed. */
+/* Close it: the detach pool and the registry go; contexts retired within the grace period stay
+ * for reuse (freed when the library is unloaded). */
 void wd_store_close(void);
 /* Stop accepting events (a forked child): nothing is freed. */
 void wd_store_quiesce(void);

@@ -154,18 +154,23 @@ void *wd_track_start(wd_start_req *req) {
   wd_context *ctx = (wd_context *)req->context;
   int detached = !wd_registry_has(ctx);
   if (type == WD_T_PROXYOP && req->pid != wd_store.pid) detached = 1;
+  /* A parentObj is followed only when it is a slot of ours (arena range check). Anything else
+   * is foreign: a PXN op of another process (possibly one with our pid in another PID
+   * namespace), or garbage. Its proxy-level children are kept apart in the detach pool. */
+  wd_event *pslot = req->parent_obj ? wd_event_slot_of(req->parent_obj) : NULL;
+  int parent_detached = pslot && __atomic_load_n(&pslot->pool, __ATOMIC_RELAXED) == &wd_store.detached;
   /* A PXN ProxyStep may come with a context value that happens to be ours; its parent, our
-   * detached ProxyOp, gives it away. Range check only: never dereference foreign memory. */
-  if (req->parent_obj && (type == WD_T_PROXYSTEP || type == WD_T_NETPLUGIN) &&
-      wd_pool_owns(&wd_store.detached, req->parent_obj))
-    detached = 1;
+   * detached ProxyOp, gives it away. */
+  if (parent_detached && (type == WD_T_PROXYSTEP || type == WD_T_NETPLUGIN)) detached = 1;
+  /* An event of another process names a parent of that process: never one of our contexts'. */
+  int foreign = req->parent_obj != NULL && (pslot == NULL || (detached && !parent_detached));
+  if (foreign && wd_is_tracked_child(type)) detached = 1;
 
   wd_event *parent = NULL;
   uint32_t parent_slot = WD_SLOT_NONE;
   rec->raw = 0;
   if (req->parent_obj) {
-    int ours = !detached || wd_pool_owns(&wd_store.detached, req->parent_obj);
-    if (!ours) {
+    if (foreign) {
       parent_slot = WD_SLOT_FOREIGN;
       rec->raw = (uint64_t)(uintptr_t)req->parent_obj;
     } else if (wd_is_tracked_child(type)) {
@@ -176,12 +181,11 @@ void *wd_track_start(wd_start_req *req) {
       /* API parents stop before their Coll/P2p starts, so the handle is usually stale by now.
        * The slot is still ours and, freed slots being reused last, still describes the parent
        * unless it was re-initialised meanwhile (odd seq) or is of another type. */
-      wd_event *p = (wd_event *)((uintptr_t)req->parent_obj & ~(uintptr_t)WD_TAG_MASK);
-      parent_slot = p->slot_id;
-      unsigned ptype = wd_event_type(p);
-      if (!(atomic_load_explicit(&p->seq, memory_order_acquire) & 1) &&
+      parent_slot = __atomic_load_n(&pslot->slot_id, __ATOMIC_RELAXED);
+      unsigned ptype = wd_event_type(pslot);
+      if (!(atomic_load_explicit(&pslot->seq, memory_order_acquire) & 1) &&
           (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
-          (wd_event_flags(p) & WD_F_GRAPH))
+          (wd_event_flags(pslot) & WD_F_GRAPH))
         rec->flags |= WD_F_GRAPH;
     }
   }
@@ -255,9 +259,11 @@ void *wd_track_start(wd_start_req *req) {
 /* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
  * ignored, and counted on the communicator the slot belongs to (immutable, memory still ours). */
 static void wd_count_stale(void *handle) {
-  if ((uintptr_t)handle <= WD_TAG_MASK) return; /* NULL (with or without a tag): no slot */
-  const wd_event *slot = (const wd_event *)((uintptr_t)handle & ~(uintptr_t)WD_TAG_MASK);
-  if (slot->ctx) atomic_fetch_add_explicit(&slot->ctx->stale, 1, memory_order_relaxed);
+  const wd_event *slot = wd_event_slot_of(handle);
+  if (slot == NULL) return; /* NULL or not ours: no communicator to count it on */
+  wd_context *ctx = __atomic_load_n(&slot->ctx, __ATOMIC_RELAXED);
+  /* Only a live context: a finalized one may be gone, and nobody reads its count any more. */
+  if (ctx && wd_registry_has(ctx)) atomic_fetch_add_explicit(&ctx->stale, 1, memory_order_relaxed);
 }
 
 void wd_track_stop(void *handle) {

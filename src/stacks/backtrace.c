@@ -153,9 +153,23 @@ static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
   atomic_fetch_sub(&bt_entered, 1);
 }
 
+/* libunwind opens a pipe (to validate memory) the first time it initialises and never closes it.
+ * Unloaded with the plugin and loaded again, it would open two more descriptors each cycle; kept
+ * loaded, it initialises once per process and the reloaded plugin finds it ready. */
+static void pin_unwinder(void) {
+  static int pinned;
+  Dl_info info;
+  if (pinned || !dladdr((void *)&unw_set_caching_policy, &info) || !info.dli_fname) return;
+  Dl_info self;
+  if (dladdr((void *)&pin_unwinder, &self) && self.dli_fname && strcmp(self.dli_fname, info.dli_fname) == 0)
+    return; /* linked in statically: nothing to keep */
+  if (dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE)) pinned = 1;
+}
+
 int wd_bt_init(int signo) {
   if (bt_installed) return bt_signo == signo ? 0 : -1;
   if (signo <= 0 || signo >= NSIG) return -1;
+  pin_unwinder();
   /* This libunwind maps UNW_CACHE_PER_THREAD to GLOBAL when built without __thread; GLOBAL is
    * what we ask for explicitly: its lock is taken with every signal blocked, so a handler can
    * wait for another thread's unwind but can never interrupt the holder on its own thread. */

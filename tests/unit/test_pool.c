@@ -173,7 +173,9 @@ static void test_owns(void) {
   CU_ASSERT_TRUE(wd_pool_owns(&p, s0));
   CU_ASSERT_TRUE(wd_pool_owns(&p, (char *)s0 + 5)); /* a tagged handle */
   CU_ASSERT_TRUE(wd_pool_owns(&p, wd_event_handle(s0)));
-  CU_ASSERT_TRUE(wd_pool_owns(&p, (char *)last + sizeof(wd_event) - 1));
+  CU_ASSERT_TRUE(wd_pool_owns(&p, last));
+  /* Inside a slot but not a slot address (nor one with a tag): not a handle of ours. */
+  CU_ASSERT_FALSE(wd_pool_owns(&p, (char *)last + sizeof(wd_event) - 1));
   CU_ASSERT_TRUE(wd_pool_owns(&p, c1));
   int local;
   CU_ASSERT_FALSE(wd_pool_owns(&p, &local));
