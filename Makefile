@@ -3,15 +3,16 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo bench test-asan test-tsan lint clean
+.PHONY: all deps build test demo bench test-asan test-tsan test-release fuzz lint clean
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
+# Development builds treat warnings as errors; a user's plain `cmake` build does not.
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWD_WERROR=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test: build
@@ -31,9 +32,16 @@ test-tsan:
 	@WD_WITH_SANITIZERS=1 scripts/install-deps.sh
 	@$(MAKE) --no-print-directory test BUILD=build-tsan CMAKE_FLAGS="-DWD_SANITIZE=thread"
 
+# A user's Release build: no -Werror, and it must compile without a single warning.
+test-release: deps
+	@cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build build-release -j $(JOBS) 2>&1 | tee build-release.log | grep -E 'warning|error' && \
+	  { echo "Release build: warnings above"; exit 1; } || true
+	@cd build-release && ctest --output-on-failure -j $(JOBS)
+
 lint: build
 	@WD_WITH_LINT=1 scripts/install-deps.sh
 	@scripts/lint.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-tsan
+	rm -rf build build-asan build-tsan build-release build-release.log
