@@ -98,6 +98,16 @@ static uint64_t rand_type(uint64_t *s) {
   }
 }
 
+/* Random ProxyOp fields (the member every ABI version shares); other types read them as theirs. */
+#define FILL_PROXY_OP(d, s)                                                                     \
+  do {                                                                                          \
+    (d).proxyOp.pid = pick(s, 2) ? getpid() : (pid_t)next_rand(s);                              \
+    (d).proxyOp.channelId = (uint8_t)next_rand(s);                                              \
+    (d).proxyOp.peer = (int)next_rand(s);                                                       \
+    (d).proxyOp.nSteps = (int)next_rand(s);                                                     \
+    (d).proxyOp.isSend = (int)pick(s, 2);                                                       \
+  } while (0)
+
 static void do_start(uint64_t *s) {
   char b1[80], b2[80], b3[80], b4[80];
   void *ctx = rand_context(s), *h = NULL;
@@ -123,11 +133,7 @@ static void do_start(uint64_t *s) {
       d.p2p.nChannels = (uint8_t)pick(s, 4);
       d.p2p.peer = (int)pick(s, 8) - 1;
     } else {
-      d.proxyOp.pid = pick(s, 2) ? getpid() : (pid_t)next_rand(s);
-      d.proxyOp.channelId = (uint8_t)next_rand(s);
-      d.proxyOp.peer = (int)next_rand(s);
-      d.proxyOp.nSteps = (int)next_rand(s);
-      d.proxyOp.isSend = (int)pick(s, 2);
+      FILL_PROXY_OP(d, s);
     }
     r = abi4->startEvent(ctx, pick(s, 50) ? &h : NULL, &d);
   } else {
@@ -164,11 +170,7 @@ static void do_start(uint64_t *s) {
       d.groupApi.groupDepth = (int)pick(s, 4);
       d.groupApi.graphCaptured = pick(s, 2);
     } else {
-      d.proxyOp.pid = pick(s, 2) ? getpid() : (pid_t)next_rand(s);
-      d.proxyOp.channelId = (uint8_t)next_rand(s);
-      d.proxyOp.peer = (int)next_rand(s);
-      d.proxyOp.nSteps = (int)next_rand(s);
-      d.proxyOp.isSend = (int)pick(s, 2);
+      FILL_PROXY_OP(d, s);
     }
     if (version == 5) {
       ncclProfilerEventDescr_v5_t d5;

@@ -25,8 +25,9 @@ static void app_handler(int sig) {
 
 static void *nop_thread(void *arg) { return arg; }
 
-static int thread_count(void) {
-  DIR *d = opendir("/proc/self/task");
+/* Entries of a /proc/self directory: threads (task) or open descriptors (fd). */
+static int entry_count(const char *dir) {
+  DIR *d = opendir(dir);
   int n = 0;
   struct dirent *e;
   while (d && (e = readdir(d)) != NULL)
@@ -34,16 +35,9 @@ static int thread_count(void) {
   if (d) closedir(d);
   return n;
 }
+static int thread_count(void) { return entry_count("/proc/self/task"); }
+static int fd_count(void) { return entry_count("/proc/self/fd") - 1; /* the one opendir holds */ }
 
-static int fd_count(void) {
-  DIR *d = opendir("/proc/self/fd");
-  int n = 0;
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL)
-    if (e->d_name[0] != '.') n++;
-  if (d) closedir(d);
-  return n;
-}
 
 static int wait_handled(int want, unsigned ms) {
   uint64_t end = wdh_now_ns() + ms * 1000000ull;
