@@ -30,7 +30,7 @@ static ncclProfiler_v5_t *abi5;
 static ncclProfiler_v6_t *abi6;
 static _Atomic(void *) handles[NHANDLES];
 static _Atomic(void *) comms[NCOMMS];
-static void *finalized[64]; /* contexts finalized earlier: stale context values */
+static _Atomic(void *) finalized[64]; /* contexts finalized earlier: stale context values */
 static _Atomic unsigned nfinalized;
 static _Atomic int stop_flag;
 static _Atomic uint64_t ncalls, nfailures;
@@ -84,7 +84,7 @@ static void *rand_context(uint64_t *s) {
   if (k == 1) return host_mem;
   if (k == 2) {
     unsigned n = atomic_load(&nfinalized);
-    return n ? finalized[pick(s, n < 64 ? n : 64)] : NULL;
+    return n ? atomic_load(&finalized[pick(s, n < 64 ? n : 64)]) : NULL;
   }
   return atomic_load(&comms[pick(s, NCOMMS)]);
 }
@@ -198,7 +198,7 @@ static void do_lifecycle(uint64_t *s) {
   if (old) {
     count(abi5->finalize(old));
     unsigned n = atomic_fetch_add(&nfinalized, 1);
-    finalized[n % 64] = old;
+    atomic_store(&finalized[n % 64], old);
   }
   void *ctx = NULL;
   int mask = 0;
