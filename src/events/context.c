@@ -46,13 +46,10 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   /* Operation-level events are few at a time (a handful per collective in flight); the bulk
    * is proxy steps. max_events bounds the proxy pool, a quarter of it the other. */
   uint32_t op_max = max_events / 4 > WD_CHUNK_SLOTS ? max_events / 4 : WD_CHUNK_SLOTS;
-  int pools = 0;
-  if (wd_pool_init(&ctx->pool, WD_CHUNK_SLOTS, op_max, 0, ctx) == 0) pools |= 1;
-  if (wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, max_events, WD_SLOT_PROXY_BIT, ctx) == 0) pools |= 2;
-  if (pools != 3 || wd_ring_init(&ctx->ring, ring_size) != 0 ||
-      wd_ring_init(&ctx->proxy_ring, proxy_ring_size) != 0) {
-    if (!(pools & 1)) memset(&ctx->pool, 0, sizeof(ctx->pool));
-    if (!(pools & 2)) memset(&ctx->proxy_pool, 0, sizeof(ctx->proxy_pool));
+  /* A part that failed, or was not tried, is left empty: freeing the whole context is safe. */
+  if (wd_pool_init(&ctx->pool, WD_CHUNK_SLOTS, op_max, 0, ctx) != 0 ||
+      wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, max_events, WD_SLOT_PROXY_BIT, ctx) != 0 ||
+      wd_ring_init(&ctx->ring, ring_size) != 0 || wd_ring_init(&ctx->proxy_ring, proxy_ring_size) != 0) {
     wd_context_free(ctx);
     return NULL;
   }

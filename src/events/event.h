@@ -86,14 +86,17 @@ static inline wd_event *wd_event_slot_of(const void *h) {
   return (wd_event *)wd_arena_slot_at((uintptr_t)h & ~(uintptr_t)WD_TAG_MASK, sizeof(wd_event));
 }
 
+/* Whether slot ev (ours, from wd_event_slot_of) is live in the incarnation handle h names. */
+static inline int wd_event_matches(const wd_event *ev, const void *h) {
+  uint32_t tag = (uint32_t)((uintptr_t)h & WD_TAG_MASK);
+  return (atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) == tag &&
+         atomic_load_explicit(&ev->live, memory_order_acquire);
+}
+
 /* The slot a handle names, or NULL when the handle is NULL, not ours, or stale. */
 static inline wd_event *wd_event_from_handle(void *h) {
   wd_event *ev = wd_event_slot_of(h);
-  if (ev == NULL) return NULL;
-  uint32_t tag = (uint32_t)((uintptr_t)h & WD_TAG_MASK);
-  if ((atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) != tag) return NULL;
-  if (!atomic_load_explicit(&ev->live, memory_order_acquire)) return NULL;
-  return ev;
+  return ev && wd_event_matches(ev, h) ? ev : NULL;
 }
 
 #endif

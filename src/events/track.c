@@ -38,17 +38,16 @@ static inline void wd_progress(wd_event *ev, uint64_t now) {
   if (root && root != ev) atomic_store_explicit(&root->last_ns, now, memory_order_relaxed);
 }
 
-/* Take a reference on a parent unless it already completed (refs == 0), then re-check that the
- * slot still holds the incarnation the handle named. */
-static wd_event *wd_try_ref(void *parent_handle) {
-  wd_event *p = wd_event_from_handle(parent_handle);
-  if (p == NULL) return NULL;
+/* Take a reference on parent slot p (already range-checked) if it is live in the incarnation the
+ * handle names and not completed (refs == 0), then re-check the incarnation. */
+static wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
+  if (!wd_event_matches(p, parent_handle)) return NULL;
   uint32_t r = atomic_load_explicit(&p->refs, memory_order_relaxed);
   do {
     if (r == 0) return NULL;
   } while (!atomic_compare_exchange_weak_explicit(&p->refs, &r, r + 1, memory_order_acq_rel,
                                                   memory_order_relaxed));
-  if (wd_event_from_handle(parent_handle) != p) {
+  if (!wd_event_matches(p, parent_handle)) {
     wd_event_unref(p);
     return NULL;
   }
@@ -174,7 +173,7 @@ void *wd_track_start(wd_start_req *req) {
       parent_slot = WD_SLOT_FOREIGN;
       rec->raw = (uint64_t)(uintptr_t)req->parent_obj;
     } else if (wd_is_tracked_child(type)) {
-      parent = wd_try_ref(req->parent_obj);
+      parent = wd_try_ref(pslot, req->parent_obj);
       if (parent) parent_slot = parent->slot_id;
       else rec->flags |= WD_F_ORPHAN;
     } else {
