@@ -108,6 +108,23 @@ static uint64_t rand_type(uint64_t *s) {
     (d).proxyOp.isSend = (int)pick(s, 2);                                                       \
   } while (0)
 
+/* Coll and P2p fields: the same names in v4's and in v5/v6's (differently laid out) members. */
+#define FILL_COLL(d, s)                                                                         \
+  do {                                                                                          \
+    (d).coll.seqNumber = next_rand(s) % 100;                                                    \
+    (d).coll.func = rand_str(s, b1, sizeof b1);                                                 \
+    (d).coll.datatype = rand_str(s, b2, sizeof b2);                                             \
+    (d).coll.algo = rand_str(s, b3, sizeof b3);                                                 \
+    (d).coll.proto = rand_str(s, b4, sizeof b4);                                                \
+    (d).coll.nChannels = (uint8_t)pick(s, 80);                                                  \
+  } while (0)
+#define FILL_P2P(d, s)                                                                          \
+  do {                                                                                          \
+    (d).p2p.func = rand_str(s, b1, sizeof b1);                                                  \
+    (d).p2p.datatype = rand_str(s, b2, sizeof b2);                                              \
+    (d).p2p.nChannels = (uint8_t)pick(s, 4);                                                    \
+  } while (0)
+
 static void do_start(uint64_t *s) {
   char b1[80], b2[80], b3[80], b4[80];
   void *ctx = rand_context(s), *h = NULL;
@@ -121,16 +138,9 @@ static void do_start(uint64_t *s) {
     d.type = (uint8_t)type; /* v4's type is 8 bits: the fields follow the type NCCL would see */
     d.parentObj = parent;
     if (d.type == ncclProfileColl) {
-      d.coll.seqNumber = next_rand(s) % 100;
-      d.coll.func = rand_str(s, b1, sizeof b1);
-      d.coll.datatype = rand_str(s, b2, sizeof b2);
-      d.coll.algo = rand_str(s, b3, sizeof b3);
-      d.coll.proto = rand_str(s, b4, sizeof b4);
-      d.coll.nChannels = (uint8_t)pick(s, 80);
+      FILL_COLL(d, s);
     } else if (d.type == ncclProfileP2p) {
-      d.p2p.func = rand_str(s, b1, sizeof b1);
-      d.p2p.datatype = rand_str(s, b2, sizeof b2);
-      d.p2p.nChannels = (uint8_t)pick(s, 4);
+      FILL_P2P(d, s);
       d.p2p.peer = (int)pick(s, 8) - 1;
     } else {
       FILL_PROXY_OP(d, s);
@@ -142,17 +152,10 @@ static void do_start(uint64_t *s) {
     d.type = type;
     d.parentObj = parent;
     if (type == ncclProfileColl) {
-      d.coll.seqNumber = next_rand(s) % 100;
-      d.coll.func = rand_str(s, b1, sizeof b1);
-      d.coll.datatype = rand_str(s, b2, sizeof b2);
-      d.coll.algo = rand_str(s, b3, sizeof b3);
-      d.coll.proto = rand_str(s, b4, sizeof b4);
-      d.coll.nChannels = (uint8_t)pick(s, 80);
+      FILL_COLL(d, s);
       d.coll.parentGroup = rand_handle(s);
     } else if (type == ncclProfileP2p) {
-      d.p2p.func = rand_str(s, b1, sizeof b1);
-      d.p2p.datatype = rand_str(s, b2, sizeof b2);
-      d.p2p.nChannels = (uint8_t)pick(s, 4);
+      FILL_P2P(d, s);
       d.p2p.parentGroup = rand_handle(s);
     } else if (type == ncclProfileCollApi) {
       d.collApi.func = rand_str(s, b1, sizeof b1);
