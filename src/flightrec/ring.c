@@ -64,6 +64,15 @@ void wd_ring_write(wd_ring *r, const wd_record *rec) {
   wd_ring_write_w(r, &w);
 }
 
+/* How far past the writers a lapped copy resumes: enough to copy a few records before they
+ * arrive, little enough that the jump itself drops almost nothing. */
+enum { WD_RING_LEAD = 32 };
+
+/* Oldest first, chasing: when a writer laps the copy, the copy jumps ahead of the writers
+ * (WD_RING_LEAD records) instead of following them slot by slot. A copy faster than the
+ * writers loses nothing; a slower one keeps about capacity x (copy rate / write rate) records,
+ * the newest included. Copying newest first instead always loses write/(copy+write) of the ring
+ * (measured in bench/bench_snapshot.c, docs/performance.md). */
 uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
                           uint64_t *lost) {
   uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
@@ -71,21 +80,40 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
   uint64_t first = head > cap ? head - cap : 0;
   if (head - first > max) first = head - max;
   uint32_t n = 0, bad = 0;
+  uint64_t lapped = 0;
   for (uint64_t t = first; t < head; t++) {
     const uint64_t *src = (const uint64_t *)&r->recs[t & r->mask];
     uint64_t want = 2 * t + 2;
-    if (__atomic_load_n(&src[0], __ATOMIC_ACQUIRE) != want) { bad++; continue; }
+    uint64_t turn = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
     uint64_t w[WD_RECORD_WORDS];
-    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-    /* Orders the payload loads before the re-check of the turn. */
-    atomic_thread_fence(memory_order_acquire);
-    if (__atomic_load_n(&src[0], __ATOMIC_RELAXED) != want) { bad++; continue; }
+    if (turn == want) {
+      for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+      /* Orders the payload loads before the re-check of the turn. */
+      atomic_thread_fence(memory_order_acquire);
+      turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
+    }
+    if (turn != want) {
+      if (turn < want || (turn & 1)) { bad++; continue; } /* a writer inside, or not yet in */
+      /* Lapped: every ticket the writers have passed is gone; go past them. */
+      uint64_t now = atomic_load_explicit(&r->head, memory_order_relaxed);
+      uint64_t gone = now > cap ? now - cap : 0; /* tickets below this are overwritten */
+      if (gone <= t) {
+        lapped++;
+        continue;
+      }
+      if (gone > head) gone = head;
+      uint64_t next = gone + WD_RING_LEAD < head ? gone + WD_RING_LEAD : head;
+      lapped += gone - t;
+      bad += (uint32_t)(next - gone); /* skipped: the writers are about to be inside */
+      t = next - 1;
+      continue;
+    }
     if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_rec_check(t, w)) { bad++; continue; }
     w[0] = want;
     memcpy(&out[n], w, sizeof(w));
     n++;
   }
   if (torn) *torn = bad;
-  if (lost) *lost = first;
+  if (lost) *lost = first + lapped;
   return n;
 }

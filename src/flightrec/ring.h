@@ -34,7 +34,9 @@ void wd_ring_write_w(wd_ring *r, const wd_recw *rec);
 
 /* Copy out up to max complete records, oldest first, into out. Returns the number copied;
  * *torn receives the number of records skipped because a writer was inside them and *lost the
- * number of records overwritten before they could be read. Safe while writers run. */
+ * number of records overwritten before they could be read (older than the ring, or lapped by a
+ * writer during the copy). A copy the writers lap jumps ahead of them, so a busy ring loses
+ * its oldest records rather than its newest. Safe while writers run. */
 uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
                           uint64_t *lost);
 
