@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "base/log.h"
@@ -431,7 +432,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_BT_SIGNAL] = "a name such as SIGRTMIN+3 or a number",
     [K_ACTION] = "dump or abort",
     [K_MASK] = "a non-zero decimal or 0x hex value below 0x8000",
-    [K_BACKTRACE] = "1/0, true/false, yes/no, on/off",
+    [K_BACKTRACE] = "1/0, true/false, yes/no, on/off, or all",
     [K_BT_WAIT] = "300, 2.5, 500ms, 30s, 5m, 1h",
     [K_PEER_DUMPS] = "1/0, true/false, yes/no, on/off",
     [K_MAX_DUMPS] = "an integer",
@@ -459,7 +460,10 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_BT_SIGNAL: wd_signal_name(cfg->bt_signal, buf, (int)len); break;
   case K_ACTION: snprintf(buf, len, "%s", cfg->action == WD_ACTION_ABORT ? "abort" : "dump"); break;
   case K_MASK: snprintf(buf, len, "0x%x", (unsigned)cfg->event_mask); break;
-  case K_BACKTRACE: snprintf(buf, len, "%d", cfg->backtrace); break;
+  case K_BACKTRACE:
+    if (cfg->backtrace == WD_BACKTRACE_ALL) snprintf(buf, len, "all");
+    else snprintf(buf, len, "%d", cfg->backtrace);
+    break;
   case K_BT_WAIT: wd_fmt_duration(cfg->bt_wait_ns, buf, len); break;
   case K_PEER_DUMPS: snprintf(buf, len, "%d", cfg->peer_dumps); break;
   case K_MAX_DUMPS: snprintf(buf, len, "%d", cfg->max_dumps); break;
@@ -563,7 +567,9 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
   } else {
     switch (key) {
     case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS:
-      if (wd_parse_bool(val, &i) != 0) {
+      if (key == K_BACKTRACE && !strcasecmp(wd_skip_ws(val), "all")) {
+        cfg->backtrace = WD_BACKTRACE_ALL;
+      } else if (wd_parse_bool(val, &i) != 0) {
         snprintf(reason, sizeof reason, "is not a boolean (expected %s)", wd_key_expect[key]);
         why = reason;
       } else if (key == K_ENABLE) cfg->enable = i;
@@ -844,11 +850,11 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
   snprintf(buf, (size_t)len,
            "enable=%d timeout=%s poll=%s unreached_timeout=%s dump_dir=%s ring_size=%" PRIu32
            "%s proxy_ring_size=%" PRIu32 "%s max_events=%" PRIu32
-           " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%d"
+           " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
-           cfg->backtrace, btwait, cfg->peer_dumps, cfg->max_dumps,
+           cfg->backtrace == WD_BACKTRACE_ALL ? "all" : cfg->backtrace ? "1" : "0", btwait, cfg->peer_dumps, cfg->max_dumps,
            cfg->precise_clock ? "precise" : "coarse");
 }

@@ -7,6 +7,8 @@
 #define WD_PATH_MAX 1024
 
 enum { WD_ACTION_DUMP = 0, WD_ACTION_ABORT = 1 };
+/* NCCL_WATCHDOG_BACKTRACE=all: interrupt threads sleeping in never-restarted calls too. */
+enum { WD_BACKTRACE_ALL = 2 };
 
 typedef struct wd_config {
   int enable;                    /* NCCL_WATCHDOG_ENABLE, default 1 */
@@ -21,7 +23,7 @@ typedef struct wd_config {
   int bt_signal;                 /* NCCL_WATCHDOG_BACKTRACE_SIGNAL, default SIGRTMIN+3 */
   int action;                    /* NCCL_WATCHDOG_ACTION: WD_ACTION_DUMP or WD_ACTION_ABORT */
   int event_mask;                /* NCCL_WATCHDOG_EVENT_MASK */
-  int backtrace;                 /* NCCL_WATCHDOG_BACKTRACE, default 1 */
+  int backtrace;                 /* NCCL_WATCHDOG_BACKTRACE: 0, 1 (default) or WD_BACKTRACE_ALL */
   uint64_t bt_wait_ns;           /* NCCL_WATCHDOG_BACKTRACE_WAIT: per-dump wait for threads, 500ms */
   int peer_dumps;                /* NCCL_WATCHDOG_PEER_DUMPS: trigger files, default 1 */
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */

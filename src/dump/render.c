@@ -444,6 +444,7 @@ static const char *bt_status_name(int status) {
   case WD_BT_NO_ANSWER: return "no_answer";
   case WD_BT_BLOCKED: return "blocked";
   case WD_BT_GONE: return "gone";
+  case WD_BT_LEFT_ALONE: return "left_alone";
   default: return "unknown";
   }
 }
@@ -511,7 +512,8 @@ static int put_config(cJSON *root, const wd_config *cfg_in) {
       add_str(o, "backtraceSignal", wd_signal_name(cfg->bt_signal, s2, sizeof(s2))) ||
       add_str(o, "action", cfg->action == WD_ACTION_ABORT ? "abort" : "dump") ||
       add_hex(o, "eventMask", (uint64_t)(unsigned)cfg->event_mask) ||
-      add_bool(o, "backtrace", cfg->backtrace) || add_ms(o, "backtraceWaitMs", cfg->bt_wait_ns) ||
+      add_bool(o, "backtrace", cfg->backtrace) ||
+      add_bool(o, "backtraceInterruptAll", cfg->backtrace == WD_BACKTRACE_ALL) || add_ms(o, "backtraceWaitMs", cfg->bt_wait_ns) ||
       add_bool(o, "peerDumps", cfg->peer_dumps) || add_num(o, "maxDumps", cfg->max_dumps))
     return -1;
   return 0;
@@ -641,6 +643,9 @@ static int put_threads(cJSON *root, const wd_bt_result *bt) {
     if (push(list, to)) return -1;
     if (add_num(to, "tid", t->tid) || add_bounded_str(to, "name", t->name, sizeof(t->name)) ||
         add_str(to, "status", bt_status_name(t->status)))
+      return -1;
+    if (t->status == WD_BT_LEFT_ALONE &&
+        add_bounded_str(to, "syscall", t->syscall, sizeof(t->syscall)))
       return -1;
     cJSON *frames = cJSON_AddArrayToObject(to, "frames");
     if (!frames) return -1;

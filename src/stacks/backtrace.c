@@ -236,6 +236,78 @@ static uint64_t wd_status_mask(const char *status, const char *key) {
   return strtoull(p + strlen(key), NULL, 16);
 }
 
+/* System calls that a signal handler makes fail with EINTR whatever SA_RESTART says (signal(7),
+ * "never restarted"). A thread blocked in one is sleeping on purpose, and interrupting it costs
+ * the application an EINTR it may not expect. */
+static const struct {
+  long nr;
+  const char *name;
+} wd_bt_norestart[] = {
+#ifdef SYS_nanosleep
+    {SYS_nanosleep, "nanosleep"},
+#endif
+#ifdef SYS_clock_nanosleep
+    {SYS_clock_nanosleep, "clock_nanosleep"},
+#endif
+#ifdef SYS_poll
+    {SYS_poll, "poll"},
+#endif
+#ifdef SYS_ppoll
+    {SYS_ppoll, "ppoll"},
+#endif
+#ifdef SYS_select
+    {SYS_select, "select"},
+#endif
+#ifdef SYS_pselect6
+    {SYS_pselect6, "pselect6"},
+#endif
+#ifdef SYS_epoll_wait
+    {SYS_epoll_wait, "epoll_wait"},
+#endif
+#ifdef SYS_epoll_pwait
+    {SYS_epoll_pwait, "epoll_pwait"},
+#endif
+#ifdef SYS_epoll_pwait2
+    {SYS_epoll_pwait2, "epoll_pwait2"},
+#endif
+#ifdef SYS_rt_sigtimedwait
+    {SYS_rt_sigtimedwait, "rt_sigtimedwait"},
+#endif
+#ifdef SYS_rt_sigsuspend
+    {SYS_rt_sigsuspend, "rt_sigsuspend"},
+#endif
+#ifdef SYS_pause
+    {SYS_pause, "pause"},
+#endif
+#ifdef SYS_io_getevents
+    {SYS_io_getevents, "io_getevents"},
+#endif
+#ifdef SYS_semtimedop
+    {SYS_semtimedop, "semtimedop"},
+#endif
+#ifdef SYS_msgrcv
+    {SYS_msgrcv, "msgrcv"},
+#endif
+};
+
+/* When the thread is blocked in a never-restarted call, its name and the user-space address the
+ * call was made from (/proc/<tid>/syscall: number, six arguments, stack pointer, pc). */
+static const char *wd_bt_norestart_call(int tid, uint64_t *pc) {
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+  if (wd_read_small(path, buf, sizeof(buf)) <= 0) return NULL;
+  char *e;
+  long nr = strtol(buf, &e, 10);
+  if (e == buf) return NULL; /* "running" */
+  const char *name = NULL;
+  for (size_t i = 0; i < sizeof(wd_bt_norestart) / sizeof(wd_bt_norestart[0]); i++)
+    if (wd_bt_norestart[i].nr == nr) name = wd_bt_norestart[i].name;
+  if (!name) return NULL;
+  const char *last = strrchr(buf, ' ');
+  *pc = last ? strtoull(last + 1, NULL, 16) : 0;
+  return name;
+}
+
 /* Fills name and tells whether the thread can answer signo: 1 yes, 0 blocked/ignored, -1 gone. */
 static int wd_bt_probe(int tid, int signo, char *name, size_t name_len) {
   char path[64], buf[2048];
@@ -449,7 +521,7 @@ static int wd_bt_withdraw(void) {
   return 0;
 }
 
-int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
+int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all) {
   if (!res) return -1;
   memset(res, 0, sizeof(*res));
   if (!bt_installed) return -1;
@@ -459,12 +531,14 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
 
   int rc = -1;
   int *tids = malloc(WD_BT_MAX_THREADS * sizeof(int));
+  uint64_t *site = NULL; /* call sites of threads left alone */
   wd_bt_table *t = calloc(1, sizeof(*t));
   int n = tids ? wd_bt_list_tids(tids, WD_BT_MAX_THREADS) : -1;
   if (n <= 0 || !t) goto out;
   t->slots = calloc((size_t)n, sizeof(*t->slots));
   res->threads = calloc((size_t)n, sizeof(*res->threads));
-  if (!t->slots || !res->threads) goto out;
+  site = calloc((size_t)n, sizeof(*site));
+  if (!t->slots || !res->threads || !site) goto out;
   t->n = n;
   t->pid = getpid();
   res->nthreads = n;
@@ -476,6 +550,7 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
     th->tid = tids[i];
     t->slots[i].tid = tids[i];
     int p = wd_bt_probe(tids[i], bt_signo, th->name, sizeof(th->name));
+    const char *call = NULL;
     if (tids[i] == self) {
       th->status = WD_BT_SELF;
       selfidx = i;
@@ -483,6 +558,9 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
       th->status = WD_BT_GONE;
     } else if (p == 0) {
       th->status = WD_BT_BLOCKED;
+    } else if (!interrupt_all && (call = wd_bt_norestart_call(tids[i], &site[i])) != NULL) {
+      th->status = WD_BT_LEFT_ALONE;
+      wd_copy(th->syscall, sizeof(th->syscall), call);
     } else {
       th->status = WD_BT_NO_ANSWER;
       atomic_store_explicit(&t->slots[i].state, WD_BT_ARMED, memory_order_relaxed);
@@ -549,9 +627,13 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns) {
     sc->res = res;
     sc->symtab = res->nmodules ? calloc((size_t)res->nmodules, 1) : NULL;
     if (selfidx >= 0) wd_bt_fill(sc, &res->threads[selfidx], self_pcs, self_n, self_exact0);
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
       if (res->threads[i].status == WD_BT_OK)
         wd_bt_fill(sc, &res->threads[i], t->slots[i].pcs, t->slots[i].n, t->slots[i].exact0);
+      /* The pc is after the system call instruction: a return address, not exact. */
+      else if (res->threads[i].status == WD_BT_LEFT_ALONE && site[i])
+        wd_bt_fill(sc, &res->threads[i], &site[i], 1, 0);
+    }
     free(sc->symtab);
     free(sc);
   }
@@ -568,6 +650,7 @@ out:
     free(t);
   }
   free(tids);
+  free(site);
   if (rc != 0) wd_bt_free(res);
   pthread_mutex_unlock(&bt_collect_lock);
   return rc;

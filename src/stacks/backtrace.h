@@ -17,6 +17,7 @@ enum {
   WD_BT_NO_ANSWER = 2, /* signalled, did not answer within the wait */
   WD_BT_BLOCKED = 3,   /* its mask blocks or ignores the signal: not asked */
   WD_BT_GONE = 4,      /* exited before it could be asked */
+  WD_BT_LEFT_ALONE = 5, /* blocked in a call the kernel never restarts: not interrupted */
 };
 
 typedef struct wd_bt_frame {
@@ -31,6 +32,7 @@ typedef struct wd_bt_thread {
   int tid;
   int status;    /* WD_BT_* */
   char name[32]; /* /proc/self/task/<tid>/comm */
+  char syscall[24]; /* WD_BT_LEFT_ALONE: the call it is blocked in; frame 0 is its call site */
   int nframes;
   wd_bt_frame frames[WD_BT_MAX_FRAMES];
 } wd_bt_thread;
@@ -56,8 +58,11 @@ int wd_bt_init(int signo);
 /* Restore the previous action of the signal. Safe to call when init failed or was not called. */
 void wd_bt_fini(void);
 /* Collect every thread's stack (this thread's too), waiting at most wait_ns for the others.
- * Allocates; call from the dumping thread only. Returns 0, or -1 with res empty. */
-int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns);
+ * A signal makes nanosleep, poll, epoll_wait, sigtimedwait and the like fail with EINTR even
+ * under SA_RESTART; unless interrupt_all, a thread blocked in one is left alone and reported
+ * with that call and its call site only. Allocates; call from the dumping thread only.
+ * Returns 0, or -1 with res empty. */
+int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all);
 void wd_bt_free(wd_bt_result *res);
 
 #endif

@@ -103,7 +103,7 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
 
   if (with_threads) {
     wd_bt_result *bt = calloc(1, sizeof(*bt));
-    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns) == 0) in->threads = bt;
+    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns, cfg->backtrace == WD_BACKTRACE_ALL) == 0) in->threads = bt;
     else free(bt);
   }
   return in->comms ? 0 : -1;

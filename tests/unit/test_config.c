@@ -348,7 +348,7 @@ static void test_bad_integers(void) {
       {"NCCL_WATCHDOG_ENABLE", "maybe",
        "NCCL_WATCHDOG_ENABLE=\"maybe\" is not a boolean (expected 1/0, true/false, yes/no, on/off); using 1"},
       {"NCCL_WATCHDOG_BACKTRACE", "2",
-       "NCCL_WATCHDOG_BACKTRACE=\"2\" is not a boolean (expected 1/0, true/false, yes/no, on/off); using 1"},
+       "NCCL_WATCHDOG_BACKTRACE=\"2\" is not a boolean (expected 1/0, true/false, yes/no, on/off, or all); using 1"},
       {"NCCL_WATCHDOG_PEER_DUMPS", "",
        "NCCL_WATCHDOG_PEER_DUMPS=\"\" is empty (expected 1/0, true/false, yes/no, on/off); using 1"},
       {"NCCL_WATCHDOG_ACTION", "kill",
@@ -530,6 +530,14 @@ static void test_describe(void) {
   c.poll_ns = 1500 * 1000ULL; /* 1.5 ms */
   wd_config_describe(&c, line, sizeof line);
   CU_ASSERT_PTR_NOT_NULL(strstr(line, "timeout=2500ms poll=0.0015s "));
+  /* BACKTRACE=all is parsed, kept apart from 1, and described as given. */
+  reset();
+  put("NCCL_WATCHDOG_BACKTRACE", " ALL");
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_EQUAL(nwarn, 0);
+  CU_ASSERT_EQUAL(c.backtrace, WD_BACKTRACE_ALL);
+  wd_config_describe(&c, line, sizeof line);
+  CU_ASSERT_PTR_NOT_NULL(strstr(line, " backtrace=all "));
   char small[16];
   wd_config_describe(&c, small, sizeof small);
   CU_ASSERT_EQUAL(strlen(small), sizeof small - 1);
