@@ -26,6 +26,7 @@ typedef struct wd_config {
   int backtrace;                 /* NCCL_WATCHDOG_BACKTRACE: 0, 1 (default) or WD_BACKTRACE_ALL */
   uint64_t bt_wait_ns;           /* NCCL_WATCHDOG_BACKTRACE_WAIT: per-dump wait for threads, 500ms */
   int peer_dumps;                /* NCCL_WATCHDOG_PEER_DUMPS: trigger files, default 1 */
+  int gpu_events;                /* NCCL_WATCHDOG_GPU_EVENTS: CUDA events around launches, default 1 */
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
 } wd_config;

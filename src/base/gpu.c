@@ -9,13 +9,12 @@
 #include "base/gpu.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 
 /* The driver API with plain C types: CUresult is an int enum, CUdevice an int, CUuuid 16 bytes. */
 typedef int (*wd_cuCtxGetDevice_fn)(int *device);
 typedef int (*wd_cuDeviceGetUuid_fn)(unsigned char *uuid, int device);
-
-#define WD_CUDA_SUCCESS 0
 
 static void *wd_cuda_open(void) {
   return dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
@@ -65,4 +64,54 @@ void wd_gpu_uuid(char *buf, int len) {
     }
   }
   dlclose(h);
+}
+
+/* ---- the driver table for GPU-side ground truth ---- */
+
+static pthread_mutex_t wd_cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *wd_cuda_dl;
+static wd_cuda wd_cuda_table;
+static int wd_cuda_state; /* 0 not tried, 1 usable, -1 not usable */
+
+/* Entry points by their current (versioned) names first, as the driver exports them. */
+static int wd_cuda_sym(void *h, void *slot, const char *name, const char *fallback) {
+  void *sym = dlsym(h, name);
+  if (!sym && fallback) sym = dlsym(h, fallback);
+  if (!sym) return -1;
+  *(void **)slot = sym;
+  return 0;
+}
+
+const wd_cuda *wd_cuda_get(void) {
+  pthread_mutex_lock(&wd_cuda_lock);
+  if (wd_cuda_state == 0) {
+    wd_cuda_state = -1;
+    void *h = wd_cuda_open();
+    wd_cuda *t = &wd_cuda_table;
+    if (h && !wd_cuda_sym(h, &t->ctx_get_current, "cuCtxGetCurrent", NULL) &&
+        !wd_cuda_sym(h, &t->ctx_push, "cuCtxPushCurrent_v2", "cuCtxPushCurrent") &&
+        !wd_cuda_sym(h, &t->ctx_pop, "cuCtxPopCurrent_v2", "cuCtxPopCurrent") &&
+        !wd_cuda_sym(h, &t->event_create, "cuEventCreate", NULL) &&
+        !wd_cuda_sym(h, &t->event_destroy, "cuEventDestroy_v2", "cuEventDestroy") &&
+        !wd_cuda_sym(h, &t->event_record, "cuEventRecord", NULL) &&
+        !wd_cuda_sym(h, &t->event_query, "cuEventQuery", NULL) &&
+        !wd_cuda_sym(h, &t->stream_is_capturing, "cuStreamIsCapturing", NULL) &&
+        !wd_cuda_sym(h, &t->capture_mode_exchange, "cuThreadExchangeStreamCaptureMode", NULL)) {
+      wd_cuda_dl = h;
+      wd_cuda_state = 1;
+    } else if (h) {
+      dlclose(h);
+    }
+  }
+  const wd_cuda *t = wd_cuda_state == 1 ? &wd_cuda_table : NULL;
+  pthread_mutex_unlock(&wd_cuda_lock);
+  return t;
+}
+
+void wd_cuda_release(void) {
+  pthread_mutex_lock(&wd_cuda_lock);
+  if (wd_cuda_dl) dlclose(wd_cuda_dl);
+  wd_cuda_dl = NULL;
+  wd_cuda_state = 0;
+  pthread_mutex_unlock(&wd_cuda_lock);
 }

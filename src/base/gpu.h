@@ -10,4 +10,30 @@ void wd_gpu_uuid(char *buf, int len);
 /* Device ordinal of the current context, -1 when unknown. */
 int wd_gpu_device(void);
 
+/* The CUDA driver calls the GPU-side ground truth needs (events recorded on NCCL's streams and
+ * queried by the watchdog), with plain C types: handles are pointers, CUresult an int. */
+typedef struct wd_cuda {
+  int (*ctx_get_current)(void **ctx);
+  int (*ctx_push)(void *ctx);
+  int (*ctx_pop)(void **ctx);
+  int (*event_create)(void **event, unsigned flags);
+  int (*event_destroy)(void *event);
+  int (*event_record)(void *event, void *stream);
+  int (*event_query)(void *event);
+  int (*stream_is_capturing)(void *stream, int *status);
+  int (*capture_mode_exchange)(int *mode); /* cuThreadExchangeStreamCaptureMode */
+} wd_cuda;
+
+#define WD_CUDA_SUCCESS 0
+#define WD_CUDA_NOT_READY 600           /* CUDA_ERROR_NOT_READY */
+#define WD_CU_EVENT_DISABLE_TIMING 0x2  /* CU_EVENT_DISABLE_TIMING */
+#define WD_CU_CAPTURE_NONE 0            /* CU_STREAM_CAPTURE_STATUS_NONE */
+#define WD_CU_CAPTURE_MODE_RELAXED 2    /* CU_STREAM_CAPTURE_MODE_RELAXED */
+
+/* The driver's table when libcuda.so.1 is already loaded in the process (NCCL loaded it) and
+ * exports every entry point above; NULL otherwise. The first call opens it; wd_cuda_release()
+ * (at the plugin's process-wide stop) lets it go. */
+const wd_cuda *wd_cuda_get(void);
+void wd_cuda_release(void);
+
 #endif

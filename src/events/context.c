@@ -26,6 +26,7 @@ static void wd_context_reset(wd_context *ctx) {
   atomic_store(&ctx->dropped, 0);
   ctx->dropped_logged = 0;
   atomic_store(&ctx->stale, 0);
+  memset(&ctx->launches, 0, sizeof(ctx->launches));
   ctx->next = NULL;
 }
 
@@ -65,7 +66,7 @@ void wd_context_recycle(wd_context *ctx) {
 }
 
 void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *name, int nnodes,
-                     int nranks, int rank, int kch_on) {
+                     int nranks, int rank, int kch_on, int gpu_events) {
   ctx->magic = WD_CTX_MAGIC;
   ctx->abi = abi;
   ctx->comm_id = comm_id;
@@ -77,14 +78,19 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
   for (int i = 0; i < WD_NSTR; i++) {
     atomic_store(&ctx->seq_enq[i], -1);
     atomic_store(&ctx->seq_done[i], -1);
+    atomic_store(&ctx->ce_seq_enq[i], -1);
+    atomic_store(&ctx->ce_seq_done[i], -1);
   }
   wd_gpu_uuid(ctx->gpu_uuid, sizeof(ctx->gpu_uuid));
   ctx->cuda_dev = wd_gpu_device();
   ctx->kch_on = kch_on;
+  /* KernelLaunch (which carries the stream) and CeColl exist from ABI v5/v6 on. */
+  if (gpu_events && abi >= 5) wd_launches_open(&ctx->launches);
 }
 
 void wd_context_retire(wd_context *ctx, uint64_t now) {
   ctx->magic = 0;
+  wd_launches_close(&ctx->launches);
   wd_pool_retire(&ctx->pool);
   wd_pool_retire(&ctx->proxy_pool);
   ctx->retired_ns = now;

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/gpu.h"
+#include "events/launch.h"
 #include "events/pool.h"
 #include "flightrec/ring.h"
 
@@ -34,10 +35,14 @@ typedef struct wd_context {
   _Atomic uint64_t completed_order; /* highest order (group) of a root op completed by its own events: ops of older groups are done */
   _Atomic int64_t seq_enq[WD_NSTR]; /* by func string id */
   _Atomic int64_t seq_done[WD_NSTR];
+  /* CE collectives number themselves apart (NCCL's ceSeqNum), so their counters are apart too. */
+  _Atomic int64_t ce_seq_enq[WD_NSTR];
+  _Atomic int64_t ce_seq_done[WD_NSTR];
   _Atomic int64_t p2p_enq, p2p_done;
   _Atomic uint64_t dropped, stale;
   uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
+  wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
   struct wd_context *next; /* store list, under wd_store.lock */
 } wd_context;
 
@@ -53,7 +58,7 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
 void wd_context_recycle(wd_context *ctx);
 /* Fill in the identity of the communicator it profiles. */
 void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *name, int nnodes,
-                     int nranks, int rank, int kch_on);
+                     int nranks, int rank, int kch_on, int gpu_events);
 /* Its handles stop matching (finalize); the memory stays for late callbacks. */
 void wd_context_retire(wd_context *ctx, uint64_t now);
 void wd_context_free(wd_context *ctx);

@@ -25,6 +25,16 @@ struct wd_pool;
 
 enum { WD_KIND_CHILD = 0, WD_KIND_ROOT = 1 };
 
+/* What the watchdog learnt about a root op's kernel (wd_gpu). */
+enum {
+  WD_GPU_KNOWN = 1,     /* CUDA events describe its launch */
+  WD_GPU_REACHED = 2,   /* ground truth: the stream got to it */
+  WD_GPU_DONE = 4,      /* ground truth, or kernel channels NCCL reported with nothing left */
+  WD_GPU_ERROR = 8,     /* the driver reported an error for its events */
+  WD_GPU_PROXY_GONE = 16, /* the thread that drove its proxy part has exited (revoke, abort) */
+  WD_GPU_LOCAL = 32,    /* send/recv to self: NCCL reports no children for it */
+};
+
 typedef struct wd_event {
   /* Seqlock word for readers on the watchdog thread: odd while the slot is (re)initialised. */
   _Atomic uint64_t seq;
@@ -48,6 +58,16 @@ typedef struct wd_event {
   _Atomic uint8_t state;     /* last NCCL state id, 0xff none */
   _Atomic uint8_t kind;      /* WD_KIND_* */
   _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
+  _Atomic uint32_t kch_seen;  /* root ops: kernel channels started */
+  _Atomic uint64_t reached_ns; /* root ops: first sign from NCCL that the GPU got there, 0 none */
+  /* Coll/P2p: the GroupApi handle it was issued under (its launches' key); KernelLaunch and
+   * CeColl: the token of the CUDA events recorded around it (launch.h). */
+  _Atomic uint64_t gpu_key;
+  /* The watchdog's own, per root op, refreshed by each scan (stall.c). */
+  _Atomic uint32_t wd_gpu_wait;  /* open ProxySteps the kernel still needs (data to post/take) */
+  _Atomic uint32_t wd_gpu;       /* WD_GPU_* bits */
+  _Atomic uint64_t wd_reached_ns; /* ground truth: when the start event was first seen complete */
+  _Atomic int32_t wd_proxy_tid;  /* thread that last drove its proxy-level children */
   _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
   struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */
   struct wd_context *ctx;             /* owning context; NULL for detached events */

@@ -149,7 +149,7 @@ wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes
     }
   }
   wd_context_bind(ctx, abi, comm_id, name, nnodes, nranks, rank,
-                  (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0);
+                  (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0, cfg->gpu_events);
 
   pthread_mutex_lock(&wd_store.lock);
   if (reg_add((uintptr_t)ctx) != 0) {

@@ -38,6 +38,12 @@ static inline void wd_progress(wd_event *ev, uint64_t now) {
   if (root && root != ev) atomic_store_explicit(&root->last_ns, now, memory_order_relaxed);
 }
 
+/* First sign from NCCL's own events that the GPU got to the operation root belongs to. */
+static inline void wd_mark_reached(wd_event *root, uint64_t now) {
+  if (root && atomic_load_explicit(&root->reached_ns, memory_order_relaxed) == 0)
+    atomic_store_explicit(&root->reached_ns, now, memory_order_relaxed);
+}
+
 /* Take a reference on parent slot p (already range-checked) if it is live in the incarnation the
  * handle names and not completed (refs == 0), then re-check the incarnation. */
 static wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
@@ -59,8 +65,8 @@ static void wd_complete_root(wd_event *ev) {
   if (ctx == NULL) return;
   wd_record rec;
   wd_event_read_start(ev, &rec);
-  if (rec.type == WD_T_COLL || rec.type == WD_T_CECOLL)
-    wd_max_i64(&ctx->seq_done[rec.func], (int64_t)rec.a);
+  if (rec.type == WD_T_COLL) wd_max_i64(&ctx->seq_done[rec.func], (int64_t)rec.a);
+  else if (rec.type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_done[rec.func], (int64_t)rec.a);
   else if (rec.type == WD_T_P2P)
     atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed);
   /* Groups of one communicator complete in enqueue order on its stream, so a completed op
@@ -111,11 +117,28 @@ static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   if (parent) {
     if (type == WD_T_PROXYSTEP) {
       wd_bump(&parent->steps_done);
+      /* A send step ends once the network took data the kernel posted; a recv step once the
+       * kernel consumed it (transport/net.cc, sendProxyProgress / recvProxyProgress). */
+      if (!extra_flags) wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
+    } else if (type == WD_T_PROXYOP) {
+      if (!extra_flags) wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
+      /* The last proxy work after every kernel channel stopped: the op is done. */
+      uint32_t expected = atomic_load_explicit(&parent->kch_expected, memory_order_relaxed);
+      if (expected && atomic_load_explicit(&parent->kch_done, memory_order_relaxed) >= expected &&
+          wd_event_children_live(parent) <= 1)
+        wd_event_release_hold(parent);
     } else if (type == WD_T_KERNELCH) {
       uint32_t done = atomic_fetch_add_explicit(&parent->kch_done, 1, memory_order_relaxed) + 1;
-      if (done >= atomic_load_explicit(&parent->kch_expected, memory_order_relaxed))
+      /* NCCL's per-channel counters can pair a KernelCh with the wrong op (transport/profiler.cc):
+       * with proxy work still open, the watchdog checks that nothing the kernel needs is
+       * pending before it believes the op is done. Only this channel left: done now. */
+      if (done >= atomic_load_explicit(&parent->kch_expected, memory_order_relaxed) &&
+          wd_event_children_live(parent) <= 1)
         wd_event_release_hold(parent);
     }
+  } else if (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL) {
+    uint64_t token = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed);
+    if (token && ev->ctx) wd_launch_end(&ev->ctx->launches, token);
   }
   wd_progress(ev, now);
   wd_event_unref(ev);
@@ -167,6 +190,7 @@ void *wd_track_start(wd_start_req *req) {
 
   wd_event *parent = NULL;
   uint32_t parent_slot = WD_SLOT_NONE;
+  uint64_t gkey = 0;
   rec->raw = 0;
   if (req->parent_obj) {
     if (foreign) {
@@ -182,12 +206,22 @@ void *wd_track_start(wd_start_req *req) {
        * unless it was re-initialised meanwhile (odd seq) or is of another type. */
       parent_slot = __atomic_load_n(&pslot->slot_id, __ATOMIC_RELAXED);
       unsigned ptype = wd_event_type(pslot);
-      if (!(atomic_load_explicit(&pslot->seq, memory_order_acquire) & 1) &&
-          (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
+      int intact = !(atomic_load_explicit(&pslot->seq, memory_order_acquire) & 1);
+      if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
           (wd_event_flags(pslot) & WD_F_GRAPH))
         rec->flags |= WD_F_GRAPH;
+      /* The GroupApi an operation was issued under keys its kernel launches: KernelLaunch and
+       * CollApi/P2pApi name it as parent, the Coll/P2p names its CollApi/P2pApi
+       * (plugin/profiler.cc, ncclProfilerStartKernelLaunchEvent / StartTaskEvents). */
+      if (ptype == WD_T_GROUPAPI && (type == WD_T_COLLAPI || type == WD_T_P2PAPI || type == WD_T_KERNELLAUNCH))
+        gkey = (uint64_t)(uintptr_t)req->parent_obj;
+      else if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI) && (type == WD_T_COLL || type == WD_T_P2P))
+        gkey = atomic_load_explicit(&pslot->gpu_key, memory_order_relaxed);
     }
   }
+  /* CUDA events around the launch (or the CE collective) on NCCL's stream. */
+  if (!detached && req->stream && (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL))
+    gkey = wd_launch_begin(&ctx->launches, req->stream, type == WD_T_KERNELLAUNCH ? gkey : 0);
 
   wd_pool *pool = detached ? &wd_store.detached
                            : (wd_type_is_proxy_level(type) ? &ctx->proxy_pool : &ctx->pool);
@@ -221,7 +255,8 @@ void *wd_track_start(wd_start_req *req) {
       atomic_store_explicit(&ev->grouped, (uint8_t)grouped, memory_order_relaxed);
       if (ctx->kch_on && type != WD_T_CECOLL && type != WD_T_PROXYOP && rec->nChannels > 0)
         hold = 1;
-      if (type == WD_T_COLL || type == WD_T_CECOLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
+      if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
+      else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
     }
   } else if (type == WD_T_GROUP && !detached) {
@@ -230,6 +265,11 @@ void *wd_track_start(wd_start_req *req) {
   } else if (parent) {
     root = atomic_load_explicit(&parent->root, memory_order_relaxed);
     wd_bump(&parent->children_seen);
+    /* The kernel wrote its start counter for this channel (transport/profiler.cc). */
+    if (type == WD_T_KERNELCH) {
+      wd_bump(&parent->kch_seen);
+      wd_mark_reached(root, now);
+    }
   }
 
   ev->parent = parent;
@@ -239,6 +279,13 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->kch_expected, hold ? rec->nChannels : 0, memory_order_relaxed);
   atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->kch_seen, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->reached_ns, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_gpu_wait, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_gpu, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_reached_ns, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
@@ -303,4 +350,8 @@ void wd_track_state(void *handle, const wd_state_req *req) {
   atomic_store_explicit(&ev->state, rec->state, memory_order_relaxed);
   wd_ring_write_w(wd_ring_for(ev, rec->type), &w);
   wd_progress(ev, now);
+  /* The kernel filled a send step's buffer: the proxy moves it on to the network
+   * (transport/net.cc, sendProxyProgress: SendPeerWait_v4 then SendWait). */
+  if (rec->type == WD_T_PROXYSTEP && (req->state == WD_ST_SEND_PEER_WAIT || req->state == WD_ST_SEND_WAIT))
+    wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
 }

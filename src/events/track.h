@@ -16,6 +16,7 @@ typedef struct wd_start_req {
   void *parent_obj;
   void *group_obj;   /* Coll/P2p: the Group event (v5/v6 parentGroup, v4 parentObj) */
   int pid;           /* ProxyOp only */
+  void *stream;      /* KernelLaunch, CeColl: the CUDA stream NCCL enqueues on */
   union {
     wd_record rec;   /* type, flags and type fields filled by the entry point */
     wd_recw recw;

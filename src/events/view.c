@@ -12,6 +12,8 @@ const char *wd_op_status_name(int status) {
   case WD_OP_GPU_DONE: return "gpu_done";
   case WD_OP_STALLED: return "stalled";
   case WD_OP_POSTING: return "posting";
+  case WD_OP_ABANDONED: return "abandoned";
+  case WD_OP_LOCAL: return "local";
   default: return "unknown";
   }
 }
@@ -34,6 +36,12 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
   v->snap.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
   v->snap.kch_done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
   v->snap.last_trans = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
+  v->snap.kch_seen = atomic_load_explicit(&ev->kch_seen, memory_order_relaxed);
+  v->snap.gpu_wait = atomic_load_explicit(&ev->wd_gpu_wait, memory_order_relaxed);
+  v->snap.gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
+  v->snap.reached_ns = (v->snap.gpu & WD_GPU_KNOWN)
+                           ? atomic_load_explicit(&ev->wd_reached_ns, memory_order_relaxed)
+                           : atomic_load_explicit(&ev->reached_ns, memory_order_relaxed);
   v->order = atomic_load_explicit(&ev->order, memory_order_relaxed);
   v->root = atomic_load_explicit(&ev->root, memory_order_relaxed);
   if (v->root == ev) v->root = NULL;
@@ -42,8 +50,10 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
   if (v->snap.is_root) {
     if (ctx) v->superseded = v->order < atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
     if (v->open) v->snap.status = WD_OP_POSTING;
-    else if (v->snap.kch_expected && v->snap.kch_done >= v->snap.kch_expected) v->snap.status = WD_OP_GPU_DONE;
-    else if (v->snap.children_seen == 0) v->snap.status = WD_OP_ENQUEUED;
+    else if (v->snap.gpu & WD_GPU_DONE) v->snap.status = WD_OP_GPU_DONE;
+    else if (v->snap.gpu & WD_GPU_PROXY_GONE) v->snap.status = WD_OP_ABANDONED;
+    else if (v->snap.gpu & WD_GPU_LOCAL) v->snap.status = WD_OP_LOCAL;
+    else if (v->snap.reached_ns == 0) v->snap.status = WD_OP_ENQUEUED;
     else v->snap.status = WD_OP_REACHED;
   }
   return 1;

@@ -13,11 +13,14 @@
 
 /* Status of an in-flight root operation (Coll, P2p, or a ProxyOp whose parent is gone). */
 enum {
-  WD_OP_ENQUEUED = 0, /* stopped (handed to the proxy / GPU stream), no child started yet */
-  WD_OP_REACHED = 1,  /* a child started: the GPU or the network got to it */
-  WD_OP_GPU_DONE = 2, /* every expected kernel channel stopped; only proxy tails remain */
+  WD_OP_ENQUEUED = 0, /* stopped (handed to the proxy / GPU stream), the GPU not there yet */
+  WD_OP_REACHED = 1,  /* the GPU got to it (start event, KernelCh start, data posted or taken) */
+  WD_OP_GPU_DONE = 2, /* its kernel finished (end event, or every kernel channel with nothing
+                         the kernel needs left open); only proxy tails remain */
   WD_OP_STALLED = 3,  /* reached and no progress for longer than the timeout */
   WD_OP_POSTING = 4,  /* started, not stopped yet (being enqueued) */
+  WD_OP_ABANDONED = 5, /* its proxy thread exited with it in flight (revoke, shrink, abort) */
+  WD_OP_LOCAL = 6,    /* send/recv to self: nothing to wait for, NCCL reports no children */
 };
 const char *wd_op_status_name(int status); /* "enqueued", "reached", ... */
 
@@ -35,6 +38,10 @@ typedef struct wd_ev_snap {
   uint32_t kch_expected;  /* Coll/P2p: kernel channels expected (0 when KernelCh is off) */
   uint32_t kch_done;      /* Coll/P2p: kernel channels stopped */
   uint64_t last_trans;    /* ProxyStep: last transSize; KernelCh: GPU stop time */
+  uint32_t kch_seen;      /* Coll/P2p: kernel channels started */
+  uint32_t gpu_wait;      /* root ops: open ProxySteps the kernel still needs (last scan) */
+  uint32_t gpu;           /* root ops: WD_GPU_* (last scan) */
+  uint64_t reached_ns;    /* root ops: when the GPU got there (ground truth when known), 0 not yet */
 } wd_ev_snap;
 
 typedef struct wd_slot_view {

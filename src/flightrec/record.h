@@ -31,6 +31,16 @@ enum {
 
 enum { WD_PH_START = 0, WD_PH_STATE = 1, WD_PH_STOP = 2 };
 
+/* NCCL's ProxyStep state ids the watchdog reasons about (v4-v6 share them). */
+enum {
+  WD_ST_SEND_GPU_WAIT = 8,   /* buffer offered to the kernel, waiting for its data */
+  WD_ST_SEND_WAIT = 9,       /* isend posted */
+  WD_ST_RECV_WAIT = 10,      /* irecv posted, waiting for the peer's data */
+  WD_ST_RECV_FLUSH_WAIT = 11,
+  WD_ST_RECV_GPU_WAIT = 12,  /* data handed to the kernel, waiting for it to be consumed */
+  WD_ST_SEND_PEER_WAIT = 20, /* the kernel's data is ready, waiting for the peer (v4+) */
+};
+
 enum {
   WD_F_SEND = 1 << 0,          /* ProxyOp isSend */
   WD_F_GRAPH = 1 << 1,         /* graph captured (API events; Coll/P2p when the API parent said so) */

@@ -8,6 +8,7 @@
 
 #include "base/clock.h"
 #include "base/config.h"
+#include "base/gpu.h"
 #include "events/store.h"
 #include "flightrec/record.h"
 #include "flightrec/strtab.h"
@@ -56,6 +57,7 @@ static int process_start(void) {
 static void process_stop(void) {
   wd_watchdog_stop();
   wd_store_close();
+  wd_cuda_release();
   /* NCCL may be unloaded and loaded again at another address: forget its string pointers. */
   wd_str_reset_ptrs();
 }
@@ -76,9 +78,11 @@ int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *n
   if (!config.enable || !atomic_load(&wd_store_active)) goto done;
   wd_context *ctx = wd_store_add(abi, comm_id, name, nnodes, nranks, rank);
   if (ctx == NULL) goto done;
-  if (mask) *mask = config.event_mask;
-  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d)", (unsigned long long)comm_id,
-          ctx->name, rank, nranks, abi);
+  /* KernelLaunch carries the stream the ground-truth events are recorded on. */
+  if (mask) *mask = config.event_mask | (ctx->launches.on ? 1 << WD_T_KERNELLAUNCH : 0);
+  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d, GPU progress from %s)",
+          (unsigned long long)comm_id, ctx->name, rank, nranks, abi,
+          ctx->launches.on ? "CUDA events" : "NCCL's events");
   *out = ctx;
 done:
   if (*out == NULL && wd_store.nctx == 0 && atomic_load(&wd_store_active)) process_stop();

@@ -36,6 +36,7 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
   req->context = context;
   req->parent_obj = parent;
   req->group_obj = NULL;
+  req->stream = NULL;
   req->pid = 0;
   req->rec.type = (uint8_t)type;
   req->rec.peer = -1;
@@ -78,6 +79,7 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
     (req)->rec.dtype = wd_str_id((d)->p2pApi.datatype);                                        \
     if ((d)->p2pApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                             \
     break;                                                                                     \
+  case WD_T_KERNELLAUNCH: (req)->stream = (d)->kernelLaunch.stream; break;                    \
   case WD_T_COLL:                                                                              \
     (req)->rec.a = (d)->coll.seqNumber;                                                        \
     (req)->rec.func = wd_str_id((d)->coll.func);                                               \
@@ -120,6 +122,7 @@ static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEvent
     req.rec.count = d->ceColl.count;
     req.rec.peer = d->ceColl.root;
     req.rec.dtype = wd_str_id(d->ceColl.datatype);
+    req.stream = d->ceColl.stream;
     break;
   case WD_T_CESYNC: req.rec.n = d->ceCollSync.nRanks; break;
   case WD_T_CEBATCH:

@@ -1,8 +1,11 @@
 /* The stall rule and the watchdog's pass over a context's live events (stall.h). */
 #include "watchdog/stall.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "events/track.h"
 #include "flightrec/strtab.h"
@@ -14,12 +17,22 @@ int wd_view_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_con
   return 1;
 }
 
+/* When the op last moved: its own and its children's progress, or the moment the GPU got there
+ * (an op can wait at the head of the stream for longer than the timeout and then run). */
+static inline uint64_t wd_moved_ns(const wd_slot_view *v) {
+  return v->snap.last_ns > v->snap.reached_ns ? v->snap.last_ns : v->snap.reached_ns;
+}
+
 int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg) {
-  if (!v->snap.is_root || v->open || v->superseded) return 0;
+  if (!v->snap.is_root || v->open) return 0;
   if (v->snap.start.flags & WD_F_DETACHED) return 0;
-  uint64_t idle = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
-  if (v->snap.kch_expected && v->snap.kch_done >= v->snap.kch_expected) return 0;
-  if (v->snap.children_seen > 0) return idle > cfg->timeout_ns;
+  if (v->snap.gpu & (WD_GPU_DONE | WD_GPU_PROXY_GONE | WD_GPU_LOCAL)) return 0;
+  /* A later op of this communicator completed, and nothing says this one's kernel is still
+   * running (no ground truth against it, no step the kernel needs still open). */
+  if (v->superseded && !(v->snap.gpu & WD_GPU_KNOWN) && v->snap.gpu_wait == 0) return 0;
+  uint64_t moved = wd_moved_ns(v);
+  uint64_t idle = now > moved ? now - moved : 0;
+  if (v->snap.reached_ns) return idle > cfg->timeout_ns;
   /* Not reached: the GPU has not got there yet. Optional, much longer threshold. */
   return cfg->unreached_timeout_ns && idle > cfg->unreached_timeout_ns;
 }
@@ -87,8 +100,8 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
   s->slot = r->slot;
   s->since_progress_ns = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
   s->age_ns = now > r->ts_ns ? now - r->ts_ns : 0;
-  if (v->snap.children_seen == 0)
-    snprintf(s->waiting_on, sizeof(s->waiting_on), "not reached: enqueued, no kernel channel or proxy operation started");
+  if (v->snap.reached_ns == 0)
+    snprintf(s->waiting_on, sizeof(s->waiting_on), "not reached: enqueued, the GPU has not got to it");
   else
     wd_describe_wait(ctx, v->ev, s->waiting_on, sizeof(s->waiting_on));
 }
@@ -98,10 +111,127 @@ static inline uint64_t wd_quiet_for(const wd_slot_view *v, uint64_t now) {
   return now > v->snap.last_ns ? now - v->snap.last_ns : 0;
 }
 
+static inline int wd_is_root(wd_event *ev) {
+  return atomic_load_explicit(&ev->live, memory_order_acquire) &&
+         atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT;
+}
+
+/* ProxyStep states in which the kernel still owes the step something: its data (send, before
+ * SendPeerWait) or the consumption of received data (recv, until the step stops). */
+static inline int wd_step_needs_gpu(unsigned state) {
+  return state == 0xff || state == WD_ST_SEND_GPU_WAIT || state == WD_ST_RECV_WAIT ||
+         state == WD_ST_RECV_FLUSH_WAIT || state == WD_ST_RECV_GPU_WAIT;
+}
+
+/* Whether thread tid of this process still exists (a few threads per scan, remembered). */
+typedef struct wd_tid_cache {
+  int n;
+  int tid[8];
+  int alive[8];
+} wd_tid_cache;
+
+static int wd_thread_alive(wd_tid_cache *c, int tid) {
+  for (int i = 0; i < c->n; i++)
+    if (c->tid[i] == tid) return c->alive[i];
+  int alive = !(syscall(SYS_tgkill, getpid(), tid, 0) != 0 && errno == ESRCH);
+  if (c->n < 8) {
+    c->tid[c->n] = tid;
+    c->alive[c->n++] = alive;
+  }
+  return alive;
+}
+
+/* Pass 1, root ops: forget the last scan's aggregates; ask the GPU where ground truth exists. */
+static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
+  atomic_store_explicit(&ev->wd_gpu_wait, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
+  uint32_t gpu = 0;
+  unsigned type = wd_event_type(ev);
+  uint64_t key = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed), first = 0, last = 0;
+  int have = 0;
+  if (type == WD_T_CECOLL) have = key != 0, first = last = key;
+  else if (type == WD_T_COLL || type == WD_T_P2P) have = wd_launch_lookup(&ctx->launches, key, &first, &last);
+  if (have) {
+    wd_gpu_truth t;
+    wd_launch_truth(&ctx->launches, first, last, now, &t);
+    if (t.known) {
+      gpu |= WD_GPU_KNOWN | (t.reached ? WD_GPU_REACHED : 0u) | (t.done ? WD_GPU_DONE : 0u);
+      atomic_store_explicit(&ev->wd_reached_ns, t.reached_ns, memory_order_relaxed);
+    }
+    if (t.error) gpu |= WD_GPU_ERROR;
+  }
+  /* Send/recv to self: a copy inside the kernel, no proxy op, no KernelCh (enqueue.cc). */
+  wd_record r;
+  wd_event_read_start(ev, &r);
+  if (type == WD_T_P2P && r.peer == ctx->rank) gpu |= WD_GPU_LOCAL;
+  atomic_store_explicit(&ev->wd_gpu, gpu, memory_order_relaxed);
+}
+
+/* Pass 2, open proxy-level children: what each root op's kernel still owes, and which thread
+ * drives its proxy part. */
+static void wd_scan_child(wd_event *ev) {
+  if (!atomic_load_explicit(&ev->live, memory_order_acquire) ||
+      !atomic_load_explicit(&ev->open, memory_order_relaxed))
+    return;
+  wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
+  if (!root || root == ev) return;
+  unsigned type = wd_event_type(ev);
+  if (type != WD_T_PROXYOP && type != WD_T_PROXYSTEP && type != WD_T_KERNELCH) return;
+  wd_record r;
+  wd_event_read_start(ev, &r);
+  atomic_store_explicit(&root->wd_proxy_tid, r.tid, memory_order_relaxed);
+  int owes = 0;
+  if (type == WD_T_PROXYSTEP)
+    owes = wd_step_needs_gpu(atomic_load_explicit(&ev->state, memory_order_relaxed));
+  /* A ProxyOp part way through its steps with none open: the proxy has yet to post the rest,
+   * which the kernel needs. */
+  else if (type == WD_T_PROXYOP)
+    owes = atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0 &&
+           wd_event_children_live(ev) == 0 && r.n > 0 &&
+           atomic_load_explicit(&ev->steps_done, memory_order_relaxed) < (uint32_t)r.n;
+  if (owes) atomic_fetch_add_explicit(&root->wd_gpu_wait, 1, memory_order_relaxed);
+}
+
+/* Pass 3, root ops: GPU done by NCCL's kernel channels when nothing contradicts them; proxy
+ * thread gone. */
+static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, wd_tid_cache *tids) {
+  uint32_t gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
+  if (!(gpu & WD_GPU_KNOWN)) {
+    uint32_t expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
+    uint32_t seen = atomic_load_explicit(&ev->kch_seen, memory_order_relaxed);
+    uint32_t done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
+    uint64_t last = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
+    /* CollNet announces no channels but its KernelCh still fire: trust the ones seen once they
+     * have all stopped and a couple of polls went by. */
+    uint32_t want = expected ? expected : seen;
+    if (want && done >= want && atomic_load_explicit(&ev->wd_gpu_wait, memory_order_relaxed) == 0 &&
+        (expected || now - last >= settle))
+      gpu |= WD_GPU_DONE;
+  }
+  int tid = atomic_load_explicit(&ev->wd_proxy_tid, memory_order_relaxed);
+  if (!(gpu & WD_GPU_DONE) && tid > 0 && !wd_thread_alive(tids, tid)) gpu |= WD_GPU_PROXY_GONE;
+  atomic_store_explicit(&ev->wd_gpu, gpu, memory_order_relaxed);
+}
+
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max) {
   uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
+  wd_tid_cache tids = {0};
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+    for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
+      wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
+      if (wd_is_root(ev)) wd_scan_truth(ctx, ev, now);
+    }
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+    for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++)
+      wd_scan_child(wd_pool_slot(wd_ctx_pool(ctx, p), i));
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+    for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
+      wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
+      if (wd_is_root(ev)) wd_scan_settle(ev, now, settle, &tids);
+    }
+
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
   for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
     wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
@@ -109,14 +239,22 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
     if (!wd_view_read(ev, now, ctx, cfg, &v)) continue;
     if (v.snap.is_root) {
       if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
-      /* A later operation completed: this one is done on the GPU even if NCCL never says so. */
-      if (v.superseded && !v.open && wd_quiet_for(&v, now) >= settle &&
-          wd_event_from_handle(v.handle) == ev)
+      if (v.open || wd_event_from_handle(v.handle) != ev) continue;
+      /* Its kernel is done (ground truth, or trustworthy kernel channels): stop holding it. */
+      if (v.snap.gpu & WD_GPU_DONE) wd_event_release_hold(ev);
+      /* A later operation completed: this one is done on the GPU even if NCCL never says so,
+       * unless ground truth or a step its kernel needs says otherwise. */
+      else if (v.superseded && !(v.snap.gpu & WD_GPU_KNOWN) && v.snap.gpu_wait == 0 &&
+               wd_quiet_for(&v, now) >= settle)
         wd_event_release_hold(ev);
     } else if (v.open && v.root) {
       wd_event *root = v.root;
-      int done = atomic_load_explicit(&root->order, memory_order_relaxed) <
-                 atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
+      uint32_t rgpu = atomic_load_explicit(&root->wd_gpu, memory_order_relaxed);
+      int done = (rgpu & WD_GPU_DONE) ||
+                 (!(rgpu & WD_GPU_KNOWN) &&
+                  atomic_load_explicit(&root->wd_gpu_wait, memory_order_relaxed) == 0 &&
+                  atomic_load_explicit(&root->order, memory_order_relaxed) <
+                      atomic_load_explicit(&ctx->completed_order, memory_order_relaxed));
       /* Children NCCL never stops (CollNet, p2p memcpy ProxyOps) once the op is done. */
       if (done && wd_quiet_for(&v, now) >= settle && v.snap.children_open == 0 &&
           wd_event_from_handle(v.handle) == ev)

@@ -525,7 +525,7 @@ static void test_describe(void) {
                          "enable=1 timeout=300s poll=1s unreached_timeout=off dump_dir=(default) "
                          "ring_size=8192 proxy_ring_size=8192 max_events=65536 signal=SIGUSR1 "
                          "backtrace_signal=SIGRTMIN+3 action=dump event_mask=0x65f backtrace=1 "
-                         "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse");
+                         "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1");
   c.timeout_ns = 2500 * NS_MS;
   c.poll_ns = 1500 * 1000ULL; /* 1.5 ms */
   wd_config_describe(&c, line, sizeof line);

@@ -188,10 +188,13 @@ static int status_of(wd_context *c, void *h, uint64_t now) {
   return v.snap.status;
 }
 
-/* Pretend everything under these handles last progressed `ago` before now. */
+/* Pretend everything under these handles last progressed (and was reached) `ago` before now. */
 static void age(uint64_t ago, void **hs, int n) {
   uint64_t now = wd_now_ns();
-  for (int i = 0; i < n; i++) atomic_store(&slot(hs[i])->last_ns, now - ago);
+  for (int i = 0; i < n; i++) {
+    atomic_store(&slot(hs[i])->last_ns, now - ago);
+    if (atomic_load(&slot(hs[i])->reached_ns)) atomic_store(&slot(hs[i])->reached_ns, now - ago);
+  }
 }
 
 /* ---------------------------------------------------------------- completion */
@@ -243,8 +246,14 @@ static void test_coll_completion_with_kernels(void) {
   CU_ASSERT_EQUAL(atomic_load(&ev->hold), 1);
   void *k1 = kch(c, h, 1);
   stop(k1);
-  /* Every kernel channel stopped: the hold is gone, the ProxyOp still keeps the Coll. */
+  /* Every kernel channel stopped while proxy work is open: NCCL may have paired a KernelCh
+   * with the wrong op, so the hold stays until the watchdog finds nothing the kernel still
+   * needs (no open step waiting on the GPU). */
   CU_ASSERT_EQUAL(atomic_load(&ev->kch_done), 2);
+  CU_ASSERT_EQUAL(atomic_load(&ev->hold), 1);
+  CU_ASSERT_EQUAL(status_of(c, h, wd_now_ns()), WD_OP_REACHED);
+  wd_stall none[2];
+  CU_ASSERT_EQUAL(scan(c, wd_now_ns(), &tcfg, none, 2), 0);
   CU_ASSERT_EQUAL(atomic_load(&ev->hold), 0);
   CU_ASSERT_EQUAL(done_of(c, f), -1);
   CU_ASSERT_TRUE(alive(h));
@@ -352,10 +361,13 @@ static void test_completion_variants(void) {
   void *ce = NULL;
   CU_ASSERT_EQUAL(ncclProfiler_v6.startEvent(c, &ce, &d6), ncclSuccess);
   CU_ASSERT_PTR_NOT_NULL_FATAL(ce);
-  CU_ASSERT_EQUAL(enq_of(c, "AllGather"), 9);
+  /* CE collectives number themselves apart (ceSeqNum): the kernel counters do not move. */
+  CU_ASSERT_EQUAL(atomic_load(&c->ce_seq_enq[wd_str_id("AllGather")]), 9);
+  CU_ASSERT_EQUAL(enq_of(c, "AllGather"), 5);
   CU_ASSERT_EQUAL(start_rec(ce).type, WD_T_CECOLL);
   CU_ASSERT_EQUAL(ncclProfiler_v6.stopEvent(ce), ncclSuccess);
-  CU_ASSERT_EQUAL(done_of(c, "AllGather"), 9);
+  CU_ASSERT_EQUAL(atomic_load(&c->ce_seq_done[wd_str_id("AllGather")]), 9);
+  CU_ASSERT_EQUAL(done_of(c, "AllGather"), 5);
   free_ctx(c);
 }
 
@@ -735,8 +747,9 @@ static void test_abandon_under_superseded(void) {
   wd_stall st[4];
   void *a = coll(c, NULL, "AllReduce", 0, 1);
   stop(a);
-  void *pa = proxyop(c, a, getpid(), 0, 1, 4, 1);
+  void *pa = proxyop(c, a, getpid(), 0, 1, 1, 1);
   void *sa = step(c, pa, 0);
+  state(sa, ncclProfilerProxyStepSendWait, 4096); /* the kernel's part of it is done */
   stop(kch(c, a, 0));
   uint32_t pa_id = slot(pa)->slot_id, sa_id = slot(sa)->slot_id;
   /* b also waits on a ProxyOp NCCL never stops. */
@@ -781,14 +794,28 @@ static void test_abandon_under_superseded(void) {
   stop(pa);
   CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);
 
-  /* The newest operation's open ProxyOp is never abandoned: nothing vouches for it. */
+  /* The newest operation's open ProxyOp with a step its kernel still needs is never
+   * abandoned, whatever its kernel channels say (they may belong to another op). */
   void *d = coll(c, NULL, "AllReduce", 3, 1);
   stop(d);
-  void *pd = proxyop(c, d, getpid(), 0, 1, 4, 1);
+  void *pd = proxyop(c, d, getpid(), 0, 1, 1, 0);
+  void *sd = step(c, pd, 0);
+  state(sd, ncclProfilerProxyStepRecvWait, 0);
   stop(kch(c, d, 0));
-  CU_ASSERT_EQUAL(scan(c, wd_now_ns() + 5 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(scan(c, wd_now_ns() + 11 * SEC, &tcfg, st, 4), 1);
   CU_ASSERT_TRUE(alive(pd));
   CU_ASSERT_TRUE(alive(d));
+  /* Its step went through: with nothing left for the kernel, the ProxyOp NCCL never stops
+   * (CollNet, p2p memcpy) is let go once its kernel channels all stopped. */
+  state(sd, ncclProfilerProxyStepRecvGPUWait, 4096);
+  stop(sd);
+  uint64_t t2 = wd_now_ns();
+  CU_ASSERT_EQUAL(scan(c, t2, &tcfg, st, 4), 0); /* its hold goes */
+  CU_ASSERT_TRUE(alive(pd));
+  CU_ASSERT_EQUAL(scan(c, t2 + 5 * SEC, &tcfg, st, 4), 0); /* settled: abandoned */
+  CU_ASSERT_FALSE(alive(pd));
+  CU_ASSERT_FALSE(alive(d));
+  CU_ASSERT_EQUAL(done_of(c, "AllReduce"), 3);
   free_ctx(c);
 }
 
@@ -882,8 +909,14 @@ static void test_stall_rule(void) {
   void *p = p2p(c, "Recv", 2, 1);
   stop(p);
   void *pop = proxyop(c, p, getpid(), 1, 2, 2, 0);
+  /* A ProxyOp starts when the proxy picks the op up, before the GPU gets there: not reached. */
   void *tree4[] = {p, pop};
   age(20 * SEC, tree4, 2);
+  CU_ASSERT_EQUAL(scan(c, wd_now_ns(), &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(status_of(c, p, wd_now_ns()), WD_OP_ENQUEUED);
+  void *pkc = kch(c, p, 1); /* the kernel started on its channel */
+  void *tree5[] = {p, pop, pkc};
+  age(20 * SEC, tree5, 3);
   CU_ASSERT_EQUAL_FATAL(scan(c, wd_now_ns(), &tcfg, st, 4), 1);
   CU_ASSERT_EQUAL(st[0].type, WD_T_P2P);
   CU_ASSERT_EQUAL(st[0].seq, -1);
@@ -923,11 +956,11 @@ static void test_settle_when_now_is_behind(void) {
 static void test_p2p_group_hang_not_superseded(void) {
   wd_context *c = new_ctx("p2p-group", 1);
   wd_stall st[4];
-  void *send = p2p(c, "Send", 1, 1);
+  void *send = p2p(c, "Send", 3, 1);
   void *recv = p2p(c, "Recv", 2, 1);
   stop(send);
   stop(recv);
-  void *sop = proxyop(c, send, getpid(), 0, 1, 4, 1);
+  void *sop = proxyop(c, send, getpid(), 0, 3, 4, 1);
   void *sstep = step(c, sop, 0);
   state(sstep, ncclProfilerProxyStepSendWait, 0);
   void *sk = kch(c, send, 0);
@@ -945,7 +978,7 @@ static void test_p2p_group_hang_not_superseded(void) {
   CU_ASSERT_EQUAL(n, 1);
   if (n == 1) {
     CU_ASSERT_EQUAL(st[0].type, WD_T_P2P);
-    CU_ASSERT_EQUAL(st[0].peer, 1);
+    CU_ASSERT_EQUAL(st[0].peer, 3);
   }
   scan(c, t0 + 3600 * SEC, &tcfg, st, 4);
   scan(c, t0 + 3600 * SEC, &tcfg, st, 4);
@@ -975,7 +1008,7 @@ static void test_group_members_not_superseded(void) {
   wd_stall st[4];
   void *g = group5(c);
   CU_ASSERT_PTR_NOT_NULL_FATAL(g);
-  void *send = p2p_in(c, g, "Send", 1);
+  void *send = p2p_in(c, g, "Send", 3);
   void *recv = p2p_in(c, g, "Recv", 2);
   stop(send);
   stop(recv);
@@ -993,7 +1026,7 @@ static void test_group_members_not_superseded(void) {
   uint64_t t0 = wd_now_ns();
   uint32_t n = scan(c, t0 + 11 * SEC, &tcfg, st, 4);
   CU_ASSERT_EQUAL(n, 1);
-  if (n == 1) CU_ASSERT_EQUAL(st[0].peer, 1);
+  if (n == 1) CU_ASSERT_EQUAL(st[0].peer, 3);
   scan(c, t0 + 3600 * SEC, &tcfg, st, 4);
   scan(c, t0 + 3600 * SEC, &tcfg, st, 4);
   CU_ASSERT_TRUE(alive(send));
