@@ -178,6 +178,63 @@ int wdh_func_index(const char *func) {
   return -1;
 }
 
+/* ---------------------------------------------------------------------------------------------
+ * The stand-in CUDA driver
+ * ------------------------------------------------------------------------------------------- */
+
+static struct {
+  void *dl;
+  void *(*stream_create)(void);
+  uint64_t (*launch)(void *);
+  void (*complete)(void *, uint64_t);
+  void (*set_capturing)(void *, int);
+  void (*set_error)(int);
+  long (*events_live)(void);
+  long (*records)(void);
+} g_fake;
+
+static int fake_sym(void *slot, const char *name) {
+  void *sym = dlsym(g_fake.dl, name);
+  if (!sym) return -1;
+  *(void **)slot = sym;
+  return 0;
+}
+
+int wdh_fake_cuda_load(void) {
+  if (g_fake.dl) return 0;
+  const char *path = getenv("WDH_FAKE_CUDA");
+  if (!path || !*path) {
+    fprintf(stderr, "wdh: WDH_FAKE_CUDA not set\n");
+    return -1;
+  }
+  /* Global, as NCCL's own dlopen of the driver leaves it: the plugin finds it by soname. */
+  g_fake.dl = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+  if (!g_fake.dl || fake_sym(&g_fake.stream_create, "wdfake_stream_create") ||
+      fake_sym(&g_fake.launch, "wdfake_launch") || fake_sym(&g_fake.complete, "wdfake_complete") ||
+      fake_sym(&g_fake.set_capturing, "wdfake_set_capturing") ||
+      fake_sym(&g_fake.set_error, "wdfake_set_error") ||
+      fake_sym(&g_fake.events_live, "wdfake_events_live") || fake_sym(&g_fake.records, "wdfake_records")) {
+    fprintf(stderr, "wdh: cannot load the stand-in driver %s: %s\n", path, dlerror());
+    return -1;
+  }
+  return 0;
+}
+
+int wdh_fake_cuda_loaded(void) { return g_fake.dl != NULL; }
+
+uint64_t wdh_gpu_launch(wdh_comm *c) { return g_fake.dl ? g_fake.launch(c->stream) : 0; }
+void wdh_gpu_complete(wdh_comm *c, uint64_t pos) {
+  if (g_fake.dl && pos) g_fake.complete(c->stream, pos);
+}
+void wdh_gpu_set_capturing(wdh_comm *c, int on) {
+  if (g_fake.dl) g_fake.set_capturing(c->stream, on);
+}
+void wdh_gpu_set_error(int err) {
+  if (g_fake.dl) g_fake.set_error(err);
+}
+long wdh_fake_events_live(void) { return g_fake.dl ? g_fake.events_live() : 0; }
+long wdh_fake_records(void) { return g_fake.dl ? g_fake.records() : 0; }
+
 int wdh_comm_init(wdh_comm *c, wdh_plugin *p, uint64_t comm_id, const char *name, int nnodes,
                   int nranks, int rank) {
   memset(c, 0, sizeof(*c));
@@ -187,6 +244,8 @@ int wdh_comm_init(wdh_comm *c, wdh_plugin *p, uint64_t comm_id, const char *name
   c->nranks = nranks;
   c->nnodes = nnodes;
   if (name) snprintf(c->name, sizeof(c->name), "%s", name);
+  /* NCCL's stream: a stand-in stream when the stand-in driver is loaded, else any pointer. */
+  c->stream = g_fake.dl ? g_fake.stream_create() : (void *)(uintptr_t)0x5000;
   void *ctx = WDH_POISON;
   ncclResult_t rc;
   const char *nm = name ? c->name : NULL;
@@ -406,11 +465,12 @@ static void emit_group_and_op(wdh_op *op, void *coll_api_parent, int defer_stops
   int is_p2p = cfg->kind != WDH_OP_COLL;
   wdh_descr d;
 
+  /* hostStreamPlanTask (enqueue.cc): Group start, task events, proxy upload, task stops, Group
+   * stop. The Group has no parent (plugin/profiler.cc, ncclProfilerStartGroupEvent). */
   if (has(op->mask, ncclProfileGroup)) {
     memset(&d, 0, sizeof(d));
     d.type = ncclProfileGroup;
     d.rank = c->rank;
-    d.parent = v5 ? op->group_api : NULL;
     op->group = wdh_start(p, c->ctx, &d);
   }
   int bit = is_p2p ? ncclProfileP2p : ncclProfileColl;
@@ -428,9 +488,10 @@ static void emit_group_and_op(wdh_op *op, void *coll_api_parent, int defer_stops
     d.seq = op->seq;
     d.send_buff = (const void *)(uintptr_t)0x7f0000001000ULL;
     d.recv_buff = (void *)(uintptr_t)0x7f0000002000ULL;
-    d.n_channels = (uint8_t)cfg->n_channels;
+    /* CollNet ops announce no channels (their work is on the CollNet transport). */
+    d.n_channels = (uint8_t)(cfg->collnet ? 0 : cfg->n_channels);
     d.n_warps = 8;
-    d.algo = "Ring";
+    d.algo = cfg->collnet ? "CollnetDirect" : "Ring";
     d.proto = "Simple";
     op->coll = wdh_start(p, c->ctx, &d);
     if (!defer_stops) wdh_stop(p, op->coll);
@@ -451,14 +512,16 @@ void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
   int is_p2p = cfg->kind != WDH_OP_COLL;
   op->seq = is_p2p ? 0 : next_seq(c, op->cfg.func);
   wdh_descr d;
-  void *stream = (void *)(uintptr_t)0x5000;
+  void *stream = c->stream;
 
+  /* ncclEnqueueCheck (enqueue.cc): GroupApi start and GroupStartApiStop, then the CollApi or
+   * P2pApi event around the task's append; an explicit ncclGroupStart/End gives depth 2. */
   if (v5 && has(op->mask, ncclProfileGroupApi)) {
     memset(&d, 0, sizeof(d));
     d.type = ncclProfileGroupApi;
     d.rank = c->rank;
     d.graph_captured = cfg->graph_captured;
-    d.group_depth = 1;
+    d.group_depth = cfg->explicit_group ? 2 : 1;
     op->group_api = wdh_start(p, c->ctx, &d);
     wdh_state(p, op->group_api, ncclProfilerGroupStartApiStop, 0);
   }
@@ -477,6 +540,19 @@ void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
     op->coll_api = wdh_start(p, c->ctx, &d);
     wdh_stop(p, op->coll_api); /* API events stop before their child starts */
   }
+  if (v5 && has(op->mask, ncclProfileGroupApi))
+    wdh_state(p, op->group_api, ncclProfilerGroupEndApiStart, 0);
+  /* Broadcast on the AllGatherV path and symmetric-memory kernels: their plan has no task the
+   * profiler sees, so no KernelLaunch, Group or Coll (symmetric_sched.cc). */
+  if (cfg->api_only) {
+    if (!cfg->graph_captured) op->gpu_pos = wdh_gpu_launch(c);
+    if (v5 && has(op->mask, ncclProfileGroupApi)) wdh_stop(p, op->group_api);
+    return;
+  }
+  /* ncclLaunchKernel (enqueue.cc): KernelLaunch start, cuLaunchKernelEx on the stream, stop;
+   * before the plan's Group (hostStreamPlanTask runs after, ncclLaunchKernelAfter_NoCuda). A
+   * launch under capture is only recorded into the graph. */
+  if (cfg->graph_captured) wdh_gpu_set_capturing(c, 1);
   if (v5 && has(op->mask, ncclProfileKernelLaunch)) {
     memset(&d, 0, sizeof(d));
     d.type = ncclProfileKernelLaunch;
@@ -484,10 +560,10 @@ void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
     d.parent = op->group_api;
     d.stream = stream;
     op->kernel_launch = wdh_start(p, c->ctx, &d);
-    wdh_stop(p, op->kernel_launch);
   }
-  if (v5 && has(op->mask, ncclProfileGroupApi))
-    wdh_state(p, op->group_api, ncclProfilerGroupEndApiStart, 0);
+  if (!cfg->graph_captured) op->gpu_pos = wdh_gpu_launch(c);
+  if (v5 && has(op->mask, ncclProfileKernelLaunch)) wdh_stop(p, op->kernel_launch);
+  if (cfg->graph_captured) wdh_gpu_set_capturing(c, 0);
   int emit_plan = !cfg->graph_captured || cfg->capture_emits_coll;
   if (emit_plan) emit_group_and_op(op, op->coll_api, cfg->children_first);
   if (cfg->children_first && emit_plan) {
@@ -511,153 +587,211 @@ static void pause_us(unsigned us) {
   if (us) usleep(us);
 }
 
-/* Steps of one ProxyOp from `first`; stops at the hang step (returns 1) or runs to the end. */
-static int run_steps(wdh_op *op, void *pop, int is_send, int first, int hang_at) {
+/* Which ProxyOps an op has on a channel: network ops one per direction (a send and a recv per
+ * ring channel), p2p ops their own direction; intra-node ops, sends to self and API-only ops
+ * none (enqueue.cc, uploadProxyOps: only network and CollNet transports get proxy ops). */
+static int has_proxyop(const wdh_op *op, int is_send) {
+  const wdh_op_cfg *cfg = &op->cfg;
+  if (!has(op->mask, ncclProfileProxyOp) || cfg->no_proxy || cfg->api_only || wdh_op_is_self(op))
+    return 0;
+  if (cfg->kind == WDH_OP_SEND) return is_send;
+  if (cfg->kind == WDH_OP_RECV) return !is_send;
+  return 1;
+}
+
+static int has_kernelch(const wdh_op *op) {
+  /* Send/recv to self gets no profiler proxy op, hence no KernelCh (proxy.cc, incWorkCounter). */
+  return has(op->mask, ncclProfileKernelCh) && !op->cfg.api_only && !wdh_op_is_self(op);
+}
+
+/* One ProxyStep started the way the proxy posts it: a send step when its buffer is offered to
+ * the kernel (SendGPUWait), a recv step when its irecv is posted (RecvWait) (transport/net.cc,
+ * sendProxyProgress / recvProxyProgress). */
+static void open_step(wdh_op *op, int ch, int is_send, int s) {
+  if (!has(op->mask, ncclProfileProxyStep)) return;
   wdh_plugin *p = op->comm->plugin;
-  void *ctx = op->comm->ctx;
+  wdh_descr d;
+  memset(&d, 0, sizeof(d));
+  d.type = ncclProfileProxyStep;
+  d.parent = op->pop[ch][is_send];
+  d.rank = op->comm->rank;
+  d.step = s;
+  void *st = wdh_start(p, op->comm->ctx, &d);
+  wdh_state(p, st, is_send ? ncclProfilerProxyStepSendGPUWait : ncclProfilerProxyStepRecvWait, 0);
+  op->step[ch][is_send][s % WDH_STEPS_OPEN] = st;
+}
+
+void wdh_op_post(wdh_op *op) {
+  if (op->posted) return;
+  op->posted = 1;
+  wdh_comm *c = op->comm;
+  const wdh_op_cfg *cfg = &op->cfg;
+  for (int ch = 0; ch < cfg->n_channels && ch < WDH_MAX_CH; ch++) {
+    for (int is_send = 0; is_send < 2; is_send++) {
+      if (!has_proxyop(op, is_send)) continue;
+      /* ncclProxyOpToArgs appends the op: ProxyOp start; the first progress pass records
+       * ProxyOpInProgress_v4 and posts up to NCCL_STEPS steps, before the GPU gets there. */
+      wdh_descr d;
+      memset(&d, 0, sizeof(d));
+      d.type = ncclProfileProxyOp;
+      d.parent = op->coll;
+      d.rank = c->rank;
+      d.pid = getpid();
+      d.channel = (uint8_t)ch;
+      int n = c->nranks > 0 ? c->nranks : 1;
+      d.peer = cfg->kind == WDH_OP_COLL ? (is_send ? (c->rank + 1) % n : (c->rank + n - 1) % n) : cfg->peer;
+      d.n_steps = cfg->n_steps;
+      d.chunk_size = 131072;
+      d.is_send = is_send;
+      op->pop[ch][is_send] = wdh_start(c->plugin, c->ctx, &d);
+      wdh_state(c->plugin, op->pop[ch][is_send], ncclProfilerProxyOpInProgress_v4, 0);
+      for (int s = 0; s < cfg->n_steps && s < WDH_STEPS_OPEN; s++) open_step(op, ch, is_send, s);
+      op->next_step[ch][is_send] = cfg->n_steps < WDH_STEPS_OPEN ? cfg->n_steps : WDH_STEPS_OPEN;
+    }
+  }
+}
+
+/* Steps from `first` of one ProxyOp once the GPU is there; stops at hang_at (returns 1). */
+static int run_steps(wdh_op *op, int ch, int is_send, int first, int hang_at) {
+  wdh_plugin *p = op->comm->plugin;
   const wdh_op_cfg *cfg = &op->cfg;
   int steps_on = has(op->mask, ncclProfileProxyStep);
   size_t chunk = 131072;
   for (int s = first; s < cfg->n_steps; s++) {
-    void *st = NULL;
-    if (steps_on) {
-      wdh_descr d;
-      memset(&d, 0, sizeof(d));
-      d.type = ncclProfileProxyStep;
-      d.parent = pop;
-      d.rank = op->comm->rank;
-      d.step = s;
-      st = wdh_start(p, ctx, &d);
-    }
+    void *st = steps_on ? op->step[ch][is_send][s % WDH_STEPS_OPEN] : NULL;
+    pause_us(cfg->step_delay_us);
     if (is_send) {
-      pause_us(cfg->step_delay_us);
-      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepSendGPUWait, 0);
+      /* The kernel's data is ready: SendPeerWait_v4, then SendWait once isend is posted. */
+      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepSendPeerWait_v4, chunk);
       pause_us(cfg->step_delay_us);
       if (steps_on) wdh_state(p, st, ncclProfilerProxyStepSendWait, chunk);
-      if (s == hang_at) {
-        op->hung_step = st;
-        return 1;
-      }
+      if (s == hang_at) return 1; /* the network never completes it */
     } else {
-      pause_us(cfg->step_delay_us);
-      if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvWait, 0);
-      if (s == hang_at) {
-        op->hung_step = st;
-        return 1;
-      }
-      pause_us(cfg->step_delay_us);
+      if (s == hang_at) return 1; /* the peer's data never arrives */
       if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvFlushWait, chunk);
       pause_us(cfg->step_delay_us);
       if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvGPUWait, chunk);
     }
     pause_us(cfg->step_delay_us);
     if (steps_on) wdh_stop(p, st);
+    /* A slot freed: the proxy posts the next step. */
+    int next = op->next_step[ch][is_send];
+    if (next < cfg->n_steps) {
+      open_step(op, ch, is_send, next);
+      op->next_step[ch][is_send] = next + 1;
+    }
   }
   return 0;
 }
 
-static void *start_proxyop(wdh_op *op, int ch, int is_send) {
-  wdh_descr d;
-  memset(&d, 0, sizeof(d));
-  d.type = ncclProfileProxyOp;
-  d.parent = op->coll;
-  d.rank = op->comm->rank;
-  d.pid = getpid();
-  d.channel = (uint8_t)ch;
-  d.peer = op->cfg.kind == WDH_OP_COLL
-               ? (is_send ? (op->comm->rank + 1) % (op->comm->nranks > 0 ? op->comm->nranks : 1)
-                          : (op->comm->rank + op->comm->nranks - 1) %
-                                (op->comm->nranks > 0 ? op->comm->nranks : 1))
-               : op->cfg.peer;
-  d.n_steps = op->cfg.n_steps;
-  d.chunk_size = 131072;
-  d.is_send = is_send;
-  void *pop = wdh_start(op->comm->plugin, op->comm->ctx, &d);
-  wdh_state(op->comm->plugin, pop, ncclProfilerProxyOpInProgress_v4, 0);
-  return pop;
+/* ProxyOp stop once all its steps are done; CollNet and p2p-memcpy ProxyOps are never stopped. */
+static void end_proxyop(wdh_op *op, int ch, int is_send) {
+  if (op->cfg.collnet || !op->pop[ch][is_send]) return;
+  pause_us(op->cfg.step_delay_us);
+  wdh_stop(op->comm->plugin, op->pop[ch][is_send]);
 }
 
-int wdh_op_proxy(wdh_op *op) {
+static void end_kernelch(wdh_op *op, void *kch) {
+  if (!kch) return;
+  wdh_plugin *p = op->comm->plugin;
+  wdh_state(p, kch, ncclProfilerKernelChStop, wdh_now_ns());
+  wdh_stop(p, kch);
+}
+
+int wdh_op_gpu(wdh_op *op) {
   wdh_comm *c = op->comm;
   wdh_plugin *p = c->plugin;
   const wdh_op_cfg *cfg = &op->cfg;
-  int kch_on = has(op->mask, ncclProfileKernelCh);
-  int pop_on = has(op->mask, ncclProfileProxyOp) && !cfg->no_proxy;
+  wdh_op_post(op);
+  /* The stream got to the kernel: everything before it is done. */
+  if (op->gpu_pos) wdh_gpu_complete(c, op->gpu_pos - 1);
   int hung = 0;
-  for (int ch = 0; ch < cfg->n_channels; ch++) {
+  for (int ch = 0; ch < cfg->n_channels && ch < WDH_MAX_CH; ch++) {
     void *kch = NULL;
-    uint64_t t0 = wdh_now_ns();
-    if (kch_on) {
+    if (has_kernelch(op)) {
+      /* The kernel wrote this channel's start counter; the proxy thread saw it
+       * (transport/profiler.cc, profilerProxyProgress). */
       wdh_descr d;
       memset(&d, 0, sizeof(d));
       d.type = ncclProfileKernelCh;
       d.parent = op->coll;
       d.rank = c->rank;
       d.channel = (uint8_t)ch;
-      d.ptimer = t0;
+      d.ptimer = wdh_now_ns();
       kch = wdh_start(p, c->ctx, &d);
     }
     int ch_hung = 0;
-    if (pop_on) {
-      for (int dir = 0; dir < 2; dir++) {
-        int is_send = dir == 0;
-        if (cfg->kind == WDH_OP_SEND && !is_send) continue;
-        if (cfg->kind == WDH_OP_RECV && is_send) continue;
-        int hang_here = ch == cfg->hang_channel &&
-                        (cfg->kind == WDH_OP_SEND ? is_send : !is_send);
-        void *pop = start_proxyop(op, ch, is_send);
-        if (run_steps(op, pop, is_send, 0, hang_here ? cfg->hang_step : -1)) {
-          op->hung_proxyop = pop;
-          ch_hung = 1;
-          continue;
-        }
-        pause_us(cfg->step_delay_us);
-        wdh_stop(p, pop);
+    int any_proxy = has_proxyop(op, 0) || has_proxyop(op, 1);
+    for (int is_send = 0; is_send < 2; is_send++) {
+      if (!has_proxyop(op, is_send)) continue;
+      int hang_here = ch == cfg->hang_channel && (cfg->kind == WDH_OP_SEND ? is_send : !is_send);
+      if (run_steps(op, ch, is_send, 0, hang_here ? cfg->hang_step : -1)) {
+        op->hung_proxyop = op->pop[ch][is_send];
+        op->hung_step = has(op->mask, ncclProfileProxyStep)
+                            ? op->step[ch][is_send][cfg->hang_step % WDH_STEPS_OPEN] : NULL;
+        op->hung_ch = ch;
+        op->hung_is_send = is_send;
+        ch_hung = 1;
       }
-    } else if (ch == cfg->hang_channel) {
-      ch_hung = 1; /* no proxy: hang on the kernel channel alone */
     }
+    if (!any_proxy && ch == cfg->hang_channel) ch_hung = 1; /* a kernel that never finishes */
     if (ch_hung) {
+      /* The other direction of the channel finishes; the kernel channel never does. */
+      for (int is_send = 0; is_send < 2; is_send++)
+        if (has_proxyop(op, is_send) && op->pop[ch][is_send] != op->hung_proxyop) end_proxyop(op, ch, is_send);
       op->hung_kernelch = kch;
       hung = 1;
       continue;
     }
-    if (kch_on) {
-      wdh_state(p, kch, ncclProfilerKernelChStop, wdh_now_ns());
-      wdh_stop(p, kch);
-    }
+    /* The kernel is done with this channel before the proxy's last network completions are
+     * reported: KernelCh stops before the channel's ProxyOps. */
+    end_kernelch(op, kch);
+    for (int is_send = 0; is_send < 2; is_send++)
+      if (has_proxyop(op, is_send)) end_proxyop(op, ch, is_send);
   }
+  if (!hung && op->gpu_pos) wdh_gpu_complete(c, op->gpu_pos);
   return hung;
+}
+
+int wdh_op_proxy(wdh_op *op) {
+  wdh_op_post(op);
+  return wdh_op_gpu(op);
 }
 
 void wdh_op_resume(wdh_op *op) {
   wdh_plugin *p = op->comm->plugin;
   const wdh_op_cfg *cfg = &op->cfg;
-  int is_send = cfg->kind == WDH_OP_SEND;
-  if (op->hung_proxyop || op->hung_step) {
-    if (has(op->mask, ncclProfileProxyStep) && op->hung_step) {
+  if (op->hung_proxyop) {
+    int ch = op->hung_ch, is_send = op->hung_is_send;
+    void *st = has(op->mask, ncclProfileProxyStep)
+                   ? op->step[ch][is_send][cfg->hang_step % WDH_STEPS_OPEN] : NULL;
+    if (st) {
       if (!is_send) {
-        wdh_state(p, op->hung_step, ncclProfilerProxyStepRecvFlushWait, 131072);
-        wdh_state(p, op->hung_step, ncclProfilerProxyStepRecvGPUWait, 131072);
+        wdh_state(p, st, ncclProfilerProxyStepRecvFlushWait, 131072);
+        wdh_state(p, st, ncclProfilerProxyStepRecvGPUWait, 131072);
       }
-      wdh_stop(p, op->hung_step);
+      wdh_stop(p, st);
     }
-    run_steps(op, op->hung_proxyop, is_send, cfg->hang_step + 1, -1);
-    wdh_stop(p, op->hung_proxyop);
+    int next = op->next_step[ch][is_send];
+    if (next < cfg->n_steps) {
+      open_step(op, ch, is_send, next);
+      op->next_step[ch][is_send] = next + 1;
+    }
+    run_steps(op, ch, is_send, cfg->hang_step + 1, -1);
+    end_kernelch(op, op->hung_kernelch);
+    end_proxyop(op, ch, is_send);
+  } else {
+    end_kernelch(op, op->hung_kernelch);
   }
-  if (has(op->mask, ncclProfileKernelCh) && op->hung_kernelch) {
-    wdh_state(p, op->hung_kernelch, ncclProfilerKernelChStop, wdh_now_ns());
-    wdh_stop(p, op->hung_kernelch);
-  }
+  if (op->gpu_pos) wdh_gpu_complete(op->comm, op->gpu_pos);
   op->hung_proxyop = op->hung_step = op->hung_kernelch = NULL;
 }
 
 int wdh_op_run(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
   wdh_op_enqueue(c, cfg, op);
   int rc = 0;
-  if (!cfg->graph_captured || cfg->capture_emits_coll) {
-    if (!cfg->graph_captured) rc = wdh_op_proxy(op);
-  }
+  if (!cfg->graph_captured && !cfg->api_only) rc = wdh_op_proxy(op);
+  else if (!cfg->graph_captured && op->gpu_pos) wdh_gpu_complete(c, op->gpu_pos);
   wdh_op_finish(op);
   return rc;
 }

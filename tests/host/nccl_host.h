@@ -86,6 +86,8 @@ typedef struct wdh_comm {
   int rank, nranks, nnodes;
   char name[64];
   uint64_t seq[WDH_FUNC_COUNT]; /* next seqNumber per collective function (atomic access) */
+  uint64_t ce_seq;              /* next CE collective number (ceSeqNum, counted apart) */
+  void *stream;                 /* the stream its kernels go to (stand-in stream, or a token) */
 } wdh_comm;
 
 /* init through the loaded table (argument order per version). Returns the plugin's result
@@ -96,6 +98,25 @@ int wdh_comm_init(wdh_comm *c, wdh_plugin *p, uint64_t comm_id, const char *name
 int wdh_comm_finalize(wdh_comm *c);
 
 int wdh_func_index(const char *func); /* "AllReduce" -> WDH_FUNC_ALLREDUCE, -1 otherwise */
+
+/* ---------------------------------------------------------------------------------------------
+ * The stand-in CUDA driver (tests/fakecuda, built as libcuda.so.1): the GPU the host drives by
+ * hand, for the plugin's CUDA-event path. Without it loaded the plugin falls back to NCCL's
+ * events, as on a machine whose driver it cannot use.
+ * ------------------------------------------------------------------------------------------- */
+
+/* dlopen the stand-in (path in WDH_FAKE_CUDA, set by CMake) RTLD_GLOBAL, before the plugin's
+ * first init, as NCCL has the real driver loaded by then. Returns 0, or -1 with a message. */
+int wdh_fake_cuda_load(void);
+int wdh_fake_cuda_loaded(void);
+/* A kernel on c's stream; returns its position (0 without the stand-in). */
+uint64_t wdh_gpu_launch(wdh_comm *c);
+/* The GPU finished every position of c's stream up to pos. */
+void wdh_gpu_complete(wdh_comm *c, uint64_t pos);
+void wdh_gpu_set_capturing(wdh_comm *c, int on);
+void wdh_gpu_set_error(int err); /* every event query fails with err from now on (0 clears) */
+long wdh_fake_events_live(void); /* events created and not destroyed */
+long wdh_fake_records(void);     /* cuEventRecord calls */
 
 /* ---------------------------------------------------------------------------------------------
  * Raw calls, version independent. Return values are checked and counted.
@@ -168,7 +189,13 @@ typedef struct wdh_op_cfg {
   unsigned step_delay_us;
   /* Per-op override of the emitted mask (0 = read wdh_activation_mask at enqueue). */
   int mask;
+  int collnet;        /* CollNet: the Coll announces nChannels 0, its ProxyOps never stop */
+  int api_only;       /* Broadcast on the AllGatherV path, symmetric kernels: GroupApi + CollApi */
+  int explicit_group; /* inside ncclGroupStart/End: GroupApi depth 2 */
 } wdh_op_cfg;
+
+#define WDH_MAX_CH 16
+#define WDH_STEPS_OPEN 8 /* NCCL_STEPS: ProxySteps open at once per ProxyOp */
 
 /* Defaults as documented above (kind COLL, AllReduce, 2 channels, 4 steps, no hang). */
 void wdh_op_cfg_default(wdh_op_cfg *cfg);
@@ -183,7 +210,18 @@ typedef struct wdh_op {
   int enqueued_open; /* 1 while Coll/Group/GroupApi stops are still pending (children_first) */
   /* Filled by the proxy part when the op hangs. */
   void *hung_proxyop, *hung_step, *hung_kernelch;
+  int hung_ch, hung_is_send;
+  uint64_t gpu_pos; /* position of its kernel on the stand-in stream, 0 none */
+  int posted;       /* wdh_op_post ran */
+  void *pop[WDH_MAX_CH][2];                  /* ProxyOps by channel and is_send */
+  void *step[WDH_MAX_CH][2][WDH_STEPS_OPEN]; /* open ProxySteps, by step % NCCL_STEPS */
+  int next_step[WDH_MAX_CH][2];              /* next step the proxy will post */
 } wdh_op;
+
+/* A send or recv whose peer is the rank itself (every AlltoAll has one). */
+static inline int wdh_op_is_self(const wdh_op *op) {
+  return op->cfg.kind != WDH_OP_COLL && op->cfg.peer == op->comm->rank;
+}
 
 /* Application thread part: GroupApi start -> GroupStartApiStop -> CollApi (or P2pApi) start/stop
  * -> KernelLaunch start/stop -> GroupEndApiStart -> Group start -> Coll (P2p) start -> Coll stop ->
@@ -191,11 +229,18 @@ typedef struct wdh_op {
  * the Coll's parent is the Group. Takes the next seqNumber of the function. With
  * cfg->children_first the three stops are deferred to wdh_op_finish(). */
 void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op);
-/* Proxy thread part: per channel, {send, recv} ProxyOp (parent = Coll/P2p, pid = getpid(), then
- * state ProxyOpInProgress_v4) with its ProxySteps (start, SendGPUWait/SendWait or
- * RecvWait/RecvFlushWait/RecvGPUWait with transSize, stop), then ProxyOp stop; and the channel's
- * KernelCh (start with pTimer, KernelChStop, stop). Stops at the hang point if configured
- * (returns 1 then, else 0). */
+/* Proxy thread, when it picks the op up (proxy.cc, ncclProxyOpToArgs, before the GPU gets
+ * there): per channel and direction a ProxyOp (parent = Coll/P2p, pid = getpid()), state
+ * ProxyOpInProgress_v4, and its first NCCL_STEPS ProxySteps posted (send: SendGPUWait, recv:
+ * RecvWait). Idempotent. */
+void wdh_op_post(wdh_op *op);
+/* The GPU reaches the op (posting it first if needed): the stand-in stream completes up to it;
+ * per channel the KernelCh starts, steps progress (send: SendPeerWait_v4, SendWait, stop; recv:
+ * RecvFlushWait, RecvGPUWait, stop; later steps posted as slots free), the KernelCh stops, then
+ * the ProxyOps stop (CollNet ProxyOps never do); the kernel completes on the stream. Stops at
+ * the hang point if configured (returns 1 then, else 0). */
+int wdh_op_gpu(wdh_op *op);
+/* wdh_op_post then wdh_op_gpu. */
 int wdh_op_proxy(wdh_op *op);
 /* Deferred stops of a children_first op (no-op otherwise). */
 void wdh_op_finish(wdh_op *op);

@@ -127,11 +127,12 @@ int main(void) {
         cJSON *s;
         cJSON_ArrayForEach(s, cJSON_GetObjectItem(k, "children")) {
           steps++;
-          WDH_CHECK(wdh_jnum(s, "step", -1) == 1, "pinned step %g", wdh_jnum(s, "step", -1));
+          WDH_CHECK(wdh_jnum(s, "step", -1) >= 1, "pinned step %g", wdh_jnum(s, "step", -1));
         }
       }
       WDH_CHECK(pops == 2, "%d ProxyOps under the pinned Coll, expected 2 (hung + late)", pops);
-      WDH_CHECK(steps == 1, "%d ProxySteps under the pinned Coll, expected 1", steps);
+      /* The hung step and the two NCCL posted after it (up to NCCL_STEPS open at once). */
+      WDH_CHECK(steps == 3, "%d ProxySteps under the pinned Coll, expected 3", steps);
     }
     WDH_CHECK(wdh_jnum(j, "comms.0.staleHandles", -1) == 0, "staleHandles %g",
               wdh_jnum(j, "comms.0.staleHandles", -1));
