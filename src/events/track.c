@@ -129,11 +129,11 @@ static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
         wd_event_release_hold(parent);
     } else if (type == WD_T_KERNELCH) {
       uint32_t done = atomic_fetch_add_explicit(&parent->kch_done, 1, memory_order_relaxed) + 1;
+      uint32_t expected = atomic_load_explicit(&parent->kch_expected, memory_order_relaxed);
       /* NCCL's per-channel counters can pair a KernelCh with the wrong op (transport/profiler.cc):
        * with proxy work still open, the watchdog checks that nothing the kernel needs is
        * pending before it believes the op is done. Only this channel left: done now. */
-      if (done >= atomic_load_explicit(&parent->kch_expected, memory_order_relaxed) &&
-          wd_event_children_live(parent) <= 1)
+      if (expected && done >= expected && wd_event_children_live(parent) <= 1)
         wd_event_release_hold(parent);
     }
   } else if (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL) {
@@ -253,7 +253,16 @@ void *wd_track_start(wd_start_req *req) {
       int grouped;
       atomic_store_explicit(&ev->order, wd_group_order(ctx, req->group_obj, &grouped), memory_order_relaxed);
       atomic_store_explicit(&ev->grouped, (uint8_t)grouped, memory_order_relaxed);
-      if (ctx->kch_on && type != WD_T_CECOLL && type != WD_T_PROXYOP && rec->nChannels > 0)
+      /* Kernel channels are expected for every channel it announces, except for a send or
+       * recv to self, which NCCL gives none (no profiler proxy op: proxy.cc). A CollNet op
+       * announces none yet gets them, and ProxyOps that may start after its stop: held too,
+       * until the watchdog finds its kernel done. */
+      if (ctx->kch_on && (type == WD_T_COLL || type == WD_T_P2P) &&
+          !(type == WD_T_P2P && rec->peer == ctx->rank))
+        hold = 1;
+      /* A CE collective ends at enqueue as far as NCCL tells (ce_coll.cc): with CUDA events
+       * around it, it is held until the GPU has done it. */
+      else if (type == WD_T_CECOLL && gkey)
         hold = 1;
       if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
@@ -276,7 +285,8 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->root, root, memory_order_relaxed);
   atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
   atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
-  atomic_store_explicit(&ev->kch_expected, hold ? rec->nChannels : 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->kch_expected, hold && type != WD_T_CECOLL ? rec->nChannels : 0,
+                        memory_order_relaxed);
   atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->kch_seen, 0, memory_order_relaxed);

@@ -78,8 +78,10 @@ int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *n
   if (!config.enable || !atomic_load(&wd_store_active)) goto done;
   wd_context *ctx = wd_store_add(abi, comm_id, name, nnodes, nranks, rank);
   if (ctx == NULL) goto done;
-  /* KernelLaunch carries the stream the ground-truth events are recorded on. */
-  if (mask) *mask = config.event_mask | (ctx->launches.on ? 1 << WD_T_KERNELLAUNCH : 0);
+  /* KernelLaunch and CeColl carry the stream the ground-truth events are recorded on. */
+  if (mask)
+    *mask = config.event_mask |
+            (ctx->launches.on ? (1 << WD_T_KERNELLAUNCH) | (abi >= 6 ? 1 << WD_T_CECOLL : 0) : 0);
   WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d, GPU progress from %s)",
           (unsigned long long)comm_id, ctx->name, rank, nranks, abi,
           ctx->launches.on ? "CUDA events" : "NCCL's events");

@@ -368,6 +368,25 @@ static void fill_v6(ncclProfilerEventDescr_v6_t *e, const wdh_descr *d) {
   case ncclProfileP2p:
     e->p2p.parentGroup = d->parent_group;
     break;
+  case ncclProfileCeColl:
+    e->ceColl.seqNumber = d->seq;
+    e->ceColl.func = d->func;
+    e->ceColl.sendBuff = d->send_buff;
+    e->ceColl.recvBuff = d->recv_buff;
+    e->ceColl.count = d->count;
+    e->ceColl.root = d->root;
+    e->ceColl.datatype = d->datatype;
+    e->ceColl.syncStrategy = "UC";
+    e->ceColl.ceSeqNum = (uint32_t)d->seq;
+    e->ceColl.stream = d->stream;
+    break;
+  case ncclProfileCeSync:
+    e->ceCollSync.nRanks = d->n_steps;
+    break;
+  case ncclProfileCeBatch:
+    e->ceCollBatch.numOps = d->n_steps;
+    e->ceCollBatch.totalBytes = d->count;
+    break;
   default:
     break;
   }
@@ -808,6 +827,75 @@ int wdh_op_replay(const wdh_op *captured, wdh_op *out) {
   out->seq = out->cfg.kind == WDH_OP_COLL ? next_seq(out->comm, out->cfg.func) : 0;
   emit_group_and_op(out, captured->coll_api, 0);
   return wdh_op_proxy(out);
+}
+
+uint64_t wdh_ce_coll(wdh_comm *c, const char *func, wdh_op *out) {
+  memset(out, 0, sizeof(*out));
+  out->comm = c;
+  wdh_op_cfg_default(&out->cfg);
+  out->cfg.func = func;
+  wdh_plugin *p = c->plugin;
+  if (p->version < 6) return 0;
+  int mask = wdh_effective_mask(__atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED));
+  out->mask = mask;
+  wdh_descr d;
+  if (has(mask, ncclProfileGroupApi)) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileGroupApi;
+    d.rank = c->rank;
+    d.group_depth = 1;
+    out->group_api = wdh_start(p, c->ctx, &d);
+    wdh_state(p, out->group_api, ncclProfilerGroupStartApiStop, 0);
+  }
+  if (has(mask, ncclProfileCollApi)) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileCollApi;
+    d.rank = c->rank;
+    d.parent = out->group_api;
+    d.func = func;
+    d.count = 4096;
+    d.datatype = "ncclFloat32";
+    d.stream = c->stream;
+    out->coll_api = wdh_start(p, c->ctx, &d);
+    wdh_stop(p, out->coll_api);
+  }
+  if (has(mask, ncclProfileGroupApi)) wdh_state(p, out->group_api, ncclProfilerGroupEndApiStart, 0);
+  /* ncclLaunchCeColl (ce_coll.cc): CeColl start with the stream and ceSeqNum, the copies and
+   * their syncs enqueued on the stream (CeSync around ncclMemOpSync, CeBatch around
+   * ncclCeLaunchBatchOps), CeColl stop. All on this thread, nothing when the copies finish. */
+  int ce_on = has(mask, ncclProfileCeColl) || has(mask, ncclProfileCeSync) || has(mask, ncclProfileCeBatch);
+  if (ce_on) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileCeColl;
+    d.rank = c->rank;
+    d.parent = out->coll_api;
+    d.func = func;
+    d.count = 4096;
+    d.datatype = "ncclFloat32";
+    d.seq = __atomic_fetch_add(&c->ce_seq, 1, __ATOMIC_RELAXED);
+    d.stream = c->stream;
+    out->seq = d.seq;
+    out->coll = wdh_start(p, c->ctx, &d);
+  }
+  static const uint64_t kinds[3] = {ncclProfileCeSync, ncclProfileCeBatch, ncclProfileCeSync};
+  for (int i = 0; i < 3; i++) {
+    if (ce_on && has(mask, (int)kinds[i])) {
+      memset(&d, 0, sizeof(d));
+      d.type = kinds[i];
+      d.rank = c->rank;
+      d.parent = out->coll;
+      d.n_steps = kinds[i] == ncclProfileCeSync ? c->nranks : 4;
+      d.count = 4 * 4096 * 4;
+      void *h = wdh_start(p, c->ctx, &d);
+      out->gpu_pos = wdh_gpu_launch(c);
+      wdh_stop(p, h);
+    } else {
+      out->gpu_pos = wdh_gpu_launch(c);
+    }
+  }
+  if (ce_on) wdh_stop(p, out->coll);
+  if (has(mask, ncclProfileGroupApi)) wdh_stop(p, out->group_api);
+  return out->gpu_pos;
 }
 
 void *wdh_pxn_op(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t pid, int channel,

@@ -256,6 +256,13 @@ void wdh_op_resume(wdh_op *op);
  * it from a CUDA callback thread). `out` receives the replay's handles. */
 int wdh_op_replay(const wdh_op *captured, wdh_op *out);
 
+/* A v6 CE collective (ce_coll.cc, ncclLaunchCeColl), all on the calling thread: GroupApi,
+ * CollApi, then CeColl (ceSeqNum, the stream) with CeSync/CeBatch children around the copies it
+ * enqueues on the stand-in stream, CeColl stop, GroupApi stop. NCCL reports nothing when the
+ * copies finish: complete out->gpu_pos on the stream for that (or never, for a hang). Returns
+ * out->gpu_pos (0 without the stand-in or before v6). */
+uint64_t wdh_ce_coll(wdh_comm *c, const char *func, wdh_op *out);
+
 /* PXN: a ProxyOp started with a foreign context pointer (never created by this process), a
  * foreign parent and another pid, then n_steps ProxySteps under it (no pid), states, stops.
  * leave_open = 1 keeps the ProxyOp and its last step open. Returns the ProxyOp handle. */

@@ -324,10 +324,17 @@ static void test_completion_variants(void) {
   CU_ASSERT_EQUAL(atomic_load(&c->p2p_done), 1);
   CU_ASSERT_FALSE(alive(p));
 
-  /* nChannels 0 means no kernel channel will come: no hold. */
+  /* nChannels 0 (CollNet) still gets kernel channels, and ProxyOps that may start after its
+   * stop: held all the same, until its channels have all stopped and settled. */
   void *z = coll(c, NULL, "AllGather", 5, 0);
-  CU_ASSERT_EQUAL(atomic_load(&slot(z)->hold), 0);
+  CU_ASSERT_EQUAL(atomic_load(&slot(z)->hold), 1);
   stop(z);
+  stop(kch(c, z, 0));
+  stop(kch(c, z, 1));
+  CU_ASSERT_TRUE(alive(z));
+  wd_stall st[2];
+  CU_ASSERT_EQUAL(scan(c, wd_now_ns() + 5 * SEC, &tcfg, st, 2), 0);
+  CU_ASSERT_FALSE(alive(z));
   CU_ASSERT_EQUAL(done_of(c, "AllGather"), 5);
 
   /* Without KernelCh in the mask, a childless Coll completes at its stop but vouches for
@@ -715,7 +722,9 @@ static void test_superseded_retired(void) {
   c = new_ctx("not-superseded", 1);
   void *a2 = coll(c, NULL, "Broadcast", 0, 1);
   stop(a2);
-  void *b2 = coll(c, NULL, "Broadcast", 1, 0);
+  c->kch_on = 0; /* a Coll that gets no children: done at its stop */
+  void *b2 = coll(c, NULL, "Broadcast", 1, 1);
+  c->kch_on = 1;
   stop(b2);
   CU_ASSERT_FALSE(alive(b2));
   CU_ASSERT_EQUAL(superseded(c, a2), 0);
