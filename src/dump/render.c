@@ -492,7 +492,36 @@ static int put_trigger(cJSON *root, const wd_dump_input *in) {
   return 0;
 }
 
-static int put_config(cJSON *root, const wd_config *cfg_in) {
+/* What this process's plugin cannot see, given its settings and each communicator's path:
+ * said in every dump rather than assumed fine (docs/architecture.md, "What NCCL tells"). */
+static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *in) {
+  int cuda = 0, nccl = 0;
+  for (uint32_t i = 0; in->comms && i < in->ncomms; i++) {
+    if (in->comms[i].gpu_events) cuda = 1;
+    else nccl = 1;
+  }
+  cJSON *a = cJSON_AddArrayToObject(o, "blindSpots");
+  if (!a) return -1;
+  const char *spots[8];
+  int n = 0;
+  spots[n++] = "RMA operations: NCCL reports no profiler events for them";
+  spots[n++] = "Broadcast on the AllGatherV path and symmetric-memory kernels: API events only, "
+               "never judged";
+  if (nccl || !cuda)
+    spots[n++] = "without CUDA events: CE collectives are not followed past enqueue, and an "
+                 "intra-node op's completion rests on NCCL's KernelCh counters, which can pair "
+                 "with another op";
+  if (cuda) spots[n++] = "graph replays launch no kernel the plugin sees: judged on NCCL's events";
+  if (!(cfg->event_mask & (1 << WD_T_KERNELCH)))
+    spots[n++] = "KernelCh is off: an op without network work is not seen past enqueue";
+  if (!(cfg->event_mask & (1 << WD_T_PROXYSTEP)))
+    spots[n++] = "ProxyStep is off: network progress is seen per ProxyOp only";
+  for (int i = 0; i < n; i++)
+    if (push(a, cJSON_CreateString(spots[i]))) return -1;
+  return 0;
+}
+
+static int put_config(cJSON *root, const wd_config *cfg_in, const wd_dump_input *in) {
   wd_config def;
   const wd_config *cfg = cfg_in;
   if (!cfg) {
@@ -514,7 +543,8 @@ static int put_config(cJSON *root, const wd_config *cfg_in) {
       add_hex(o, "eventMask", (uint64_t)(unsigned)cfg->event_mask) ||
       add_bool(o, "backtrace", cfg->backtrace) ||
       add_bool(o, "backtraceInterruptAll", cfg->backtrace == WD_BACKTRACE_ALL) || add_ms(o, "backtraceWaitMs", cfg->bt_wait_ns) ||
-      add_bool(o, "peerDumps", cfg->peer_dumps) || add_num(o, "maxDumps", cfg->max_dumps))
+      add_bool(o, "peerDumps", cfg->peer_dumps) || add_num(o, "maxDumps", cfg->max_dumps) ||
+      add_bool(o, "gpuEvents", cfg->gpu_events) || put_blind_spots(o, cfg, in))
     return -1;
   return 0;
 }
@@ -579,6 +609,20 @@ static int put_ring(wd_ctx *c, cJSON *parent, const char *key, const wd_ring_sna
   return add_section(c, o, "records", (wd_section){SEC_RECORDS, rs, NULL, 0});
 }
 
+static int put_seq(cJSON *o, const char *key, const wd_seq_snap *sq, uint32_t n) {
+  cJSON *seq = cJSON_AddArrayToObject(o, key);
+  if (!seq) return -1;
+  for (uint32_t i = 0; i < n; i++) {
+    cJSON *s = cJSON_CreateObject();
+    if (push(seq, s)) return -1;
+    if (add_str(s, "func", wd_str(sq[i].func)) ||
+        add_num(s, "lastEnqueued", (double)sq[i].enqueued) ||
+        add_num(s, "lastCompleted", (double)sq[i].completed))
+      return -1;
+  }
+  return 0;
+}
+
 static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
   cJSON *o = cJSON_CreateObject();
   if (push(arr, o)) return -1;
@@ -597,17 +641,13 @@ static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
   if (add_num(o, "droppedEvents", (double)cs->dropped) ||
       add_num(o, "staleHandles", (double)cs->stale))
     return -1;
-  cJSON *seq = cJSON_AddArrayToObject(o, "seq");
-  if (!seq) return -1;
-  uint32_t nseq = cs->nseq < 32 ? cs->nseq : 32;
-  for (uint32_t i = 0; i < nseq; i++) {
-    cJSON *s = cJSON_CreateObject();
-    if (push(seq, s)) return -1;
-    if (add_str(s, "func", wd_str(cs->seq[i].func)) ||
-        add_num(s, "lastEnqueued", (double)cs->seq[i].enqueued) ||
-        add_num(s, "lastCompleted", (double)cs->seq[i].completed))
-      return -1;
-  }
+  if (add_str(o, "gpuProgress", cs->gpu_events ? "cudaEvents" : "ncclEvents") ||
+      add_num(o, "launchesUnbracketed", cs->launches_unbracketed) ||
+      add_num(o, "gpuError", cs->gpu_error))
+    return -1;
+  if (put_seq(o, "seq", cs->seq, cs->nseq < 32 ? cs->nseq : 32) ||
+      put_seq(o, "ceSeq", cs->ce_seq, cs->nceseq < 8 ? cs->nceseq : 8))
+    return -1;
   cJSON *p2p = cJSON_AddObjectToObject(o, "p2p");
   if (!p2p || add_num(p2p, "enqueued", (double)cs->p2p_enqueued) ||
       add_num(p2p, "completed", (double)cs->p2p_completed))
@@ -720,7 +760,7 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   if (!plugin || add_str(plugin, "name", "nccl-watchdog") ||
       add_str(plugin, "version", WD_VERSION) || add_num(plugin, "abi", in->abi))
     goto end;
-  if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg) || put_env(root) ||
+  if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg, in) || put_env(root) ||
       put_strings(root))
     goto end;
   cJSON *comms = cJSON_AddArrayToObject(root, "comms");

@@ -46,6 +46,11 @@ typedef struct wd_comm_snap {
   uint32_t nseq;
   wd_seq_snap seq[32];
   int64_t p2p_enqueued, p2p_completed; /* p2p operations counted by the plugin (NCCL has no seq) */
+  uint32_t nceseq;
+  wd_seq_snap ce_seq[8]; /* CE collectives: NCCL numbers them apart (ceSeqNum) */
+  uint8_t gpu_events;    /* GPU progress from CUDA events around its launches */
+  uint32_t launches_unbracketed; /* launches without CUDA events (capturing stream, driver error) */
+  int gpu_error;         /* last CUresult error the driver gave for its events, 0 none */
   uint32_t nevents;
   wd_ev_snap *events; /* every live event of the communicator */
   wd_ring_snap ring;       /* operation-level records */

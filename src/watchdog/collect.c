@@ -61,6 +61,17 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
     c->seq[c->nseq].completed = d;
     c->nseq++;
   }
+  for (int f = 0; f < WD_NSTR && c->nceseq < 8; f++) {
+    int64_t e = atomic_load(&ctx->ce_seq_enq[f]), d = atomic_load(&ctx->ce_seq_done[f]);
+    if (e < 0 && d < 0) continue;
+    c->ce_seq[c->nceseq].func = (uint8_t)f;
+    c->ce_seq[c->nceseq].enqueued = e;
+    c->ce_seq[c->nceseq].completed = d;
+    c->nceseq++;
+  }
+  c->gpu_events = (uint8_t)ctx->launches.on;
+  c->launches_unbracketed = atomic_load(&ctx->launches.skipped);
+  c->gpu_error = atomic_load(&ctx->launches.last_error);
   c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   c->p2p_completed = atomic_load(&ctx->p2p_done);
   const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};
