@@ -21,6 +21,7 @@ struct wd_context;
 struct wd_pool;
 
 #define WD_TAG_MASK 63u
+#define WD_OPEN(tag) (1u | (((tag) & WD_TAG_MASK) << 1))
 #define WD_EVENT_ALIGN 64
 
 enum { WD_KIND_CHILD = 0, WD_KIND_ROOT = 1 };
@@ -47,7 +48,9 @@ typedef struct wd_event {
   _Atomic uint64_t last_trans; /* ProxyStep transSize / KernelCh stop time */
   _Atomic uint64_t order;      /* root ops: enqueue order within the context */
   _Atomic uint32_t refs;
-  _Atomic uint32_t open;     /* 1 until stopped by NCCL or abandoned by the watchdog */
+  /* Non-zero until stopped by NCCL or abandoned by the watchdog: WD_OPEN(tag), so a stop with
+   * a stale handle racing with the slot's reuse cannot close the new incarnation. */
+  _Atomic uint32_t open;
   _Atomic uint32_t hold;     /* root ops: 1 while expected kernel channels are outstanding */
   _Atomic uint32_t live;     /* 1 while allocated */
   _Atomic uint32_t children_seen; /* approximate (no lock prefix): only "any" matters */
@@ -79,7 +82,7 @@ typedef struct wd_event {
  * children): keeping a separate counter would cost two more atomic operations per child. */
 static inline uint32_t wd_event_children_live(wd_event *ev) {
   uint32_t refs = atomic_load_explicit(&ev->refs, memory_order_relaxed);
-  uint32_t own = atomic_load_explicit(&ev->open, memory_order_relaxed) +
+  uint32_t own = (atomic_load_explicit(&ev->open, memory_order_relaxed) != 0) +
                  atomic_load_explicit(&ev->hold, memory_order_relaxed);
   return refs > own ? refs - own : 0;
 }

@@ -145,7 +145,10 @@ static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
 }
 
 int wd_event_abandon(wd_event *ev, uint64_t now) {
-  if (atomic_exchange_explicit(&ev->open, 0, memory_order_acq_rel) != 1) return 0;
+  uint32_t o = atomic_load_explicit(&ev->open, memory_order_acquire);
+  if (o == 0 || !atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
+                                                         memory_order_relaxed))
+    return 0;
   wd_close(ev, now, WD_F_ABANDONED);
   return 1;
 }
@@ -300,7 +303,8 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
-  atomic_store_explicit(&ev->open, 1, memory_order_relaxed);
+  atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
+                        memory_order_relaxed);
   atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
   const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
 #pragma GCC unroll 16
@@ -328,7 +332,11 @@ void wd_track_stop(void *handle) {
     wd_count_stale(handle);
     return;
   }
-  if (atomic_exchange_explicit(&ev->open, 0, memory_order_acq_rel) != 1) return;
+  /* Closes the incarnation the handle names, not a later one the slot was reused for. */
+  uint32_t o = WD_OPEN((uint32_t)(uintptr_t)handle);
+  if (!atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
+                                               memory_order_relaxed))
+    return;
   wd_close(ev, wd_now_ns(), 0);
 }
 
