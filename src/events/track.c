@@ -303,8 +303,9 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  /* Release: a stop that claims the event (acq_rel) sees the fields above, parent included. */
   atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
-                        memory_order_relaxed);
+                        memory_order_release);
   atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
   const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
 #pragma GCC unroll 16
