@@ -168,3 +168,11 @@ fi
 if [ -n "$scale_line" ]; then
   echo "| Analyzer, 4096 ranks | ${scale_line#analyze_4096: } | | |"
 fi
+# The CUDA-event path per kernel launch, against the stand-in driver (plugin side only).
+if [ -x "$BIN/bench_launch" ] && [ -e "$BUILD/fakecuda/libcuda.so.1" ]; then
+  lo=$(WDH_FAKE_CUDA=$BUILD/fakecuda/libcuda.so.1 $NICE "$BIN/bench_launch" "$OURS" off -n "$((N * 2))" 2>/dev/null)
+  ln=$(WDH_FAKE_CUDA=$BUILD/fakecuda/libcuda.so.1 $NICE "$BIN/bench_launch" "$OURS" on -n "$((N * 2))" 2>/dev/null)
+  if [ -n "$lo" ] && [ -n "$ln" ]; then
+    echo "| KernelLaunch start+stop under a GroupApi, ns: CUDA events off / on (stand-in driver) | $(field ns_per_launch "$lo") / $(field ns_per_launch "$ln") (added $(calc %.1f "$(field ns_per_launch "$ln") - $(field ns_per_launch "$lo")") per launch, plus the real driver's two cuEventRecord) | | |"
+  fi
+fi
