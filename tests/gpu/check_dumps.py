@@ -90,6 +90,11 @@ class Checker:
                 self.fail(f"{name}: comm {c['commId']} has nranks {c['nranks']}, the job has {self.n}")
             if c["rank"] != rank:
                 self.fail(f"{name}: comm {c['commId']} says rank {c['rank']}, pid {pid} is rank {rank}")
+            # On a GPU the driver is loaded: ABI v5+ must judge progress on CUDA events.
+            gpu_off = (doc.get("env") or {}).get("NCCL_WATCHDOG_GPU_EVENTS") == "0"
+            if "gpuProgress" in c and c.get("abi", 0) >= 5 and not gpu_off and \
+                    c["gpuProgress"] != "cudaEvents":
+                self.fail(f"{name}: comm {c['commId']} judged on {c['gpuProgress']}, not CUDA events")
         env = doc.get("env") or {}
         if env.get("RANK") not in (None, str(rank)):
             self.fail(f"{name}: env RANK={env.get('RANK')} but pid {pid} is rank {rank}")
