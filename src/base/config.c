@@ -314,7 +314,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -336,6 +336,8 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_MAX_DUMPS] = "NCCL_WATCHDOG_MAX_DUMPS",
     [K_CLOCK] = "NCCL_WATCHDOG_CLOCK",
     [K_GPU_EVENTS] = "NCCL_WATCHDOG_GPU_EVENTS",
+    [K_RING_DIR] = "NCCL_WATCHDOG_RING_DIR",
+    [K_KEEP_RINGS] = "NCCL_WATCHDOG_KEEP_RINGS",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -369,6 +371,8 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->max_dumps = 32;
   cfg->precise_clock = 0;
   cfg->gpu_events = 1;
+  snprintf(cfg->ring_dir, sizeof cfg->ring_dir, "/dev/shm/nccl-watchdog-%u", (unsigned)geteuid());
+  cfg->keep_rings = 0;
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room
@@ -440,6 +444,8 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_MAX_DUMPS] = "an integer",
     [K_CLOCK] = "coarse or precise",
     [K_GPU_EVENTS] = "1/0, true/false, yes/no, on/off",
+    [K_RING_DIR] = "a node-local directory, or off",
+    [K_KEEP_RINGS] = "1/0, true/false, yes/no, on/off",
 };
 
 /* The value a key has now, as the "using ..." part of a warning. */
@@ -472,6 +478,11 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_MAX_DUMPS: snprintf(buf, len, "%d", cfg->max_dumps); break;
   case K_CLOCK: snprintf(buf, len, "%s", cfg->precise_clock ? "precise" : "coarse"); break;
   case K_GPU_EVENTS: snprintf(buf, len, "%d", cfg->gpu_events); break;
+  case K_RING_DIR:
+    if (cfg->ring_dir[0]) wd_quote(cfg->ring_dir, buf, len);
+    else snprintf(buf, len, "off");
+    break;
+  case K_KEEP_RINGS: snprintf(buf, len, "%d", cfg->keep_rings); break;
   default: buf[0] = '\0'; break;
   }
 }
@@ -570,7 +581,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
     why = reason;
   } else {
     switch (key) {
-    case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS: case K_GPU_EVENTS:
+    case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS: case K_GPU_EVENTS: case K_KEEP_RINGS:
       if (key == K_BACKTRACE && !strcasecmp(wd_skip_ws(val), "all")) {
         cfg->backtrace = WD_BACKTRACE_ALL;
       } else if (wd_parse_bool(val, &i) != 0) {
@@ -579,6 +590,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       } else if (key == K_ENABLE) cfg->enable = i;
       else if (key == K_BACKTRACE) cfg->backtrace = i;
       else if (key == K_GPU_EVENTS) cfg->gpu_events = i;
+      else if (key == K_KEEP_RINGS) cfg->keep_rings = i;
       else cfg->peer_dumps = i;
       break;
     case K_TIMEOUT:
@@ -597,6 +609,19 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       why = wd_check_duration(val, WD_BT_WAIT_MIN_NS, WD_BT_WAIT_MAX_NS, 0, &cfg->bt_wait_ns,
                               reason, sizeof reason);
       break;
+    case K_RING_DIR: {
+      char v[16] = "";
+      size_t n = strlen(val);
+      if (wd_trim_copy(val, v, sizeof v) == 0 && (!strcasecmp(v, "off") || !strcasecmp(v, "none") || !strcmp(v, "0"))) {
+        cfg->ring_dir[0] = '\0';
+      } else if (n >= sizeof cfg->ring_dir) {
+        snprintf(reason, sizeof reason, "is too long (at most %zu bytes)", sizeof cfg->ring_dir - 1);
+        why = reason;
+      } else {
+        memcpy(cfg->ring_dir, val, n + 1);
+      }
+      break;
+    }
     case K_DUMP_DIR: {
       size_t n = strlen(val);
       if (n >= sizeof cfg->dump_dir) {
@@ -856,10 +881,12 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            "enable=%d timeout=%s poll=%s unreached_timeout=%s dump_dir=%s ring_size=%" PRIu32
            "%s proxy_ring_size=%" PRIu32 "%s max_events=%" PRIu32
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
-           " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d",
+           " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
+           " keep_rings=%d",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
            cfg->backtrace == WD_BACKTRACE_ALL ? "all" : cfg->backtrace ? "1" : "0", btwait, cfg->peer_dumps, cfg->max_dumps,
-           cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events);
+           cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
+           cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings);
 }

@@ -27,6 +27,8 @@ typedef struct wd_config {
   uint64_t bt_wait_ns;           /* NCCL_WATCHDOG_BACKTRACE_WAIT: per-dump wait for threads, 500ms */
   int peer_dumps;                /* NCCL_WATCHDOG_PEER_DUMPS: trigger files, default 1 */
   int gpu_events;                /* NCCL_WATCHDOG_GPU_EVENTS: CUDA events around launches, default 1 */
+  char ring_dir[WD_PATH_MAX];    /* NCCL_WATCHDOG_RING_DIR: ring files, empty = in memory only */
+  int keep_rings;                /* NCCL_WATCHDOG_KEEP_RINGS: keep ring files after a normal exit */
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
 } wd_config;

@@ -1,11 +1,16 @@
 /* A profiler context: pools, rings and counters of one communicator (context.h). */
 #include "events/context.h"
 
+#include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/host.h"
+#include "base/log.h"
+#include "flightrec/strtab.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
   if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
@@ -31,15 +36,18 @@ static void wd_context_reset(wd_context *ctx) {
 }
 
 void wd_context_free(wd_context *ctx) {
+  wd_launches_close(&ctx->launches);
   wd_ring_destroy(&ctx->ring);
   wd_ring_destroy(&ctx->proxy_ring);
+  wd_ringfile_close(&ctx->file, ctx->keep_file);
   wd_pool_destroy(&ctx->pool);
   wd_pool_destroy(&ctx->proxy_pool);
   ctx->magic = 0;
   free(ctx);
 }
 
-wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size) {
+wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size,
+                             const char *ring_dir, int keep_file) {
   /* Cache-line aligned: ring heads and queue ends sit on lines of their own. */
   wd_context *ctx = aligned_alloc(64, (sizeof(*ctx) + 63) & ~(size_t)63);
   if (ctx == NULL) return NULL;
@@ -49,12 +57,59 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   uint32_t op_max = max_events / 4 > WD_CHUNK_SLOTS ? max_events / 4 : WD_CHUNK_SLOTS;
   /* A part that failed, or was not tried, is left empty: freeing the whole context is safe. */
   if (wd_pool_init(&ctx->pool, WD_CHUNK_SLOTS, op_max, 0, ctx) != 0 ||
-      wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, max_events, WD_SLOT_PROXY_BIT, ctx) != 0 ||
-      wd_ring_init(&ctx->ring, ring_size) != 0 || wd_ring_init(&ctx->proxy_ring, proxy_ring_size) != 0) {
+      wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, max_events, WD_SLOT_PROXY_BIT, ctx) != 0) {
+    wd_context_free(ctx);
+    return NULL;
+  }
+  ctx->keep_file = keep_file;
+  uint32_t cap = wd_ring_round(ring_size), pcap = wd_ring_round(proxy_ring_size);
+  if (ring_dir && ring_dir[0]) {
+    char host[64];
+    wd_hostname(host, sizeof host);
+    if (wd_ringfile_create(&ctx->file, ring_dir, host, cap, pcap) == 0) {
+      wd_ring_init_at(&ctx->ring, cap, wd_ringfile_ring(&ctx->file, 0));
+      wd_ring_init_at(&ctx->proxy_ring, pcap, wd_ringfile_ring(&ctx->file, 1));
+      return ctx;
+    }
+    static _Atomic int warned;
+    if (!atomic_exchange(&warned, 1))
+      WD_WARN("cannot create a ring file in %s (%s): rings kept in memory only, they will not "
+              "outlive the process", ring_dir, strerror(errno));
+  }
+  if (wd_ring_init(&ctx->ring, cap) != 0 || wd_ring_init(&ctx->proxy_ring, pcap) != 0) {
     wd_context_free(ctx);
     return NULL;
   }
   return ctx;
+}
+
+static void wd_file_strings(wd_context *ctx) {
+  const char *strs[WD_RF_STRINGS];
+  unsigned n = wd_str_count();
+  if (n > WD_RF_STRINGS) n = WD_RF_STRINGS;
+  for (unsigned i = 0; i < n; i++) strs[i] = wd_str((uint8_t)i);
+  wd_ringfile_put_strings(&ctx->file, strs, n);
+}
+
+void wd_context_refresh_file(wd_context *ctx) {
+  wd_rf_header *h = wd_ringfile_header(&ctx->file);
+  if (!h) return;
+  wd_ringfile_live_begin(&ctx->file);
+  wd_file_strings(ctx);
+  uint32_t n = 0;
+  for (int ce = 0; ce < 2; ce++)
+    for (int f = 0; f < WD_NSTR && n < WD_RF_SEQS; f++) {
+      int64_t e = atomic_load(ce ? &ctx->ce_seq_enq[f] : &ctx->seq_enq[f]);
+      int64_t d = atomic_load(ce ? &ctx->ce_seq_done[f] : &ctx->seq_done[f]);
+      if (e < 0 && d < 0) continue;
+      h->seq[n] = (wd_rf_seq){.func = (uint8_t)f, .ce = (uint8_t)ce, .enqueued = e, .completed = d};
+      n++;
+    }
+  h->nseq = n;
+  h->p2p_enqueued = atomic_load(&ctx->p2p_enq);
+  h->p2p_completed = atomic_load(&ctx->p2p_done);
+  h->finalized = ctx->magic != WD_CTX_MAGIC;
+  wd_ringfile_live_end(&ctx->file);
 }
 
 void wd_context_recycle(wd_context *ctx) {
@@ -86,11 +141,26 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
   ctx->kch_on = kch_on;
   /* KernelLaunch (which carries the stream) and CeColl exist from ABI v5/v6 on. */
   if (gpu_events && abi >= 5) wd_launches_open(&ctx->launches);
+  wd_rf_header *h = wd_ringfile_header(&ctx->file);
+  if (h) {
+    h->rank = rank;
+    h->nranks = nranks;
+    h->nnodes = nnodes;
+    h->abi = abi;
+    h->cuda_dev = ctx->cuda_dev;
+    h->comm_id = comm_id;
+    wd_hostname(h->host, sizeof h->host);
+    snprintf(h->comm_name, sizeof h->comm_name, "%s", ctx->name);
+    snprintf(h->gpu_uuid, sizeof h->gpu_uuid, "%s", ctx->gpu_uuid);
+    wd_ringfile_seal_identity(&ctx->file);
+    wd_context_refresh_file(ctx);
+  }
 }
 
 void wd_context_retire(wd_context *ctx, uint64_t now) {
   ctx->magic = 0;
   wd_launches_close(&ctx->launches);
+  wd_context_refresh_file(ctx); /* its last counters, marked finalized */
   wd_pool_retire(&ctx->pool);
   wd_pool_retire(&ctx->proxy_pool);
   ctx->retired_ns = now;

@@ -12,6 +12,7 @@
 #include "events/launch.h"
 #include "events/pool.h"
 #include "flightrec/ring.h"
+#include "flightrec/ringfile.h"
 
 #define WD_CTX_MAGIC 0x57444358u /* "WDCX" */
 #define WD_NSTR 256
@@ -43,6 +44,8 @@ typedef struct wd_context {
   uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
   wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
+  wd_ringfile file;        /* the rings' file-backed mapping, when NCCL_WATCHDOG_RING_DIR is on */
+  int keep_file;           /* leave the file behind when the context is freed */
   struct wd_context *next; /* store list, under wd_store.lock */
 } wd_context;
 
@@ -52,8 +55,12 @@ static inline wd_pool *wd_ctx_pool(wd_context *ctx, int i) { return i ? &ctx->pr
 /* The slot a slot id of this context names, or NULL. */
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id);
 
-/* A new context with its pools and rings sized from the arguments, or NULL (out of memory). */
-wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size);
+/* A new context with its pools and rings sized from the arguments, or NULL (out of memory). With
+ * ring_dir, the rings live in a ring file there (memory when the file cannot be made). */
+wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size,
+                             const char *ring_dir, int keep_file);
+/* Refresh the ring file's live header: sequence counters, string table (watchdog thread). */
+void wd_context_refresh_file(wd_context *ctx);
 /* Make a context finalized long ago fit for another communicator (pools, rings, counters). */
 void wd_context_recycle(wd_context *ctx);
 /* Fill in the identity of the communicator it profiles. */

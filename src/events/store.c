@@ -94,6 +94,19 @@ int wd_store_open(const wd_config *cfg) {
 
 void wd_store_quiesce(void) { atomic_store_explicit(&wd_store_active, 0, memory_order_release); }
 
+void wd_store_unlink_files(void) {
+  /* trylock: exit() may run while another thread holds the lock; a file left behind is only
+   * disk space, a deadlock at exit is not. */
+  if (pthread_mutex_trylock(&wd_store.lock) != 0) return;
+  for (int list = 0; list < 2; list++)
+    for (wd_context *c = list ? wd_store.retired : wd_store.contexts; c; c = c->next)
+      if (c->file.path[0] && !c->keep_file) {
+        unlink(c->file.path);
+        c->file.path[0] = '\0';
+      }
+  pthread_mutex_unlock(&wd_store.lock);
+}
+
 void wd_store_close(void) {
   wd_store_quiesce();
   wd_ring_destroy(&wd_store.detached_ring);
@@ -142,7 +155,8 @@ wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes
     *oldest = ctx->next;
     wd_context_recycle(ctx);
   } else {
-    ctx = wd_context_alloc(cfg->max_events, cfg->ring_size, cfg->proxy_ring_size);
+    ctx = wd_context_alloc(cfg->max_events, cfg->ring_size, cfg->proxy_ring_size, cfg->ring_dir,
+                           cfg->keep_rings);
     if (ctx == NULL) {
       WD_WARN("out of memory for communicator %s rank %d: not profiled", name ? name : "", rank);
       return NULL;

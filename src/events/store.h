@@ -41,6 +41,9 @@ int wd_store_open(const wd_config *cfg);
 void wd_store_close(void);
 /* Stop accepting events (a forked child): nothing is freed. */
 void wd_store_quiesce(void);
+/* A normal exit: remove every ring file not asked to be kept (they stay mapped). Crashes and
+ * kills never get here, which is the point of the files. */
+void wd_store_unlink_files(void);
 
 /* A context for a new communicator, registered and listed; NULL when out of memory or when the
  * registry is full. */

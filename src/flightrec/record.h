@@ -114,6 +114,23 @@ typedef union wd_recw {
   uint64_t w[WD_RECORD_WORDS];
 } wd_recw;
 
+/* The last word's high half is the record's check: a hash of the ticket and the other payload
+ * words. Two writers a whole lap apart (one preempted between taking its ticket and finishing)
+ * can be inside one slot at once and leave a mix of both records behind a complete-looking turn;
+ * the check, computed without any extra atomic operation, tells the reader (and a decoder of a
+ * ring file left by a dead process tells torn records the same way). XOR of the words, each
+ * rotated by its own amount (one changed word always changes the result), then one multiply to
+ * spread it into the kept half: a few cycles, no dependency chain of multiplies. */
+static inline uint64_t wd_rotl64(uint64_t x, unsigned r) { return (x << r) | (x >> (64 - r)); }
+static inline uint32_t wd_record_check(uint64_t ticket, const uint64_t *w) {
+  uint64_t h = ticket;
+#pragma GCC unroll 16
+  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h ^= wd_rotl64(w[i], 7 * i);
+  h ^= wd_rotl64((uint32_t)w[WD_RECORD_WORDS - 1], 7 * (WD_RECORD_WORDS - 1));
+  h *= 0x9e3779b97f4a7c15ull;
+  return (uint32_t)(h >> 32);
+}
+
 /* Fields of the WD_RECW_TAGS word (little-endian, as the record layout above). */
 static inline unsigned wd_recw_type(uint64_t tags) { return (unsigned)(tags >> 8) & 0xffu; }
 static inline unsigned wd_recw_flags(uint64_t tags) { return (unsigned)(tags >> 24) & 0xffu; }

@@ -4,9 +4,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-int wd_ring_init(wd_ring *r, uint32_t capacity) {
+uint32_t wd_ring_round(uint32_t capacity) {
   uint32_t cap = 16;
   while (cap < capacity && cap < (1u << 30)) cap <<= 1;
+  return cap;
+}
+
+void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem) {
+  memset(r, 0, sizeof(*r));
+  memset(mem, 0, sizeof(wd_record) * capacity);
+  r->recs = mem;
+  r->mask = capacity - 1;
+  r->external = 1;
+  atomic_init(&r->head, 0);
+}
+
+int wd_ring_init(wd_ring *r, uint32_t capacity) {
+  uint32_t cap = wd_ring_round(capacity);
   memset(r, 0, sizeof(*r));
   r->recs = calloc(cap, sizeof(wd_record));
   if (r->recs == NULL) return -1;
@@ -16,7 +30,7 @@ int wd_ring_init(wd_ring *r, uint32_t capacity) {
 }
 
 void wd_ring_destroy(wd_ring *r) {
-  free(r->recs);
+  if (!r->external) free(r->recs);
   r->recs = NULL;
 }
 
@@ -27,28 +41,10 @@ void wd_ring_clear(wd_ring *r) {
 
 /* Payload words are stored with relaxed atomics: the turn word orders them, and readers copy
  * while writers may be inside the slot (the turn check discards such copies). */
-/* The last word's high half is the record's check: a hash of the ticket and the other payload
- * words. Two writers a whole lap apart (one preempted between taking its ticket and finishing)
- * can be inside one slot at once and leave a mix of both records behind a complete-looking turn;
- * the check, computed without any extra atomic operation, tells the reader. */
-static inline uint64_t wd_rotl(uint64_t x, unsigned r) { return (x << r) | (x >> (64 - r)); }
-
-static inline uint32_t wd_rec_check(uint64_t ticket, const uint64_t *w) {
-  /* XOR of the words, each rotated by its own amount (one changed word always changes the
-   * result), then one multiply to spread it into the kept half: a few cycles, no dependency
-   * chain of multiplies on the hot path. */
-  uint64_t h = ticket;
-#pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h ^= wd_rotl(w[i], 7 * i);
-  h ^= wd_rotl((uint32_t)w[WD_RECORD_WORDS - 1], 7 * (WD_RECORD_WORDS - 1));
-  h *= 0x9e3779b97f4a7c15ull;
-  return (uint32_t)(h >> 32);
-}
-
 void wd_ring_write_w(wd_ring *r, const wd_recw *rec) {
   uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
   uint64_t *dst = (uint64_t *)&r->recs[t & r->mask]; /* ring memory is only accessed as words */
-  uint64_t last = (uint32_t)rec->w[WD_RECORD_WORDS - 1] | ((uint64_t)wd_rec_check(t, rec->w) << 32);
+  uint64_t last = (uint32_t)rec->w[WD_RECORD_WORDS - 1] | ((uint64_t)wd_record_check(t, rec->w) << 32);
   __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
   /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
   atomic_thread_fence(memory_order_release);
@@ -108,7 +104,7 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
       t = next - 1;
       continue;
     }
-    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_rec_check(t, w)) { bad++; continue; }
+    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(t, w)) { bad++; continue; }
     w[0] = want;
     memcpy(&out[n], w, sizeof(w));
     n++;

@@ -16,12 +16,16 @@
 typedef struct wd_ring {
   _Alignas(64) _Atomic uint64_t head; /* next ticket */
   uint32_t mask;                      /* capacity - 1, capacity a power of two */
-  uint32_t rsv;
+  uint32_t external;                  /* recs belong to a mapping the ring does not free */
   wd_record *recs;
 } wd_ring;
 
 /* capacity is rounded up to a power of two (minimum 16). Returns 0, or -1 when out of memory. */
 int wd_ring_init(wd_ring *r, uint32_t capacity);
+/* The same over memory the caller owns (a ring file), capacity already a power of two. */
+void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem);
+/* The capacity wd_ring_init gives for a requested one. */
+uint32_t wd_ring_round(uint32_t capacity);
 void wd_ring_destroy(wd_ring *r);
 
 /* Forget every record (no concurrent writer). */

@@ -130,6 +130,8 @@ static void wd_check_stalls(uint64_t now) {
   pthread_mutex_lock(&wd_store.lock);
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
     n += wd_scan_context(ctx, now, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
+    /* What a decoder needs besides the records, should the process die before the next poll. */
+    wd_context_refresh_file(ctx);
     /* Keep a quarter of the pool free so the hot path does not have to grow it. */
     for (int i = 0; i < WD_CTX_NPOOLS; i++)
       wd_pool_reserve(wd_ctx_pool(ctx, i), wd_pool_nslots(wd_ctx_pool(ctx, i)) / 4);

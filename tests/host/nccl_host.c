@@ -1281,6 +1281,7 @@ char *wdh_scenario_dir(const char *tag, const char *timeout, const char *poll) {
     exit(1);
   }
   setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
+  setenv("NCCL_WATCHDOG_RING_DIR", dir, 1); /* ring files go with the dumps, removed with them */
   setenv("NCCL_WATCHDOG_TIMEOUT", timeout, 1);
   setenv("NCCL_WATCHDOG_POLL", poll, 1);
   return dir;

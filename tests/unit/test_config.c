@@ -521,11 +521,21 @@ static void test_describe(void) {
   char line[1024];
   wd_config_defaults(&c);
   wd_config_describe(&c, line, sizeof line);
-  CU_ASSERT_STRING_EQUAL(line,
-                         "enable=1 timeout=300s poll=1s unreached_timeout=off dump_dir=(default) "
-                         "ring_size=8192 proxy_ring_size=8192 max_events=65536 signal=SIGUSR1 "
-                         "backtrace_signal=SIGRTMIN+3 action=dump event_mask=0x65f backtrace=1 "
-                         "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1");
+  char want[512];
+  snprintf(want, sizeof want,
+           "enable=1 timeout=300s poll=1s unreached_timeout=off dump_dir=(default) "
+           "ring_size=8192 proxy_ring_size=8192 max_events=65536 signal=SIGUSR1 "
+           "backtrace_signal=SIGRTMIN+3 action=dump event_mask=0x65f backtrace=1 "
+           "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
+           "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0", (unsigned)geteuid());
+  CU_ASSERT_STRING_EQUAL(line, want);
+  /* Ring files can be turned off. */
+  reset();
+  put("NCCL_WATCHDOG_RING_DIR", " off ");
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_EQUAL(nwarn, 0);
+  CU_ASSERT_EQUAL(c.ring_dir[0], '\0');
+  wd_config_defaults(&c);
   c.timeout_ns = 2500 * NS_MS;
   c.poll_ns = 1500 * 1000ULL; /* 1.5 ms */
   wd_config_describe(&c, line, sizeof line);

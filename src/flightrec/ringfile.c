@@ -1,0 +1,143 @@
+/* The flight recorder's file-backed mapping (ringfile.h). */
+#include "flightrec/ringfile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static _Atomic unsigned wd_rf_counter;
+static uint64_t wd_rf_process_start;
+
+static uint64_t wd_rf_wall_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t wd_rf_mono_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* mkdir -p for the last two components, private; an existing directory must be ours. */
+static int wd_rf_mkdir(const char *dir) {
+  char parent[512];
+  snprintf(parent, sizeof parent, "%s", dir);
+  char *slash = strrchr(parent, '/');
+  if (slash && slash != parent) {
+    *slash = '\0';
+    if (mkdir(parent, 0700) != 0 && errno != EEXIST) return -1;
+  }
+  if (mkdir(dir, 0700) != 0 && errno != EEXIST) return -1;
+  struct stat st;
+  if (lstat(dir, &st) != 0) return -1;
+  if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid()) {
+    errno = EPERM;
+    return -1;
+  }
+  return 0;
+}
+
+int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32_t ring_cap,
+                       uint32_t proxy_ring_cap) {
+  memset(f, 0, sizeof(*f));
+  if (!dir || !*dir || wd_rf_mkdir(dir) != 0) return -1;
+  if (!wd_rf_process_start) wd_rf_process_start = wd_rf_wall_ns();
+  unsigned n = atomic_fetch_add(&wd_rf_counter, 1);
+  int len = snprintf(f->path, sizeof f->path, "%s/%s-%d-%llu-%u.ring", dir, host && *host ? host : "host",
+                     (int)getpid(), (unsigned long long)(wd_rf_process_start / 1000000000ull), n);
+  if (len < 0 || (size_t)len >= sizeof f->path) {
+    errno = ENAMETOOLONG;
+    f->path[0] = '\0';
+    return -1;
+  }
+  int fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    f->path[0] = '\0';
+    return -1;
+  }
+  uint64_t bytes = wd_rf_file_bytes(ring_cap, proxy_ring_cap);
+  void *base = MAP_FAILED;
+  /* posix_fallocate: a full /dev/shm fails here, not with SIGBUS on the hot path later. */
+  if (ftruncate(fd, (off_t)bytes) == 0 && posix_fallocate(fd, 0, (off_t)bytes) == 0)
+    base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int saved = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    unlink(f->path);
+    f->path[0] = '\0';
+    errno = saved;
+    return -1;
+  }
+  f->base = base;
+  f->bytes = bytes;
+  wd_rf_header *h = base;
+  memcpy(h->magic, WD_RF_MAGIC, 8);
+  h->version = WD_RF_VERSION;
+  h->header_bytes = WD_RF_HEADER_BYTES;
+  h->record_bytes = sizeof(wd_record);
+  h->ring_cap = ring_cap;
+  h->proxy_ring_cap = proxy_ring_cap;
+  h->file_bytes = bytes;
+  h->strtab_off = WD_RF_HEADER_BYTES;
+  h->ring_off = h->strtab_off + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN;
+  h->proxy_ring_off = h->ring_off + (uint64_t)ring_cap * sizeof(wd_record);
+  h->process_start_wall_ns = wd_rf_process_start;
+  h->pid = (int32_t)getpid();
+  return 0;
+}
+
+wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy) {
+  if (!f->base) return NULL;
+  const wd_rf_header *h = f->base;
+  return (wd_record *)((char *)f->base + (proxy ? h->proxy_ring_off : h->ring_off));
+}
+
+wd_rf_header *wd_ringfile_header(const wd_ringfile *f) { return f->base; }
+
+void wd_ringfile_seal_identity(wd_ringfile *f) {
+  wd_rf_header *h = f->base;
+  if (!h) return;
+  h->bind_wall_ns = wd_rf_wall_ns();
+  h->bind_mono_ns = wd_rf_mono_ns();
+  h->ident_sum = wd_rf_ident_sum(h);
+}
+
+void wd_ringfile_put_strings(wd_ringfile *f, const char *const *strings, unsigned n) {
+  if (!f->base) return;
+  char *tab = (char *)f->base + WD_RF_HEADER_BYTES;
+  for (unsigned i = 0; i < n && i < WD_RF_STRINGS; i++) {
+    char *dst = tab + (size_t)i * WD_RF_STRLEN;
+    size_t len = strnlen(strings[i] ? strings[i] : "", WD_RF_STRLEN - 1);
+    memcpy(dst, strings[i] ? strings[i] : "", len);
+    memset(dst + len, 0, WD_RF_STRLEN - len);
+  }
+}
+
+void wd_ringfile_live_begin(wd_ringfile *f) {
+  wd_rf_header *h = f->base;
+  if (!h) return;
+  __atomic_store_n(&h->live_gen, h->live_gen | 1, __ATOMIC_RELEASE);
+  h->live_mono_ns = wd_rf_mono_ns();
+  h->live_wall_ns = wd_rf_wall_ns();
+}
+
+void wd_ringfile_live_end(wd_ringfile *f) {
+  wd_rf_header *h = f->base;
+  if (!h) return;
+  h->live_sum = wd_rf_live_sum(h);
+  __atomic_store_n(&h->live_gen, (h->live_gen | 1) + 1, __ATOMIC_RELEASE);
+}
+
+void wd_ringfile_close(wd_ringfile *f, int keep) {
+  if (f->base) munmap(f->base, f->bytes);
+  if (f->path[0] && !keep) unlink(f->path);
+  memset(f, 0, sizeof(*f));
+}

@@ -1,0 +1,106 @@
+/*
+ * A communicator's flight recorder in a file mapped MAP_SHARED (node-local, /dev/shm by default):
+ * the kernel keeps the pages when the process dies, whatever killed it, so a decoder that needs
+ * nothing from the dead process can read the rings afterwards (nccl-watchdog-analyze).
+ *
+ * Layout (little-endian, as written by the machine): a 4 KiB header, the string table copy
+ * (WD_RF_STRINGS x WD_RF_STRLEN bytes), the operation ring, the proxy ring (records of
+ * record.h, each checked by its own turn word and wd_record_check). The header's identity part
+ * is written once, at communicator init, and protected by ident_sum; its live part (sequence
+ * counters, the time of the last refresh) is rewritten by the watchdog each poll under a
+ * generation word and protected by live_sum. A decoder trusts nothing it cannot check.
+ *
+ * This header is also the file format's definition for the decoder (tools/analyze).
+ */
+#ifndef WD_RINGFILE_H
+#define WD_RINGFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "flightrec/record.h"
+
+#define WD_RF_MAGIC "NCCLWDRF"
+#define WD_RF_VERSION 1u
+#define WD_RF_HEADER_BYTES 4096u
+#define WD_RF_STRINGS 256u
+#define WD_RF_STRLEN 32u
+#define WD_RF_SEQS 32u
+
+typedef struct wd_rf_seq {
+  uint8_t func; /* index into the file's string table */
+  uint8_t ce;   /* 1: a CE collective counter (numbered apart) */
+  uint8_t rsv[6];
+  int64_t enqueued, completed;
+} wd_rf_seq;
+
+typedef struct wd_rf_header {
+  /* Fixed at creation. */
+  char magic[8];
+  uint32_t version, header_bytes;
+  uint32_t record_bytes, ring_cap, proxy_ring_cap, rsv0;
+  uint64_t file_bytes, strtab_off, ring_off, proxy_ring_off;
+  /* Identity, at communicator init. */
+  int32_t pid, rank, nranks, nnodes, abi, cuda_dev;
+  uint64_t comm_id;
+  uint64_t process_start_wall_ns; /* names the process incarnation with the pid */
+  uint64_t bind_wall_ns, bind_mono_ns; /* record stamps are CLOCK_MONOTONIC: their wall time */
+  char host[64];
+  char comm_name[128];
+  char gpu_uuid[48];
+  uint64_t ident_sum; /* FNV-1a 64 of every byte above */
+  /* Live, refreshed by the watchdog. */
+  uint64_t live_gen;  /* odd while being rewritten */
+  uint64_t live_mono_ns, live_wall_ns;
+  int64_t p2p_enqueued, p2p_completed;
+  uint32_t nseq, finalized;
+  wd_rf_seq seq[WD_RF_SEQS];
+  uint64_t live_sum; /* FNV-1a 64 of live_mono_ns .. seq[] */
+} wd_rf_header;
+
+_Static_assert(sizeof(wd_rf_header) <= WD_RF_HEADER_BYTES, "ring file header fits its page");
+
+static inline uint64_t wd_rf_fnv(const void *p, size_t n) {
+  const unsigned char *b = (const unsigned char *)p;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+  return h;
+}
+static inline uint64_t wd_rf_ident_sum(const wd_rf_header *h) {
+  return wd_rf_fnv(h, offsetof(wd_rf_header, ident_sum));
+}
+static inline uint64_t wd_rf_live_sum(const wd_rf_header *h) {
+  return wd_rf_fnv(&h->live_mono_ns, offsetof(wd_rf_header, live_sum) - offsetof(wd_rf_header, live_mono_ns));
+}
+static inline uint64_t wd_rf_file_bytes(uint32_t ring_cap, uint32_t proxy_ring_cap) {
+  return WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN +
+         ((uint64_t)ring_cap + proxy_ring_cap) * sizeof(wd_record);
+}
+
+/* ---- the writer's side (the plugin) ---- */
+
+typedef struct wd_ringfile {
+  void *base; /* the mapping, NULL when none */
+  uint64_t bytes;
+  char path[512];
+} wd_ringfile;
+
+/* Create dir (0700, also its parent) and a new file in it named
+ * <host>-<pid>-<process start s>-<n>.ring (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), sized for the two
+ * rings and mapped MAP_SHARED. The rings' records live in it. Returns 0, or -1 (errno) with f
+ * empty: the caller keeps its rings in memory instead. */
+int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32_t ring_cap,
+                       uint32_t proxy_ring_cap);
+wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy);
+wd_rf_header *wd_ringfile_header(const wd_ringfile *f);
+/* Identity fields are set by the caller, then sealed (checksum). */
+void wd_ringfile_seal_identity(wd_ringfile *f);
+/* Copy the string table (strings[i] for i < n, each at most WD_RF_STRLEN - 1 bytes). */
+void wd_ringfile_put_strings(wd_ringfile *f, const char *const *strings, unsigned n);
+/* Begin / end a rewrite of the live part. */
+void wd_ringfile_live_begin(wd_ringfile *f);
+void wd_ringfile_live_end(wd_ringfile *f);
+/* Unmap; unlink unless keep. Safe on an empty f. */
+void wd_ringfile_close(wd_ringfile *f, int keep);
+
+#endif
