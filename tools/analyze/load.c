@@ -1,4 +1,5 @@
 #include "load.h"
+#include "ringfile.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -469,6 +470,14 @@ int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t
     snprintf(why, why_len, "empty file");
     return -1;
   }
+  /* A dead process's ring file: decoded into a dump, then read like any other. */
+  if (wd_az_is_ringfile(data, len)) {
+    cJSON *doc = wd_az_ringfile_decode(data, len, path, why, why_len);
+    if (!doc) return -1;
+    int rc = load_root(set, path, doc, why, why_len);
+    cJSON_Delete(doc);
+    return rc;
+  }
   cJSON_Hooks hooks = {arena_alloc, arena_free};
   cJSON_InitHooks(&hooks);
   cJSON *root = cJSON_ParseWithLength(data, len);
@@ -545,8 +554,8 @@ int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
 
 static int dump_name(const char *name) {
   size_t n = strlen(name);
-  return name[0] != '.' && strncmp(name, "trigger-", 8) != 0 && n > 5 &&
-         strcmp(name + n - 5, ".json") == 0;
+  return name[0] != '.' && strncmp(name, "trigger-", 8) != 0 &&
+         ((n > 5 && strcmp(name + n - 5, ".json") == 0) || (n > 5 && strcmp(name + n - 5, ".ring") == 0));
 }
 
 static int cmp_str(const void *a, const void *b) {
@@ -605,6 +614,7 @@ int wd_az_load_path(wd_az_set *set, const char *path, int quiet) {
 /* ---- selection ---- */
 
 static const wd_az_set *g_sort_set; /* qsort has no context argument */
+static wd_az_str g_postmortem;
 
 static int cmp_key(const void *a, const void *b) {
   const wd_az_crank *x = &g_sort_set->cranks[*(const size_t *)a];
@@ -614,6 +624,9 @@ static int cmp_key(const void *a, const void *b) {
   if (x->rank != y->rank) return x->rank - y->rank;
   if (dx->host != dy->host) return dx->host < dy->host ? -1 : 1;
   if (dx->pid != dy->pid) return dx->pid - dy->pid;
+  /* A dump the process wrote itself says more (open trees, stacks) than its ring file. */
+  int px = dx->reason == g_postmortem, py = dy->reason == g_postmortem;
+  if (px != py) return px - py;
   if (dx->wall_ns != dy->wall_ns) return dx->wall_ns > dy->wall_ns ? -1 : 1;
   return x->dump < y->dump ? 1 : -1; /* later file wins a tie */
 }
@@ -630,6 +643,7 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   if (!idx) return;
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;
+  g_postmortem = wd_az_intern("postmortem");
   qsort(idx, set->ncranks, sizeof(*idx), cmp_key);
   for (size_t i = 0; i < set->ncranks; i++) {
     wd_az_crank *c = &set->cranks[idx[i]];

@@ -2,11 +2,19 @@
  * nccl-watchdog-analyze: reads the dumps of every rank and names the rank and collective that
  * hung the job. Usage and output formats: docs/analyzer.md.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "load.h"
+#include "ringfile.h"
 #include "report.h"
 #include "trace.h"
 #include "verdict.h"
@@ -16,6 +24,7 @@ enum { EXIT_OK = 0, EXIT_OUTPUT = 1, EXIT_USAGE = 2, EXIT_NO_DUMP = 3 };
 typedef struct args {
   int json, verbose, quiet;
   const char *trace;
+  const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
   wd_az_opts opts;
   int ninputs;
   char **inputs;
@@ -23,9 +32,11 @@ typedef struct args {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: nccl-watchdog-analyze [options] DUMP_DIR|DUMP_FILE...\n"
+          "usage: nccl-watchdog-analyze [options] DUMP_DIR|DUMP_FILE|RING_FILE...\n"
           "  --json           machine-readable report on stdout (schema: docs/analyzer.md)\n"
           "  --trace FILE     also write a Chrome/Perfetto trace of every rank's rings\n"
+          "  --salvage DIR    write each ring file given (or found in a directory given) as a\n"
+          "                   dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps      use every dump, not only the newest per (host, pid, comm rank)\n"
           "  --stall-ms MS    an operation without progress for MS counts as stuck\n"
           "                   (default: the timeout recorded in each dump)\n"
@@ -45,6 +56,7 @@ static int parse_args(int argc, char **argv, args *a) {
     else if (strcmp(s, "-v") == 0 || strcmp(s, "--verbose") == 0) a->verbose = 1;
     else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) a->quiet = 1;
     else if (strcmp(s, "--trace") == 0 && i + 1 < argc) a->trace = argv[++i];
+    else if (strcmp(s, "--salvage") == 0 && i + 1 < argc) a->salvage = argv[++i];
     else if (strcmp(s, "--stall-ms") == 0 && i + 1 < argc) {
       char *end;
       a->opts.stall_ms = strtod(argv[++i], &end);
@@ -91,6 +103,65 @@ out:
   return rc;
 }
 
+/* One ring file to DIR/<host>-<pid>-<commId>-postmortem.json (never overwriting one). */
+static int salvage_file(const char *path, const char *dir, int quiet) {
+  FILE *f = fopen(path, "rb");
+  char why[256] = "cannot open";
+  char *buf = NULL;
+  long len = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len <= WD_AZ_MAX_FILE &&
+      fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL)
+    len = (long)fread(buf, 1, (size_t)len, f);
+  if (f) fclose(f);
+  cJSON *doc = buf ? wd_az_ringfile_decode(buf, (size_t)len, path, why, sizeof why) : NULL;
+  free(buf);
+  if (!doc) {
+    if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, why);
+    return -1;
+  }
+  const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
+  const char *host = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "host"));
+  const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "commId"));
+  char out[1024];
+  snprintf(out, sizeof out, "%s/%s-%d-%s-postmortem.json", dir, host && *host ? host : "host",
+           (int)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "pid")), id ? id : "0x0");
+  char *text = cJSON_PrintUnformatted(doc);
+  cJSON_Delete(doc);
+  int fd = text ? open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+  int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+  if (fd >= 0) ok = close(fd) == 0 && ok;
+  free(text);
+  if (!ok) {
+    fprintf(stderr, "nccl-watchdog-analyze: cannot write %s: %s\n", out, strerror(errno));
+    return -1;
+  }
+  printf("%s -> %s\n", path, out);
+  return 0;
+}
+
+static int salvage(const args *a) {
+  int written = 0, failed = 0;
+  for (int i = 0; i < a->ninputs; i++) {
+    struct stat st;
+    if (stat(a->inputs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+      DIR *d = opendir(a->inputs[i]);
+      struct dirent *e;
+      while (d && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".ring") != 0) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", a->inputs[i], e->d_name);
+        salvage_file(path, a->salvage, a->quiet) == 0 ? written++ : failed++;
+      }
+      if (d) closedir(d);
+    } else {
+      salvage_file(a->inputs[i], a->salvage, a->quiet) == 0 ? written++ : failed++;
+    }
+  }
+  if (written == 0) return EXIT_NO_DUMP;
+  return failed ? EXIT_OUTPUT : EXIT_OK;
+}
+
 int main(int argc, char **argv) {
   args a;
   if (parse_args(argc, argv, &a) != 0) {
@@ -98,7 +169,7 @@ int main(int argc, char **argv) {
     free(a.inputs);
     return EXIT_USAGE;
   }
-  int rc = run(&a);
+  int rc = a.salvage ? salvage(&a) : run(&a);
   free(a.inputs);
   return rc;
 }

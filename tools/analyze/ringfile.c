@@ -1,0 +1,263 @@
+/* A dead process's ring file, decoded into an ordinary dump (ringfile.h). */
+#include "ringfile.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flightrec/ringfile.h"
+
+#define DUMP_FORMAT "nccl-watchdog-dump"
+
+int wd_az_is_ringfile(const char *data, size_t len) {
+  return len >= 8 && memcmp(data, WD_RF_MAGIC, 8) == 0;
+}
+
+typedef struct rec_t {
+  uint64_t ticket;
+  wd_record r;
+} rec_t;
+
+static int cmp_ticket(const void *a, const void *b) {
+  uint64_t x = ((const rec_t *)a)->ticket, y = ((const rec_t *)b)->ticket;
+  return x < y ? -1 : x > y;
+}
+
+static const char *type_name(unsigned t) {
+  static const char *const names[] = {"Group", "Coll", "P2p", "ProxyOp", "ProxyStep", "ProxyCtrl",
+                                      "KernelCh", "NetPlugin", "GroupApi", "CollApi", "P2pApi",
+                                      "KernelLaunch", "CeColl", "CeSync", "CeBatch"};
+  return t < sizeof(names) / sizeof(names[0]) ? names[t] : "Unknown";
+}
+
+static const char *phase_name(unsigned p) {
+  return p == WD_PH_START ? "start" : p == WD_PH_STATE ? "state" : p == WD_PH_STOP ? "stop" : "unknown";
+}
+
+static void add_hex(cJSON *o, const char *key, uint64_t v) {
+  char buf[24];
+  snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  cJSON_AddStringToObject(o, key, buf);
+}
+
+/* Every slot that holds a complete record of its own ticket, oldest first; the others counted. */
+static rec_t *read_ring(const unsigned char *base, uint32_t cap, uint32_t *n, uint32_t *torn) {
+  rec_t *out = malloc(sizeof(rec_t) * (cap ? cap : 1));
+  *n = *torn = 0;
+  if (!out) return NULL;
+  for (uint32_t i = 0; i < cap; i++) {
+    uint64_t w[WD_RECORD_WORDS];
+    memcpy(w, base + (size_t)i * sizeof(wd_record), sizeof w);
+    if (w[0] == 0) continue; /* never written */
+    uint64_t ticket = w[0] / 2 - 1;
+    if ((w[0] & 1) || w[0] < 2 || (ticket & (cap - 1)) != i ||
+        (uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(ticket, w)) {
+      (*torn)++;
+      continue;
+    }
+    out[*n].ticket = ticket;
+    memcpy(&out[*n].r, w, sizeof w);
+    (*n)++;
+  }
+  qsort(out, *n, sizeof(rec_t), cmp_ticket);
+  return out;
+}
+
+static const char *sstr(char (*strs)[WD_RF_STRLEN], uint8_t id) { return strs[id]; }
+
+static cJSON *records_json(const rec_t *recs, uint32_t n, char (*strs)[WD_RF_STRLEN], uint64_t mono_ref) {
+  cJSON *arr = cJSON_CreateArray();
+  for (uint32_t i = 0; arr && i < n; i++) {
+    const wd_record *r = &recs[i].r;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) break;
+    cJSON_AddItemToArray(arr, o);
+    cJSON_AddNumberToObject(o, "t", (double)((int64_t)(r->ts_ns - mono_ref)));
+    cJSON_AddStringToObject(o, "ph", phase_name(r->phase));
+    cJSON_AddStringToObject(o, "type", type_name(r->type));
+    cJSON_AddNumberToObject(o, "slot", r->slot);
+    cJSON_AddNumberToObject(o, "tid", r->tid);
+    if (r->type == WD_T_COLL || r->type == WD_T_CECOLL || r->type == WD_T_P2P ||
+        r->type == WD_T_COLLAPI || r->type == WD_T_P2PAPI) {
+      cJSON_AddStringToObject(o, "func", sstr(strs, r->func));
+      cJSON_AddStringToObject(o, "datatype", sstr(strs, r->dtype));
+      cJSON_AddNumberToObject(o, "count", (double)r->count);
+      if (r->type == WD_T_P2P) cJSON_AddNumberToObject(o, "peer", r->peer);
+      else cJSON_AddNumberToObject(o, "root", r->peer);
+      if (r->type == WD_T_COLL || r->type == WD_T_CECOLL) cJSON_AddNumberToObject(o, "seq", (double)r->a);
+    } else if (r->type == WD_T_PROXYOP) {
+      cJSON_AddNumberToObject(o, "channel", r->channel);
+      cJSON_AddNumberToObject(o, "peer", r->peer);
+      cJSON_AddNumberToObject(o, "nSteps", r->n);
+      cJSON_AddBoolToObject(o, "isSend", (r->flags & WD_F_SEND) != 0);
+    } else if (r->type == WD_T_PROXYSTEP) {
+      cJSON_AddNumberToObject(o, "step", r->n);
+    } else if (r->type == WD_T_KERNELCH) {
+      cJSON_AddNumberToObject(o, "channel", r->channel);
+    }
+    if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "stateId", r->state);
+  }
+  return arr;
+}
+
+static cJSON *ring_json(const rec_t *recs, uint32_t n, uint32_t torn, uint32_t cap,
+                        char (*strs)[WD_RF_STRLEN], uint64_t mono_ref) {
+  cJSON *o = cJSON_CreateObject();
+  if (!o) return NULL;
+  uint64_t written = n ? recs[n - 1].ticket + 1 : 0;
+  cJSON_AddNumberToObject(o, "capacity", cap);
+  cJSON_AddNumberToObject(o, "written", (double)written);
+  cJSON_AddNumberToObject(o, "lost", (double)(written > cap ? written - cap : 0));
+  cJSON_AddNumberToObject(o, "torn", torn);
+  cJSON_AddItemToObject(o, "records", records_json(recs, n, strs, mono_ref));
+  return o;
+}
+
+/* The last seqNumber enqueued per function, from the header (when its live part is whole) and
+ * the records (Coll starts), whichever is newer. */
+static void add_seqs(cJSON *comm, const wd_rf_header *h, int live_ok, const rec_t *recs, uint32_t n,
+                     char (*strs)[WD_RF_STRLEN]) {
+  int64_t enq[WD_RF_STRINGS], done[WD_RF_STRINGS], ce_enq[WD_RF_STRINGS], ce_done[WD_RF_STRINGS];
+  for (unsigned i = 0; i < WD_RF_STRINGS; i++) enq[i] = done[i] = ce_enq[i] = ce_done[i] = -1;
+  if (live_ok)
+    for (uint32_t i = 0; i < h->nseq && i < WD_RF_SEQS; i++) {
+      const wd_rf_seq *s = &h->seq[i];
+      int64_t *e = s->ce ? ce_enq : enq, *d = s->ce ? ce_done : done;
+      e[s->func] = s->enqueued;
+      d[s->func] = s->completed;
+    }
+  for (uint32_t i = 0; i < n; i++) {
+    const wd_record *r = &recs[i].r;
+    if (r->phase != WD_PH_START || (r->type != WD_T_COLL && r->type != WD_T_CECOLL)) continue;
+    int64_t *e = r->type == WD_T_CECOLL ? ce_enq : enq;
+    if ((int64_t)r->a > e[r->func]) e[r->func] = (int64_t)r->a;
+  }
+  for (int ce = 0; ce < 2; ce++) {
+    cJSON *arr = cJSON_AddArrayToObject(comm, ce ? "ceSeq" : "seq");
+    for (unsigned f = 0; arr && f < WD_RF_STRINGS; f++) {
+      int64_t e = ce ? ce_enq[f] : enq[f], d = ce ? ce_done[f] : done[f];
+      if (e < 0 && d < 0) continue;
+      cJSON *s = cJSON_CreateObject();
+      if (!s) break;
+      cJSON_AddItemToArray(arr, s);
+      cJSON_AddStringToObject(s, "func", strs[f][0] ? strs[f] : "?");
+      cJSON_AddNumberToObject(s, "lastEnqueued", (double)e);
+      cJSON_AddNumberToObject(s, "lastCompleted", (double)d);
+    }
+  }
+}
+
+cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, char *why,
+                             size_t why_len) {
+  if (len < WD_RF_HEADER_BYTES || !wd_az_is_ringfile(data, len)) {
+    snprintf(why, why_len, "not a ring file (too short or no magic)");
+    return NULL;
+  }
+  wd_rf_header h;
+  memcpy(&h, data, sizeof h);
+  if (h.version != WD_RF_VERSION) {
+    snprintf(why, why_len, "ring file version %u (this analyzer reads %u)", h.version, WD_RF_VERSION);
+    return NULL;
+  }
+  if (h.ident_sum != wd_rf_ident_sum(&h)) {
+    snprintf(why, why_len, "ring file header fails its checksum (torn, or not written by nccl-watchdog)");
+    return NULL;
+  }
+  if (h.header_bytes != WD_RF_HEADER_BYTES || h.record_bytes != sizeof(wd_record) ||
+      h.ring_cap < 16 || h.proxy_ring_cap < 16 || h.ring_cap > (1u << 30) ||
+      h.proxy_ring_cap > (1u << 30) || (h.ring_cap & (h.ring_cap - 1)) ||
+      (h.proxy_ring_cap & (h.proxy_ring_cap - 1)) ||
+      h.file_bytes != wd_rf_file_bytes(h.ring_cap, h.proxy_ring_cap) ||
+      h.strtab_off != WD_RF_HEADER_BYTES ||
+      h.ring_off != h.strtab_off + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN ||
+      h.proxy_ring_off != h.ring_off + (uint64_t)h.ring_cap * sizeof(wd_record)) {
+    snprintf(why, why_len, "ring file header describes an impossible layout");
+    return NULL;
+  }
+  if (len < h.file_bytes) {
+    snprintf(why, why_len, "ring file truncated: %zu of %" PRIu64 " bytes", len, h.file_bytes);
+    return NULL;
+  }
+  int live_ok = !(h.live_gen & 1) && h.live_gen != 0 && h.live_sum == wd_rf_live_sum(&h);
+  static char strs[WD_RF_STRINGS][WD_RF_STRLEN];
+  memcpy(strs, data + h.strtab_off, sizeof strs);
+  for (unsigned i = 0; i < WD_RF_STRINGS; i++) strs[i][WD_RF_STRLEN - 1] = '\0';
+  h.host[sizeof h.host - 1] = h.comm_name[sizeof h.comm_name - 1] = h.gpu_uuid[sizeof h.gpu_uuid - 1] = '\0';
+
+  uint32_t n1, t1, n2, t2;
+  rec_t *r1 = read_ring((const unsigned char *)data + h.ring_off, h.ring_cap, &n1, &t1);
+  rec_t *r2 = read_ring((const unsigned char *)data + h.proxy_ring_off, h.proxy_ring_cap, &n2, &t2);
+  if (!r1 || !r2) {
+    free(r1);
+    free(r2);
+    snprintf(why, why_len, "out of memory");
+    return NULL;
+  }
+  /* The reference instant: the newest of the last refresh and the last record. */
+  uint64_t mono_ref = live_ok ? h.live_mono_ns : h.bind_mono_ns;
+  if (n1 && r1[n1 - 1].r.ts_ns > mono_ref) mono_ref = r1[n1 - 1].r.ts_ns;
+  if (n2 && r2[n2 - 1].r.ts_ns > mono_ref) mono_ref = r2[n2 - 1].r.ts_ns;
+  uint64_t wall_ref = h.bind_wall_ns + (mono_ref - h.bind_mono_ns);
+
+  cJSON *root = cJSON_CreateObject();
+  if (!root) goto oom;
+  cJSON_AddStringToObject(root, "format", DUMP_FORMAT);
+  cJSON_AddNumberToObject(root, "version", 1);
+  cJSON_AddStringToObject(root, "reason", "postmortem");
+  cJSON_AddNumberToObject(root, "dumpSeq", 0);
+  cJSON_AddStringToObject(root, "host", h.host);
+  cJSON_AddNumberToObject(root, "pid", h.pid);
+  cJSON *time = cJSON_AddObjectToObject(root, "time");
+  if (time) {
+    add_hex(time, "wall_ns", wall_ref);
+    add_hex(time, "mono_ns", mono_ref);
+  }
+  cJSON *pm = cJSON_AddObjectToObject(root, "postmortem");
+  if (pm) {
+    cJSON_AddStringToObject(pm, "file", path ? path : "");
+    cJSON_AddBoolToObject(pm, "headerLive", live_ok);
+    cJSON_AddBoolToObject(pm, "finalized", live_ok && h.finalized);
+    add_hex(pm, "lastRefreshWallNs", live_ok ? h.live_wall_ns : 0);
+    cJSON_AddNumberToObject(pm, "records", n1 + n2);
+    cJSON_AddNumberToObject(pm, "tornRecords", t1 + t2);
+  }
+  cJSON *cfg = cJSON_AddObjectToObject(root, "config");
+  (void)cfg;
+  cJSON *comms = cJSON_AddArrayToObject(root, "comms");
+  cJSON *c = cJSON_CreateObject();
+  if (!comms || !c) goto oom;
+  cJSON_AddItemToArray(comms, c);
+  add_hex(c, "commId", h.comm_id);
+  cJSON_AddStringToObject(c, "commName", h.comm_name);
+  cJSON_AddNumberToObject(c, "rank", h.rank);
+  cJSON_AddNumberToObject(c, "nranks", h.nranks);
+  cJSON_AddNumberToObject(c, "nNodes", h.nnodes);
+  cJSON_AddNumberToObject(c, "abi", h.abi);
+  cJSON_AddNumberToObject(c, "cudaDev", h.cuda_dev);
+  cJSON_AddStringToObject(c, "gpuUuid", h.gpu_uuid);
+  uint64_t last = n1 ? r1[n1 - 1].r.ts_ns : 0;
+  if (n2 && r2[n2 - 1].r.ts_ns > last) last = r2[n2 - 1].r.ts_ns;
+  cJSON_AddNumberToObject(c, "sinceProgressMs", last ? (double)(mono_ref - last) / 1e6 : 0);
+  add_seqs(c, &h, live_ok, r1, n1, strs);
+  cJSON *p2p = cJSON_AddObjectToObject(c, "p2p");
+  if (p2p) {
+    cJSON_AddNumberToObject(p2p, "enqueued", live_ok ? (double)h.p2p_enqueued : -1);
+    cJSON_AddNumberToObject(p2p, "completed", live_ok ? (double)h.p2p_completed : -1);
+  }
+  cJSON_AddArrayToObject(c, "inflight");
+  cJSON_AddArrayToObject(c, "open");
+  cJSON_AddItemToObject(c, "ring", ring_json(r1, n1, t1, h.ring_cap, strs, mono_ref));
+  cJSON_AddItemToObject(c, "proxyRing", ring_json(r2, n2, t2, h.proxy_ring_cap, strs, mono_ref));
+  cJSON *th = cJSON_AddObjectToObject(root, "threads");
+  if (th) cJSON_AddBoolToObject(th, "disabled", 1);
+  free(r1);
+  free(r2);
+  return root;
+oom:
+  cJSON_Delete(root);
+  free(r1);
+  free(r2);
+  snprintf(why, why_len, "out of memory");
+  return NULL;
+}
