@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,8 +12,47 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "flightrec/strtab.h"
+
 static _Atomic unsigned wd_rf_counter;
 static uint64_t wd_rf_process_start;
+
+/* Open files, for strings interned while they live (few files, a string now and then). */
+#define WD_RF_OPEN_MAX 1024
+static pthread_mutex_t wd_rf_lock = PTHREAD_MUTEX_INITIALIZER;
+static void *wd_rf_open[WD_RF_OPEN_MAX];
+
+static void wd_rf_put_one(void *base, unsigned id, const char *text) {
+  char *dst = (char *)base + WD_RF_HEADER_BYTES + (size_t)id * WD_RF_STRLEN;
+  size_t len = strnlen(text, WD_RF_STRLEN - 1);
+  memcpy(dst, text, len);
+  memset(dst + len, 0, WD_RF_STRLEN - len);
+}
+
+void wd_ringfile_note_string(unsigned id, const char *text) {
+  if (id >= WD_RF_STRINGS) return;
+  pthread_mutex_lock(&wd_rf_lock);
+  for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++)
+    if (wd_rf_open[i]) wd_rf_put_one(wd_rf_open[i], id, text);
+  pthread_mutex_unlock(&wd_rf_lock);
+}
+
+static void wd_rf_register(void *base, int add) {
+  pthread_mutex_lock(&wd_rf_lock);
+  for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++) {
+    if (add && !wd_rf_open[i]) {
+      wd_rf_open[i] = base;
+      unsigned n = wd_str_count();
+      for (unsigned k = 1; k < n && k < WD_RF_STRINGS; k++) wd_rf_put_one(base, k, wd_str((uint8_t)k));
+      break;
+    }
+    if (!add && wd_rf_open[i] == base) {
+      wd_rf_open[i] = NULL;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&wd_rf_lock);
+}
 
 static uint64_t wd_rf_wall_ns(void) {
   struct timespec ts;
@@ -91,6 +131,7 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
   h->proxy_ring_off = h->ring_off + (uint64_t)ring_cap * sizeof(wd_record);
   h->process_start_wall_ns = wd_rf_process_start;
   h->pid = (int32_t)getpid();
+  wd_rf_register(base, 1);
   return 0;
 }
 
@@ -112,13 +153,8 @@ void wd_ringfile_seal_identity(wd_ringfile *f) {
 
 void wd_ringfile_put_strings(wd_ringfile *f, const char *const *strings, unsigned n) {
   if (!f->base) return;
-  char *tab = (char *)f->base + WD_RF_HEADER_BYTES;
-  for (unsigned i = 0; i < n && i < WD_RF_STRINGS; i++) {
-    char *dst = tab + (size_t)i * WD_RF_STRLEN;
-    size_t len = strnlen(strings[i] ? strings[i] : "", WD_RF_STRLEN - 1);
-    memcpy(dst, strings[i] ? strings[i] : "", len);
-    memset(dst + len, 0, WD_RF_STRLEN - len);
-  }
+  for (unsigned i = 0; i < n && i < WD_RF_STRINGS; i++)
+    wd_rf_put_one(f->base, i, strings[i] ? strings[i] : "");
 }
 
 void wd_ringfile_live_begin(wd_ringfile *f) {
@@ -137,7 +173,10 @@ void wd_ringfile_live_end(wd_ringfile *f) {
 }
 
 void wd_ringfile_close(wd_ringfile *f, int keep) {
-  if (f->base) munmap(f->base, f->bytes);
+  if (f->base) {
+    wd_rf_register(f->base, 0);
+    munmap(f->base, f->bytes);
+  }
   if (f->path[0] && !keep) unlink(f->path);
   memset(f, 0, sizeof(*f));
 }

@@ -100,6 +100,9 @@ void wd_ringfile_put_strings(wd_ringfile *f, const char *const *strings, unsigne
 /* Begin / end a rewrite of the live part. */
 void wd_ringfile_live_begin(wd_ringfile *f);
 void wd_ringfile_live_end(wd_ringfile *f);
+/* A string the process just interned (strtab.c): written into every open ring file at once, so
+ * a process killed before the watchdog's next refresh still names its functions. */
+void wd_ringfile_note_string(unsigned id, const char *text);
 /* Unmap; unlink unless keep. Safe on an empty f. */
 void wd_ringfile_close(wd_ringfile *f, int keep);
 

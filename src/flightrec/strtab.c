@@ -1,6 +1,8 @@
 /* Lock-free string interning: a pointer cache in front of a table of bounded copies. */
 #include "flightrec/strtab.h"
 
+#include "flightrec/ringfile.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -57,6 +59,7 @@ static uint8_t wd_intern_text(const char *s) {
       atomic_store_explicit(&wd_strings[n].state, 2, memory_order_release);
       atomic_store_explicit(&wd_nstrings, n + 1, memory_order_release);
       id = (uint8_t)n;
+      wd_ringfile_note_string(n, wd_strings[n].text);
     }
   }
   pthread_mutex_unlock(&wd_str_lock);

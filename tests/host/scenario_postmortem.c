@@ -1,0 +1,251 @@
+/*
+ * The flight recorder outlives the process. Each case runs the plugin in child processes and
+ * kills them with SIGKILL (no handler runs, nothing is flushed); what they leave in their ring
+ * files is read back with nccl-watchdog-analyze --salvage:
+ *   killed     traffic on two communicators from two threads, SIGKILL in the middle: every
+ *              record decodes or is counted torn, and the last operation completed before the
+ *              kill (its sequence number known to the parent through a pipe) is there.
+ *   two_jobs   two processes started at once, as two jobs on one node would: two files, none
+ *              reused, each naming its own process.
+ *   culprit    a 4-rank job; rank 2 is SIGKILLed before the collective the others then hang in:
+ *              the analyzer, given the others' stall dumps and rank 2's ring file, names rank 2.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "nccl_host.h"
+
+#define COMM_A 0x70a70a70a70aull
+#define COMM_B 0x70b70b70b70bull
+#define COMM_JOB 0xcafe0000beefull
+
+static int count_files(const char *dir, const char *suffix) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "ls '%s' | grep -c -- '%s$'", dir, suffix);
+  FILE *p = popen(cmd, "r");
+  int n = 0;
+  if (p && fscanf(p, "%d", &n) != 1) n = 0;
+  if (p) pclose(p);
+  return n;
+}
+
+/* analyzer --salvage DIR DIR: every ring file there becomes DIR/...-postmortem.json. */
+static int salvage(const char *dir) {
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return -1;
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' --salvage '%s' '%s' >/dev/null", az, dir, dir);
+  return system(cmd);
+}
+
+/* The salvaged dump of comm id in dir (wdh_json_free), or NULL. */
+static void *salvaged(const char *dir, uint64_t comm_id) {
+  char *paths[16];
+  int n = wdh_list_dumps(dir, "postmortem", paths, 16);
+  void *found = NULL;
+  for (int i = 0; i < n && !found; i++) {
+    void *j = wdh_json_load(paths[i]);
+    const char *id = j ? wdh_jstr(j, "comms.0.commId") : NULL;
+    if (id && strtoull(id, NULL, 16) == comm_id) found = j;
+    else wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n);
+  return found;
+}
+
+/* ---- killed ---- */
+
+static void killed_child(int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm a, b;
+  wdh_comm_init(&a, &p, COMM_A, "pm-a", 1, 2, 0);
+  wdh_comm_init(&b, &p, COMM_B, "pm-b", 1, 2, 0);
+  wdh_traffic *t = wdh_traffic_start(&b, 8, "pm-traffic");
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  for (;;) {
+    wdh_op op;
+    wdh_op_run(&a, &cfg, &op); /* completes before the next line */
+    uint64_t seq = op.seq;
+    if (write(fd, &seq, sizeof seq) != sizeof seq) _exit(1);
+    (void)t;
+  }
+}
+
+static void case_killed(const char *dir) {
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    killed_child(fds[1]);
+  }
+  close(fds[1]);
+  uint64_t seq = 0, last = UINT64_MAX;
+  uint64_t end = wdh_now_ns() + 400000000ull;
+  while (wdh_now_ns() < end && read(fds[0], &seq, sizeof seq) == sizeof seq) last = seq;
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  /* Whatever the child reported after our last read also completed: keep reading. */
+  while (read(fds[0], &seq, sizeof seq) == sizeof seq) last = seq;
+  close(fds[0]);
+  WDH_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "child not killed");
+  WDH_CHECK(last != UINT64_MAX, "the child completed no operation");
+  WDH_CHECK(count_files(dir, ".ring") == 2, "%d ring files, expected 2", count_files(dir, ".ring"));
+  WDH_CHECK(salvage(dir) == 0, "salvage failed");
+  void *j = salvaged(dir, COMM_A);
+  WDH_CHECK(j != NULL, "no postmortem dump of comm A");
+  if (j) {
+    WDH_CHECK(strcmp(wdh_jstr(j, "reason"), "postmortem") == 0, "reason");
+    double enq = wdh_jnum(j, "comms.0.seq.0.lastEnqueued", -1);
+    WDH_CHECK(enq >= (double)last && enq <= (double)last + 1,
+              "last AllReduce in the file %g, the child completed %llu before the kill", enq,
+              (unsigned long long)last);
+    double recs = wdh_jnum(j, "postmortem.records", -1), torn = wdh_jnum(j, "postmortem.tornRecords", -1);
+    WDH_CHECK(recs > 0 && torn >= 0 && recs + torn <= 2 * 8192, "records %g torn %g", recs, torn);
+    /* The last completed op's records are in the ring: its Coll start with that seq. */
+    int seen = 0;
+    cJSON *r;
+    cJSON_ArrayForEach(r, (cJSON *)wdh_jpath(j, "comms.0.ring.records")) {
+      const char *type = wdh_jstr(r, "type"), *ph = wdh_jstr(r, "ph");
+      if (type && ph && !strcmp(type, "Coll") && !strcmp(ph, "start") &&
+          wdh_jnum(r, "seq", -1) == (double)last)
+        seen = 1;
+    }
+    WDH_CHECK(seen, "the Coll start of seq %llu is not in the ring file", (unsigned long long)last);
+    wdh_json_free(j);
+  }
+  j = salvaged(dir, COMM_B);
+  WDH_CHECK(j && wdh_jnum(j, "postmortem.records", -1) > 0, "comm B's traffic not in its file");
+  wdh_json_free(j);
+}
+
+/* ---- two jobs on one node ---- */
+
+static void case_two_jobs(const char *dir) {
+  pid_t pids[2];
+  for (int i = 0; i < 2; i++) {
+    pids[i] = fork();
+    if (pids[i] == 0) {
+      wdh_plugin p;
+      if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+      wdh_comm c;
+      wdh_comm_init(&c, &p, COMM_JOB, "same-name", 1, 2, 0);
+      wdh_op_cfg cfg;
+      wdh_op_cfg_default(&cfg);
+      wdh_run_ops(&c, NULL, &cfg, 3);
+      pause(); /* until killed */
+      _exit(0);
+    }
+  }
+  wdh_sleep_ms(300);
+  for (int i = 0; i < 2; i++) {
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], NULL, 0);
+  }
+  WDH_CHECK(count_files(dir, ".ring") == 2, "%d ring files for two processes", count_files(dir, ".ring"));
+  WDH_CHECK(salvage(dir) == 0, "salvage failed");
+  char *paths[4];
+  int n = wdh_list_dumps(dir, "postmortem", paths, 4);
+  WDH_CHECK(n == 2, "%d postmortem dumps", n);
+  int seen[2] = {0, 0};
+  for (int i = 0; i < n; i++) {
+    void *j = wdh_json_load(paths[i]);
+    int pid = (int)wdh_jnum(j, "pid", -1);
+    for (int k = 0; k < 2; k++) seen[k] += pid == pids[k];
+    WDH_CHECK(wdh_jnum(j, "comms.0.seq.0.lastEnqueued", -1) == 2, "each job did seq 0..2");
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n);
+  WDH_CHECK(seen[0] == 1 && seen[1] == 1, "files not one per process");
+}
+
+/* ---- a 4-rank job whose rank 2 is SIGKILLed ---- */
+
+static void rank_main(int rank, int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM_JOB, "job", 1, 4, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&c, NULL, &cfg, 5); /* seq 0..4 everywhere */
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  if (rank == 2) pause(); /* killed before the collective */
+  cfg.hang_channel = 0;  /* seq 5: the peers' data never comes from rank 2 */
+  wdh_op op;
+  wdh_op_enqueue(&c, &cfg, &op);
+  wdh_op_proxy(&op);
+  wdh_op_finish(&op);
+  pause();
+  _exit(0);
+}
+
+static void case_culprit(const char *dir) {
+  pid_t pids[4];
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  for (int r = 0; r < 4; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(fds[0]);
+      rank_main(r, fds[1]);
+    }
+  }
+  close(fds[1]);
+  char ok;
+  for (int r = 0; r < 4; r++) WDH_CHECK(read(fds[0], &ok, 1) == 1, "rank ready");
+  close(fds[0]);
+  kill(pids[2], SIGKILL); /* the OOM killer, say */
+  waitpid(pids[2], NULL, 0);
+  int n = wdh_wait_dumps(dir, "stall", 3, 8000);
+  WDH_CHECK(n >= 3, "%d stall dumps from the 3 living ranks", n);
+  for (int r = 0; r < 4; r++)
+    if (r != 2) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], NULL, 0);
+    }
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return;
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
+  FILE *p = popen(cmd, "r");
+  char line[1024];
+  int named = 0, postmortem = 0;
+  while (p && fgets(line, sizeof line, p)) {
+    fputs(line, stderr);
+    if (strstr(line, "rank 2") && strstr(line, "not_entered")) named = 1;
+    if (strstr(line, "postmortem")) postmortem = 1;
+  }
+  if (p) pclose(p);
+  WDH_CHECK(named, "the analyzer did not name rank 2 from its ring file");
+  (void)postmortem;
+}
+
+typedef void (*case_fn)(const char *dir);
+
+static int run_case(const char *name, case_fn fn) {
+  char *dir = wdh_scenario_dir(name, "1s", "100ms");
+  setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
+  fn(dir);
+  return wdh_scenario_end(name, dir);
+}
+
+int main(void) {
+  if (!wdh_plugin_path()) return 77;
+  int rc = 0;
+  rc |= run_case("pm-killed", case_killed);
+  rc |= run_case("pm-two-jobs", case_two_jobs);
+  rc |= run_case("pm-culprit", case_culprit);
+  return rc;
+}
