@@ -480,6 +480,10 @@ static int put_trigger(cJSON *root, const wd_dump_input *in) {
         add_num(t, "senderPid", in->sender_pid))
       return -1;
   }
+  if (in->abort_comm_id || !strcmp(reason, "abort")) {
+    if (add_hex(t, "commId", in->abort_comm_id) || add_num(t, "inflight", in->abort_inflight))
+      return -1;
+  }
   if (in->peer_trigger || !strcmp(reason, "peer")) {
     if (add_str(t, "file", in->peer_trigger ? in->peer_trigger : "")) return -1;
     cJSON *origin = in->peer_trigger_json ? cJSON_Parse(in->peer_trigger_json) : NULL;

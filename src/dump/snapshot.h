@@ -86,6 +86,8 @@ typedef struct wd_dump_input {
   int signo, sender_pid;         /* reason "signal" */
   const char *peer_trigger;      /* reason "peer": trigger file name */
   const char *peer_trigger_json; /* its content (may be NULL) */
+  uint64_t abort_comm_id;        /* reason "abort": the communicator finalized with ops in flight */
+  uint32_t abort_inflight;       /* how many of its operations were in flight */
   /* data */
   uint32_t ncomms;
   wd_comm_snap *comms;

@@ -102,6 +102,9 @@ done:
 
 void wd_lifecycle_finalize(wd_context *ctx) {
   pthread_mutex_lock(&life_lock);
+  /* Finalized with operations in flight: an abort (ncclCommAbort, a framework's timeout path).
+   * Dumped before its state is retired. */
+  if (!forked_child && wd_registry_has(ctx)) wd_watchdog_finalizing(ctx);
   if (!forked_child && wd_store_remove(ctx) == 0) {
     process_stop();
     wd_log_reset();

@@ -263,3 +263,17 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
   }
   return nst;
 }
+
+uint32_t wd_context_inflight(wd_context *ctx, uint64_t now, const wd_config *cfg) {
+  uint32_t n = 0;
+  for (int p = 0; p < WD_CTX_NPOOLS; p++)
+    for (uint32_t i = 0, k = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < k; i++) {
+      wd_slot_view v;
+      if (!wd_view_read(wd_pool_slot(wd_ctx_pool(ctx, p), i), now, ctx, cfg, &v) || !v.snap.is_root)
+        continue;
+      if ((v.snap.status == WD_OP_REACHED || v.snap.status == WD_OP_STALLED) &&
+          wd_quiet_for(&v, now) >= 2 * cfg->poll_ns)
+        n++;
+    }
+  return n;
+}

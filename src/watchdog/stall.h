@@ -24,6 +24,10 @@ int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max);
 
+/* Operations of ctx NCCL left in flight: reached, not done, quiet for two polls (a finalize
+ * that comes with some is an abort, not a normal destroy). */
+uint32_t wd_context_inflight(wd_context *ctx, uint64_t now, const wd_config *cfg);
+
 /* Describe what a stalled root operation waits on (its least recently progressed open leaf). */
 void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
                       unsigned len);

@@ -51,7 +51,13 @@ static struct {
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
-} wd_wd = {.wake_fd = -1};
+  /* An abort dump asked for by a finalizing thread, done by this one. */
+  pthread_mutex_t abort_lock;
+  pthread_cond_t abort_cv;
+  uint64_t abort_comm;   /* 0: none pending */
+  uint32_t abort_inflight;
+  int abort_state;       /* 0 idle, 1 asked, 2 done (written), 3 done (not written) */
+} wd_wd = {.wake_fd = -1, .abort_lock = PTHREAD_MUTEX_INITIALIZER, .abort_cv = PTHREAD_COND_INITIALIZER};
 
 static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t path_len) {
   int rc = -1; /* only the watchdog thread dumps */
@@ -82,6 +88,8 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
     in.sender_pid = extra->sender_pid;
     in.peer_trigger = extra->peer_trigger;
     in.peer_trigger_json = extra->peer_trigger_json;
+    in.abort_comm_id = extra->abort_comm_id;
+    in.abort_inflight = extra->abort_inflight;
   }
   rc = wd_dump_write(&in, wd_wd.dir, path, path_len);
   if (rc == 0 && strcmp(reason, "signal") != 0) wd_wd.last_dump_ns = wd_now_ns();
@@ -207,6 +215,52 @@ static void wd_check_triggers(void) {
   }
 }
 
+static void wd_check_abort(void) {
+  pthread_mutex_lock(&wd_wd.abort_lock);
+  int asked = wd_wd.abort_state == 1;
+  wd_dump_input extra = {.abort_comm_id = wd_wd.abort_comm, .abort_inflight = wd_wd.abort_inflight};
+  pthread_mutex_unlock(&wd_wd.abort_lock);
+  if (!asked) return;
+  char path[WD_PATH_MAX + 64];
+  int rc = wd_dump("abort", &extra, path, sizeof(path));
+  if (rc == 0)
+    WD_WARN("comm 0x%llx finalized with %u operation(s) in flight (abort): dump %s",
+            (unsigned long long)extra.abort_comm_id, extra.abort_inflight, path);
+  pthread_mutex_lock(&wd_wd.abort_lock);
+  wd_wd.abort_state = rc == 0 ? 2 : 3;
+  pthread_cond_broadcast(&wd_wd.abort_cv);
+  pthread_mutex_unlock(&wd_wd.abort_lock);
+}
+
+int wd_watchdog_finalizing(struct wd_context *ctx) {
+  if (!wd_wd.running || !wd_wd.dumps_ok || ctx == NULL) return 0;
+  pthread_mutex_lock(&wd_store.lock);
+  uint32_t n = wd_context_inflight(ctx, wd_now_ns(), wd_wd.cfg);
+  pthread_mutex_unlock(&wd_store.lock);
+  if (n == 0) return 0;
+  pthread_mutex_lock(&wd_wd.abort_lock);
+  wd_wd.abort_comm = ctx->comm_id;
+  wd_wd.abort_inflight = n;
+  wd_wd.abort_state = 1;
+  pthread_mutex_unlock(&wd_wd.abort_lock);
+  uint64_t one = 1;
+  if (write(wd_wd.wake_fd, &one, sizeof(one)) < 0) { /* the poll timeout picks it up anyway */
+  }
+  /* Bounded: an abort path must not hang on us (the dump waits at most backtrace_wait). */
+  struct timespec until;
+  clock_gettime(CLOCK_REALTIME, &until);
+  until.tv_sec += 5;
+  pthread_mutex_lock(&wd_wd.abort_lock);
+  while (wd_wd.abort_state == 1 &&
+         pthread_cond_timedwait(&wd_wd.abort_cv, &wd_wd.abort_lock, &until) == 0) {
+  }
+  int written = wd_wd.abort_state == 2;
+  wd_wd.abort_state = 0;
+  wd_wd.abort_comm = 0;
+  pthread_mutex_unlock(&wd_wd.abort_lock);
+  return written;
+}
+
 static void *wd_main(void *arg) {
   (void)arg;
   uint64_t poll_ns = wd_wd.cfg->poll_ns;
@@ -222,6 +276,7 @@ static void *wd_main(void *arg) {
     }
     if (atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) break;
     wd_check_signal();
+    wd_check_abort();
     now = wd_now_ns();
     if (now >= next) {
       next = now + poll_ns;

@@ -9,6 +9,8 @@
  *              reused, each naming its own process.
  *   culprit    a 4-rank job; rank 2 is SIGKILLed before the collective the others then hang in:
  *              the analyzer, given the others' stall dumps and rank 2's ring file, names rank 2.
+ *   abort      a communicator finalized with an operation in flight (ncclCommAbort) gets one
+ *              "abort" dump before it is retired; one destroyed after its work, none.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -231,6 +233,43 @@ static void case_culprit(const char *dir) {
   (void)postmortem;
 }
 
+/* ---- finalized with operations in flight: ncclCommAbort ---- */
+
+static void case_abort(const char *dir) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) return;
+  wdh_comm hung, fine;
+  wdh_comm_init(&hung, &p, 0xab0a7ull, "aborted", 1, 2, 0);
+  wdh_comm_init(&fine, &p, 0xf1e4ull, "destroyed", 1, 2, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&fine, NULL, &cfg, 3);
+  wdh_run_ops(&hung, NULL, &cfg, 2);
+  cfg.hang_channel = 0;
+  wdh_op op;
+  wdh_op_enqueue(&hung, &cfg, &op);
+  wdh_op_proxy(&op);
+  wdh_op_finish(&op);
+  wdh_sleep_ms(400); /* a few polls, less than the timeout: no stall dump yet */
+  wdh_comm_finalize(&fine); /* a normal destroy: nothing in flight, no dump */
+  WDH_CHECK(wdh_list_dumps(dir, "abort", NULL, 0) == 0, "abort dump for a normal destroy");
+  wdh_comm_finalize(&hung); /* abort: the op never finished */
+  WDH_CHECK(wdh_list_dumps(dir, "abort", NULL, 0) == 1, "%d abort dumps, expected 1",
+            wdh_list_dumps(dir, "abort", NULL, 0));
+  char *paths[2];
+  int n = wdh_list_dumps(dir, "abort", paths, 2);
+  if (n == 1) {
+    void *j = wdh_json_load(paths[0]);
+    const char *id = j ? wdh_jstr(j, "trigger.commId") : NULL;
+    WDH_CHECK(id && strtoull(id, NULL, 16) == 0xab0a7ull, "abort dump names comm %s", id ? id : "(none)");
+    WDH_CHECK(wdh_jnum(j, "trigger.inflight", 0) == 1, "inflight %g", wdh_jnum(j, "trigger.inflight", 0));
+    WDH_CHECK(wdh_validate_dump(paths[0]) == 0, "abort dump does not validate");
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n);
+  wdh_unload(&p);
+}
+
 typedef void (*case_fn)(const char *dir);
 
 static int run_case(const char *name, case_fn fn) {
@@ -247,5 +286,6 @@ int main(void) {
   rc |= run_case("pm-killed", case_killed);
   rc |= run_case("pm-two-jobs", case_two_jobs);
   rc |= run_case("pm-culprit", case_culprit);
+  rc |= run_case("pm-abort", case_abort);
   return rc;
 }
