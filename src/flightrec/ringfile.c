@@ -32,22 +32,35 @@ static void wd_rf_put_one(void *base, unsigned id, const char *text) {
 void wd_ringfile_note_string(unsigned id, const char *text) {
   if (id >= WD_RF_STRINGS) return;
   pthread_mutex_lock(&wd_rf_lock);
-  for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++)
-    if (wd_rf_open[i]) wd_rf_put_one(wd_rf_open[i], id, text);
+  for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++) {
+    void *base = __atomic_load_n(&wd_rf_open[i], __ATOMIC_ACQUIRE);
+    if (base) wd_rf_put_one(base, id, text);
+  }
   pthread_mutex_unlock(&wd_rf_lock);
+}
+
+void wd_ringfile_note_fatal(const wd_rf_fatal *f) {
+  /* No lock: a handler may have interrupted a thread holding it. A file closed meanwhile is
+   * still mapped until munmap, which the registry's removal precedes. */
+  for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++) {
+    wd_rf_header *h = __atomic_load_n(&wd_rf_open[i], __ATOMIC_ACQUIRE);
+    if (!h) continue;
+    h->fatal = *f;
+    h->fatal_sum = wd_rf_fnv(&h->fatal, sizeof h->fatal);
+  }
 }
 
 static void wd_rf_register(void *base, int add) {
   pthread_mutex_lock(&wd_rf_lock);
   for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++) {
     if (add && !wd_rf_open[i]) {
-      wd_rf_open[i] = base;
+      __atomic_store_n(&wd_rf_open[i], base, __ATOMIC_RELEASE);
       unsigned n = wd_str_count();
       for (unsigned k = 1; k < n && k < WD_RF_STRINGS; k++) wd_rf_put_one(base, k, wd_str((uint8_t)k));
       break;
     }
     if (!add && wd_rf_open[i] == base) {
-      wd_rf_open[i] = NULL;
+      __atomic_store_n(&wd_rf_open[i], NULL, __ATOMIC_RELEASE);
       break;
     }
   }

@@ -34,6 +34,14 @@ typedef struct wd_rf_seq {
   int64_t enqueued, completed;
 } wd_rf_seq;
 
+#define WD_RF_FATAL_FRAMES 48
+typedef struct wd_rf_fatal {
+  int32_t signo, code, tid, nframes;
+  uint64_t addr;            /* si_addr */
+  uint64_t wall_ns, mono_ns;
+  uint64_t frames[WD_RF_FATAL_FRAMES]; /* return addresses, frame 0 where it happened */
+} wd_rf_fatal;
+
 typedef struct wd_rf_header {
   /* Fixed at creation. */
   char magic[8];
@@ -56,6 +64,9 @@ typedef struct wd_rf_header {
   uint32_t nseq, finalized;
   wd_rf_seq seq[WD_RF_SEQS];
   uint64_t live_sum; /* FNV-1a 64 of live_mono_ns .. seq[] */
+  /* Written once by a fatal-signal handler (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT). */
+  wd_rf_fatal fatal;
+  uint64_t fatal_sum; /* FNV-1a 64 of fatal */
 } wd_rf_header;
 
 _Static_assert(sizeof(wd_rf_header) <= WD_RF_HEADER_BYTES, "ring file header fits its page");
@@ -103,6 +114,9 @@ void wd_ringfile_live_end(wd_ringfile *f);
 /* A string the process just interned (strtab.c): written into every open ring file at once, so
  * a process killed before the watchdog's next refresh still names its functions. */
 void wd_ringfile_note_string(unsigned id, const char *text);
+/* From a fatal-signal handler: copy f into the header of every open ring file and seal it.
+ * Async-signal-safe (no lock, no allocation). */
+void wd_ringfile_note_fatal(const wd_rf_fatal *f);
 /* Unmap; unlink unless keep. Safe on an empty f. */
 void wd_ringfile_close(wd_ringfile *f, int keep);
 

@@ -105,6 +105,26 @@ static __attribute__((noinline)) int wd_bt_unwind(uint64_t *pcs, int max, uint64
   return n;
 }
 
+int wd_bt_unwind_signal(uint64_t *pcs, int max, const void *uc) {
+  uint64_t from = 0;
+#if defined(__x86_64__)
+  if (uc) from = (uint64_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+#elif defined(__aarch64__)
+  if (uc) from = (uint64_t)((const ucontext_t *)uc)->uc_mcontext.pc;
+#endif
+  if (max <= 0) return 0;
+  if (!bt_installed) {
+    pcs[0] = from;
+    return from ? 1 : 0;
+  }
+  uint64_t tmp[WD_BT_MAX_FRAMES];
+  int exact;
+  int n = wd_bt_unwind(tmp, WD_BT_MAX_FRAMES, from ? from : 1, &exact);
+  if (n > max) n = max;
+  memcpy(pcs, tmp, (size_t)n * sizeof(*pcs));
+  return n;
+}
+
 static void wd_bt_chain(int sig, siginfo_t *si, void *uc) {
   if (bt_old.sa_flags & SA_SIGINFO) {
     if (bt_old.sa_sigaction && bt_old.sa_sigaction != wd_bt_handler) bt_old.sa_sigaction(sig, si, uc);

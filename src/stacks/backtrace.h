@@ -64,5 +64,9 @@ void wd_bt_fini(void);
  * Returns 0, or -1 with res empty. */
 int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all);
 void wd_bt_free(wd_bt_result *res);
+/* From a signal handler: the interrupted thread's return addresses, frame 0 the instruction in
+ * uc (the handler's ucontext). Only that frame when the unwinder was never initialised. Returns
+ * the number stored. */
+int wd_bt_unwind_signal(uint64_t *pcs, int max, const void *uc);
 
 #endif

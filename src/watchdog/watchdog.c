@@ -29,6 +29,7 @@
 #include "flightrec/strtab.h"
 #include "stacks/backtrace.h"
 #include "watchdog/collect.h"
+#include "watchdog/fatal.h"
 #include "watchdog/signals.h"
 #include "watchdog/stall.h"
 
@@ -261,8 +262,19 @@ int wd_watchdog_finalizing(struct wd_context *ctx) {
   return written;
 }
 
+/* SIGTERM: the scheduler is ending the job. Dump what is in flight, then let the signal do what
+ * it was going to do. */
+static void wd_check_term(void) {
+  if (!wd_fatal_term_pending()) return;
+  char path[WD_PATH_MAX + 64];
+  wd_dump_input extra = {.signo = SIGTERM};
+  if (wd_dump("term", &extra, path, sizeof(path)) == 0) WD_WARN("SIGTERM: dump %s", path);
+  wd_fatal_term_chain();
+}
+
 static void *wd_main(void *arg) {
   (void)arg;
+  wd_fatal_altstack();
   uint64_t poll_ns = wd_wd.cfg->poll_ns;
   uint64_t next = wd_now_ns() + poll_ns;
   while (!atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) {
@@ -277,6 +289,7 @@ static void *wd_main(void *arg) {
     if (atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) break;
     wd_check_signal();
     wd_check_abort();
+    wd_check_term();
     now = wd_now_ns();
     if (now >= next) {
       next = now + poll_ns;
@@ -284,6 +297,7 @@ static void *wd_main(void *arg) {
       wd_check_stalls(now);
     }
   }
+  wd_fatal_altstack_free();
   return NULL;
 }
 
@@ -313,6 +327,8 @@ int wd_watchdog_start(const wd_config *cfg) {
   }
   if (wd_wd.cfg->signal && wd_snapsig_install(wd_wd.cfg->signal, wd_wd.wake_fd) != 0)
     WD_WARN("could not install the snapshot signal handler (signal %d)", wd_wd.cfg->signal);
+  if (wd_fatal_install(wd_wd.cfg->term_dump && wd_wd.dumps_ok, wd_wd.wake_fd) != 0)
+    WD_WARN("could not install every fatal-signal handler: some crashes will not be recorded");
 
   /* The thread starts with every signal blocked, so process-directed signals land elsewhere. */
   sigset_t all, old;
@@ -323,6 +339,7 @@ int wd_watchdog_start(const wd_config *cfg) {
   if (rc != 0) {
     WD_WARN("cannot start the watchdog thread: %s", strerror(rc));
     wd_snapsig_restore();
+    wd_fatal_restore();
     if (wd_wd.bt_ok) wd_bt_fini();
     close(wd_wd.wake_fd);
     wd_wd.wake_fd = -1;
@@ -345,6 +362,7 @@ void wd_watchdog_stop(void) {
    * backtrace handler only after the thread is joined: a dump in progress still signals threads
    * with it, and the previous (default) action of that signal would kill the process. */
   wd_snapsig_restore();
+  wd_fatal_restore();
   if (wd_wd.running) {
     atomic_store_explicit(&wd_wd.stop, 1, memory_order_release);
     uint64_t one = 1;

@@ -11,7 +11,11 @@
  *              the analyzer, given the others' stall dumps and rank 2's ring file, names rank 2.
  *   abort      a communicator finalized with an operation in flight (ncclCommAbort) gets one
  *              "abort" dump before it is retired; one destroyed after its work, none.
+ *   segv       SIGSEGV in an application thread: the application's own handler still runs, and
+ *              the ring file holds the signal, the faulting thread and its frames.
+ *   sigterm    SIGTERM: a "term" dump appears and the process still ends by SIGTERM.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -270,6 +274,99 @@ static void case_abort(const char *dir) {
   wdh_unload(&p);
 }
 
+/* ---- SIGSEGV in an application thread ---- */
+
+static void app_segv(int sig) {
+  (void)sig;
+  static const char msg[] = "application handler\n";
+  if (write(2, msg, sizeof msg - 1) < 0) {
+  }
+  _exit(42); /* the application's own handler ran */
+}
+
+static void *faulting_thread(void *arg) {
+  (void)arg;
+  volatile int *volatile nowhere = NULL;
+  *nowhere = 1;
+  return NULL;
+}
+
+static void case_segv(const char *dir) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGSEGV, app_segv); /* before the plugin, as Python's faulthandler would be */
+    wdh_plugin p;
+    if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+    wdh_comm c;
+    wdh_comm_init(&c, &p, 0x5e67ull, "segv", 1, 2, 0);
+    wdh_op_cfg cfg;
+    wdh_op_cfg_default(&cfg);
+    wdh_run_ops(&c, NULL, &cfg, 4);
+    pthread_t t;
+    pthread_create(&t, NULL, faulting_thread, NULL);
+    pthread_join(t, NULL);
+    _exit(3);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 42, "the application's SIGSEGV handler did not run (status %d)", st);
+  WDH_CHECK(salvage(dir) == 0, "salvage failed");
+  void *j = salvaged(dir, 0x5e67ull);
+  WDH_CHECK(j != NULL, "no postmortem dump");
+  if (j) {
+    WDH_CHECK(wdh_jnum(j, "postmortem.fatal.signal", 0) == SIGSEGV, "fatal signal %g",
+              wdh_jnum(j, "postmortem.fatal.signal", 0));
+    WDH_CHECK(wdh_jnum(j, "postmortem.fatal.tid", 0) > 0 && wdh_jnum(j, "postmortem.fatal.tid", 0) != pid,
+              "fatal tid %g (the faulting thread, not the main one)", wdh_jnum(j, "postmortem.fatal.tid", 0));
+    cJSON *frames = wdh_jpath(j, "postmortem.fatal.frames");
+    WDH_CHECK(cJSON_GetArraySize(frames) >= 1, "no frame of the faulting thread");
+    const char *addr = wdh_jstr(j, "postmortem.fatal.addr");
+    WDH_CHECK(addr && strtoull(addr, NULL, 16) == 0, "fault address %s", addr ? addr : "(none)");
+    WDH_CHECK(wdh_jnum(j, "comms.0.seq.0.lastEnqueued", -1) == 3, "the ops before the crash");
+    wdh_json_free(j);
+  }
+}
+
+/* ---- SIGTERM: a dump, then the process ends by SIGTERM ---- */
+
+static void case_sigterm(const char *dir) {
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    wdh_plugin p;
+    if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+    wdh_comm c;
+    wdh_comm_init(&c, &p, 0x7e47ull, "term", 1, 2, 0);
+    wdh_op_cfg cfg;
+    wdh_op_cfg_default(&cfg);
+    wdh_run_ops(&c, NULL, &cfg, 2);
+    char ok = 1;
+    if (write(fds[1], &ok, 1) != 1) _exit(1);
+    for (;;) pause();
+  }
+  close(fds[1]);
+  char ok;
+  WDH_CHECK(read(fds[0], &ok, 1) == 1, "child ready");
+  close(fds[0]);
+  kill(pid, SIGTERM);
+  int st = 0, ended = wdh_wait_child(pid, 10000, &st);
+  WDH_CHECK(ended && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM,
+            "the process did not end by SIGTERM (ended %d, status %d)", ended, st);
+  WDH_CHECK(wdh_list_dumps(dir, "term", NULL, 0) == 1, "%d term dumps", wdh_list_dumps(dir, "term", NULL, 0));
+  char *paths[2];
+  int n = wdh_list_dumps(dir, "term", paths, 2);
+  if (n == 1) {
+    void *j = wdh_json_load(paths[0]);
+    const char *sig = j ? wdh_jstr(j, "trigger.signal") : NULL;
+    WDH_CHECK(sig && strcmp(sig, "SIGTERM") == 0, "trigger.signal %s", sig ? sig : "(none)");
+    WDH_CHECK(wdh_validate_dump(paths[0]) == 0, "term dump does not validate");
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n);
+}
+
 typedef void (*case_fn)(const char *dir);
 
 static int run_case(const char *name, case_fn fn) {
@@ -287,5 +384,7 @@ int main(void) {
   rc |= run_case("pm-two-jobs", case_two_jobs);
   rc |= run_case("pm-culprit", case_culprit);
   rc |= run_case("pm-abort", case_abort);
+  rc |= run_case("pm-segv", case_segv);
+  rc |= run_case("pm-sigterm", case_sigterm);
   return rc;
 }

@@ -221,6 +221,24 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
     add_hex(pm, "lastRefreshWallNs", live_ok ? h.live_wall_ns : 0);
     cJSON_AddNumberToObject(pm, "records", n1 + n2);
     cJSON_AddNumberToObject(pm, "tornRecords", t1 + t2);
+    /* What a fatal-signal handler wrote, when it is whole. */
+    if (h.fatal.signo > 0 && h.fatal_sum == wd_rf_fnv(&h.fatal, sizeof h.fatal)) {
+      cJSON *fa = cJSON_AddObjectToObject(pm, "fatal");
+      if (fa) {
+        cJSON_AddNumberToObject(fa, "signal", h.fatal.signo);
+        cJSON_AddNumberToObject(fa, "code", h.fatal.code);
+        cJSON_AddNumberToObject(fa, "tid", h.fatal.tid);
+        add_hex(fa, "addr", h.fatal.addr);
+        add_hex(fa, "wall_ns", h.fatal.wall_ns);
+        cJSON *fr = cJSON_AddArrayToObject(fa, "frames");
+        int nf = h.fatal.nframes < 0 ? 0 : h.fatal.nframes > WD_RF_FATAL_FRAMES ? WD_RF_FATAL_FRAMES : h.fatal.nframes;
+        for (int i = 0; fr && i < nf; i++) {
+          char b[24];
+          snprintf(b, sizeof b, "0x%" PRIx64, h.fatal.frames[i]);
+          cJSON_AddItemToArray(fr, cJSON_CreateString(b));
+        }
+      }
+    }
   }
   cJSON *cfg = cJSON_AddObjectToObject(root, "config");
   (void)cfg;

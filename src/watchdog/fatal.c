@@ -1,0 +1,165 @@
+/* Signals that end the process (fatal.h). */
+#include "watchdog/fatal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "flightrec/ringfile.h"
+#include "stacks/backtrace.h"
+
+static const int wd_fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM};
+#define WD_NFATAL (int)(sizeof(wd_fatal_signals) / sizeof(wd_fatal_signals[0]))
+
+static struct sigaction fatal_old[WD_NFATAL];
+static int fatal_installed[WD_NFATAL];
+static pid_t fatal_pid;
+static atomic_int fatal_wake_fd = -1;
+static atomic_int fatal_recorded; /* the first fatal signal is recorded, later ones only chained */
+static atomic_int term_pending;
+static void *alt_stack;
+static size_t alt_size;
+
+static int wd_fatal_index(int sig) {
+  for (int i = 0; i < WD_NFATAL; i++)
+    if (wd_fatal_signals[i] == sig) return i;
+  return -1;
+}
+
+static uint64_t wd_fatal_clock(clockid_t id) {
+  struct timespec ts;
+  clock_gettime(id, &ts); /* async-signal-safe (POSIX) */
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The previous action back, as if we had never been there. */
+static void wd_fatal_put_back(int i) {
+  sigaction(wd_fatal_signals[i], &fatal_old[i], NULL);
+}
+
+static void wd_fatal_handler(int sig, siginfo_t *si, void *uc) {
+  int saved_errno = errno;
+  int i = wd_fatal_index(sig);
+  if (i < 0) return;
+  if (sig == SIGTERM) {
+    /* A second SIGTERM, a forked child, or no watchdog to dump: straight to the previous
+     * disposition. */
+    int fd = atomic_load(&fatal_wake_fd);
+    if (atomic_exchange(&term_pending, 1) || getpid() != fatal_pid || fd < 0) {
+      wd_fatal_put_back(i);
+      raise(sig);
+      errno = saved_errno;
+      return;
+    }
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+      w = write(fd, &one, sizeof(one));
+    } while (w < 0 && errno == EINTR);
+    errno = saved_errno;
+    return;
+  }
+  if (getpid() == fatal_pid && !atomic_exchange(&fatal_recorded, 1)) {
+    wd_rf_fatal f;
+    memset(&f, 0, sizeof f);
+    f.signo = sig;
+    f.code = si ? si->si_code : 0;
+    f.addr = si ? (uint64_t)(uintptr_t)si->si_addr : 0;
+    f.tid = (int32_t)syscall(SYS_gettid);
+    f.wall_ns = wd_fatal_clock(CLOCK_REALTIME);
+    f.mono_ns = wd_fatal_clock(CLOCK_MONOTONIC);
+    f.nframes = wd_bt_unwind_signal(f.frames, WD_RF_FATAL_FRAMES, uc);
+    wd_ringfile_note_fatal(&f);
+  }
+  /* The application's handler, or the default action (a core dump), as if we were not here: a
+   * fault re-executes its instruction and meets the previous action; a signal that was sent
+   * (abort(), kill) is raised again for it. */
+  wd_fatal_put_back(i);
+  if (!si || si->si_code <= 0 || sig == SIGABRT) raise(sig);
+  errno = saved_errno;
+}
+
+int wd_fatal_install(int term_dump, int wake_fd) {
+  fatal_pid = getpid();
+  atomic_store(&fatal_wake_fd, wake_fd);
+  atomic_store(&fatal_recorded, 0);
+  atomic_store(&term_pending, 0);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_sigaction = wd_fatal_handler;
+  /* SA_ONSTACK: on a thread with an alternate stack (ours), a stack overflow still gets here. */
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  int rc = 0;
+  for (int i = 0; i < WD_NFATAL; i++) {
+    if (fatal_installed[i]) continue;
+    if (wd_fatal_signals[i] == SIGTERM && !term_dump) continue;
+    struct sigaction old;
+    if (sigaction(wd_fatal_signals[i], NULL, &old) != 0) {
+      rc = -1;
+      continue;
+    }
+    /* An application that ignores the signal (SIGTERM) keeps ignoring it. */
+    if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
+    fatal_old[i] = old;
+    if (sigaction(wd_fatal_signals[i], &sa, NULL) != 0) {
+      rc = -1;
+      continue;
+    }
+    fatal_installed[i] = 1;
+  }
+  return rc;
+}
+
+void wd_fatal_restore(void) {
+  atomic_store(&fatal_wake_fd, -1);
+  for (int i = 0; i < WD_NFATAL; i++) {
+    if (!fatal_installed[i]) continue;
+    struct sigaction cur;
+    if (sigaction(wd_fatal_signals[i], NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
+        cur.sa_sigaction == wd_fatal_handler)
+      sigaction(wd_fatal_signals[i], &fatal_old[i], NULL);
+    fatal_installed[i] = 0;
+  }
+}
+
+int wd_fatal_term_pending(void) { return atomic_load(&term_pending); }
+
+void wd_fatal_term_chain(void) {
+  int i = wd_fatal_index(SIGTERM);
+  if (i >= 0 && fatal_installed[i]) {
+    wd_fatal_put_back(i);
+    fatal_installed[i] = 0;
+  }
+  /* To the process: whichever thread has it unblocked takes the previous action. */
+  kill(getpid(), SIGTERM);
+}
+
+void wd_fatal_altstack(void) {
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; /* has one */
+  size_t size = 64 * 1024;
+  void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return;
+  stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};
+  if (sigaltstack(&ss, NULL) != 0) {
+    munmap(mem, size);
+    return;
+  }
+  alt_stack = mem;
+  alt_size = size;
+}
+
+void wd_fatal_altstack_free(void) {
+  if (!alt_stack) return;
+  stack_t ss = {.ss_flags = SS_DISABLE};
+  sigaltstack(&ss, NULL);
+  munmap(alt_stack, alt_size);
+  alt_stack = NULL;
+}
