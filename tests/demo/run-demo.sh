@@ -89,4 +89,44 @@ else
   echo "note: $ANALYZER is not built yet; once it is, it reads every rank's dumps and names the"
   echo "rank and collective that hung the job (here: rank $HANG_RANK, AllReduce #$HANG_SEQ)."
 fi
+
+# ---- part 2: the rank that hangs the job is SIGKILLed (the OOM killer, a scheduler) -----------
+[ -x "$ANALYZER" ] || exit $status
+RINGS=$BUILD/demo-rings
+DUMPS2=$BUILD/demo-dumps-killed
+rm -rf "$RINGS" "$DUMPS2" "$LOGS"
+mkdir -p "$RINGS" "$DUMPS2" "$LOGS"
+echo
+bold "== part 2: the same job, but rank $HANG_RANK is killed with SIGKILL =="
+cat <<EOF
+Now rank $HANG_RANK does not just stall: the OOM killer ends it with SIGKILL after AllReduce
+#$((HANG_SEQ - 1)). No handler runs, no dump is written. But every process keeps its flight
+recorder in a file mapped from node-local memory (NCCL_WATCHDOG_RING_DIR, here $RINGS):
+the kernel keeps the pages when the process dies.
+
+EOF
+export NCCL_WATCHDOG_DUMP_DIR=$DUMPS2
+export NCCL_WATCHDOG_RING_DIR=$RINGS
+pids=()
+for r in $(seq 0 $((NRANKS - 1))); do
+  RANK=$r LOCAL_RANK=$r "$RANKBIN" "$PLUGIN" "$r" "$NRANKS" "$DUMPS2" "$HANG_RANK" "$HANG_SEQ" \
+    >"$LOGS/rank$r.log" 2>&1 &
+  pids+=($!)
+done
+sleep 1
+kill -KILL "${pids[$HANG_RANK]}"
+echo "(kill -9 ${pids[$HANG_RANK]}: rank $HANG_RANK is gone; the others wait for it, then dump)"
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" 2>/dev/null || [ "$i" = "$HANG_RANK" ] || status=1
+done
+echo
+bold "-- left behind: $(ls "$DUMPS2" | grep -c -- '-stall\.json$') stall dumps, and rank $HANG_RANK's ring file"
+ls "$RINGS"
+echo
+bold "-- nccl-watchdog-analyze $DUMPS2 $RINGS"
+"$ANALYZER" "$DUMPS2" "$RINGS" || status=1
+echo
+echo "(the living ranks removed their ring files at exit; nccl-watchdog-analyze --salvage DIR"
+echo " $RINGS turns a ring file into an ordinary 'postmortem' dump)"
 exit $status
+

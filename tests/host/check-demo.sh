@@ -14,6 +14,12 @@ took=$(( $(date +%s) - start ))
 if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
   printf '%s\n' "$out" | grep -Eq 'rank 2 +not_entered' ||
     { echo "check-demo: the analyzer did not name rank 2 (not_entered)"; exit 1; }
+  # Part 2: rank 2 SIGKILLed, named from its ring file.
+  part2=$(printf '%s\n' "$out" | sed -n '/== part 2/,$p')
+  printf '%s\n' "$part2" | grep -Eq 'rank 2 +not_entered' ||
+    { echo "check-demo: part 2: the analyzer did not name the SIGKILLed rank 2 from its ring file"; exit 1; }
+  [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 1 ] ||
+    { echo "check-demo: part 2: expected exactly rank 2's ring file in demo-rings"; exit 1; }
 fi
 n=$(ls "$build/demo-dumps" | grep -Ec -- '-(stall|peer)\.json$')
 [ "$n" -ge 4 ] || { echo "check-demo: only $n dumps in $build/demo-dumps"; exit 1; }

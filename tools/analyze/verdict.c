@@ -139,7 +139,10 @@ void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
   char last[256], infl[512], frames[512];
   last_text(cr, last, sizeof(last));
   inflight_text(set, cr, infl, sizeof(infl));
-  if (d->threads_disabled) wd_az_fmt(frames, sizeof(frames), "backtraces disabled");
+  const char *reason = wd_az_s(d->reason);
+  if (reason && strcmp(reason, "postmortem") == 0)
+    wd_az_fmt(frames, sizeof(frames), "none: the process died, this is its ring file");
+  else if (d->threads_disabled) wd_az_fmt(frames, sizeof(frames), "backtraces disabled");
   else if (!d->nframes) wd_az_fmt(frames, sizeof(frames), "no stack");
   else wd_az_frames_text(d, WD_AZ_FRAMES, frames, sizeof(frames));
   wd_az_fmt(out, len, "rank %d (host %s pid %d) was last in: %s; in flight: %s; main thread: %s",
