@@ -85,6 +85,14 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
     c->last_progress_ns = c->proxy_ring.recs[c->proxy_ring.n - 1].ts_ns;
 }
 
+/* Threads sleeping in calls a signal would make fail with EINTR are left alone for a snapshot of
+ * a job that is running fine (SIGUSR1); when something is already wrong (stall, peer, term,
+ * abort) the whole stack of every thread is worth one EINTR: the sleeping main thread is often
+ * the culprit (a data loader, a barrier). NCCL_WATCHDOG_BACKTRACE=all interrupts them always. */
+static int wd_interrupt_all(const wd_config *cfg, const char *reason) {
+  return cfg->backtrace == WD_BACKTRACE_ALL || !reason || strcmp(reason, "signal") != 0;
+}
+
 int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads) {
   memset(in, 0, sizeof(*in));
   in->reason = reason;
@@ -114,7 +122,7 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
 
   if (with_threads) {
     wd_bt_result *bt = calloc(1, sizeof(*bt));
-    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns, cfg->backtrace == WD_BACKTRACE_ALL) == 0) in->threads = bt;
+    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns, wd_interrupt_all(cfg, reason)) == 0) in->threads = bt;
     else free(bt);
   }
   return in->comms ? 0 : -1;
