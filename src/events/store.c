@@ -131,7 +131,10 @@ void wd_store_close(void) {
 /* Unloading the library (dlclose after the last finalize): nothing can call in any more, so the
  * contexts kept for late callbacks and the slot arena go. At process exit with communicators
  * still open, NCCL's threads may still be running: then nothing is freed (the system reclaims). */
+/* At dlclose, and at a normal exit (destructors run then too; an atexit handler would outlive
+ * the library under interposers that do not tie it to the object). */
 __attribute__((destructor)) static void store_unload(void) {
+  wd_store_unlink_files();
   if (wd_store.nctx != 0 || atomic_load(&wd_store_active)) return;
   while (wd_store.retired) {
     wd_context *ctx = wd_store.retired;

@@ -23,10 +23,7 @@
 static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
 static int forked_child;
 static int atfork_done;
-static int atexit_done;
 
-/* Registered from this library, so glibc also runs it at dlclose (before the code goes). */
-static void at_exit(void) { wd_store_unlink_files(); }
 static wd_config config; /* loaded at each process-wide start; read by the store and the watchdog */
 
 /* In a forked child the parent's watchdog thread does not exist and its locks may be held by
@@ -54,10 +51,7 @@ static int process_start(void) {
     pthread_atfork(NULL, NULL, on_fork_child);
     atfork_done = 1;
   }
-  if (!atexit_done) {
-    atexit(at_exit);
-    atexit_done = 1;
-  }
+
   if (wd_watchdog_start(&config) != 0) WD_WARN("watchdog thread not started: recording only, no dumps");
   return 0;
 }
