@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -144,6 +145,11 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
   h->proxy_ring_off = h->ring_off + (uint64_t)ring_cap * sizeof(wd_record);
   h->process_start_wall_ns = wd_rf_process_start;
   h->pid = (int32_t)getpid();
+  const char *rank = getenv("RANK"); /* torchrun, most launchers; SLURM_PROCID otherwise */
+  if (!rank) rank = getenv("SLURM_PROCID");
+  char *end = NULL;
+  long g = rank ? strtol(rank, &end, 10) : -1;
+  h->global_rank = (rank && end && *end == '\0' && g >= 0 && g < (1l << 30)) ? (int32_t)g : -1;
   wd_rf_register(base, 1);
   return 0;
 }

@@ -50,6 +50,7 @@ typedef struct wd_rf_header {
   uint64_t file_bytes, strtab_off, ring_off, proxy_ring_off;
   /* Identity, at communicator init. */
   int32_t pid, rank, nranks, nnodes, abi, cuda_dev;
+  int32_t global_rank, rsv1; /* the job's RANK (environment), -1 when unset */
   uint64_t comm_id;
   uint64_t process_start_wall_ns; /* names the process incarnation with the pid */
   uint64_t bind_wall_ns, bind_mono_ns; /* record stamps are CLOCK_MONOTONIC: their wall time */

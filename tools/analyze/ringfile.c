@@ -267,6 +267,12 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   cJSON_AddArrayToObject(c, "open");
   cJSON_AddItemToObject(c, "ring", ring_json(r1, n1, t1, h.ring_cap, strs, mono_ref));
   cJSON_AddItemToObject(c, "proxyRing", ring_json(r2, n2, t2, h.proxy_ring_cap, strs, mono_ref));
+  if (h.global_rank >= 0) {
+    cJSON *env = cJSON_AddObjectToObject(root, "env");
+    char g[16];
+    snprintf(g, sizeof g, "%d", h.global_rank);
+    if (env) cJSON_AddStringToObject(env, "RANK", g);
+  }
   cJSON *th = cJSON_AddObjectToObject(root, "threads");
   if (th) cJSON_AddBoolToObject(th, "disabled", 1);
   free(r1);
