@@ -314,7 +314,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -339,6 +339,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_RING_DIR] = "NCCL_WATCHDOG_RING_DIR",
     [K_KEEP_RINGS] = "NCCL_WATCHDOG_KEEP_RINGS",
     [K_TERM_DUMP] = "NCCL_WATCHDOG_TERM_DUMP",
+    [K_PYTHON] = "NCCL_WATCHDOG_PYTHON",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -375,6 +376,7 @@ void wd_config_defaults(wd_config *cfg) {
   snprintf(cfg->ring_dir, sizeof cfg->ring_dir, "/dev/shm/nccl-watchdog-%u", (unsigned)geteuid());
   cfg->keep_rings = 0;
   cfg->term_dump = 1;
+  cfg->python = 1;
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room
@@ -449,6 +451,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_RING_DIR] = "a node-local directory, or off",
     [K_KEEP_RINGS] = "1/0, true/false, yes/no, on/off",
     [K_TERM_DUMP] = "1/0, true/false, yes/no, on/off",
+    [K_PYTHON] = "1/0, true/false, yes/no, on/off",
 };
 
 /* The value a key has now, as the "using ..." part of a warning. */
@@ -487,6 +490,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
     break;
   case K_KEEP_RINGS: snprintf(buf, len, "%d", cfg->keep_rings); break;
   case K_TERM_DUMP: snprintf(buf, len, "%d", cfg->term_dump); break;
+  case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
   default: buf[0] = '\0'; break;
   }
 }
@@ -585,7 +589,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
     why = reason;
   } else {
     switch (key) {
-    case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS: case K_GPU_EVENTS: case K_KEEP_RINGS: case K_TERM_DUMP:
+    case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS: case K_GPU_EVENTS: case K_KEEP_RINGS: case K_TERM_DUMP: case K_PYTHON:
       if (key == K_BACKTRACE && !strcasecmp(wd_skip_ws(val), "all")) {
         cfg->backtrace = WD_BACKTRACE_ALL;
       } else if (wd_parse_bool(val, &i) != 0) {
@@ -596,6 +600,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       else if (key == K_GPU_EVENTS) cfg->gpu_events = i;
       else if (key == K_KEEP_RINGS) cfg->keep_rings = i;
       else if (key == K_TERM_DUMP) cfg->term_dump = i;
+      else if (key == K_PYTHON) cfg->python = i;
       else cfg->peer_dumps = i;
       break;
     case K_TIMEOUT:
@@ -887,11 +892,11 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            "%s proxy_ring_size=%" PRIu32 "%s max_events=%" PRIu32
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
-           " keep_rings=%d term_dump=%d",
+           " keep_rings=%d term_dump=%d python=%d",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
            cfg->backtrace == WD_BACKTRACE_ALL ? "all" : cfg->backtrace ? "1" : "0", btwait, cfg->peer_dumps, cfg->max_dumps,
            cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
-           cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump);
+           cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python);
 }

@@ -30,6 +30,7 @@ typedef struct wd_config {
   char ring_dir[WD_PATH_MAX];    /* NCCL_WATCHDOG_RING_DIR: ring files, empty = in memory only */
   int keep_rings;                /* NCCL_WATCHDOG_KEEP_RINGS: keep ring files after a normal exit */
   int term_dump;                 /* NCCL_WATCHDOG_TERM_DUMP: a dump on SIGTERM, default 1 */
+  int python;                    /* NCCL_WATCHDOG_PYTHON: Python stacks in dumps, default 1 */
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
 } wd_config;

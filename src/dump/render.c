@@ -449,6 +449,34 @@ static const char *bt_status_name(int status) {
   }
 }
 
+/* Python stacks, when the dump collected them: "python": {available, note, threads[]}. */
+static int put_python(cJSON *root, const wd_py_result *py) {
+  if (!py) return 0;
+  cJSON *o = cJSON_AddObjectToObject(root, "python");
+  if (!o || add_bool(o, "available", py->available) ||
+      add_bounded_str(o, "note", py->note, sizeof(py->note)))
+    return -1;
+  cJSON *arr = cJSON_AddArrayToObject(o, "threads");
+  if (!arr) return -1;
+  for (int i = 0; py->threads && i < py->nthreads; i++) {
+    const wd_py_thread *t = &py->threads[i];
+    cJSON *to = cJSON_CreateObject();
+    if (push(arr, to) || add_hex(to, "ident", t->ident)) return -1;
+    if (t->tid ? add_num(to, "tid", t->tid) : !cJSON_AddNullToObject(to, "tid")) return -1;
+    if (add_bool(to, "truncated", t->truncated)) return -1;
+    cJSON *frames = cJSON_AddArrayToObject(to, "frames");
+    if (!frames) return -1;
+    for (int k = 0; k < t->nframes && k < WD_PY_MAX_FRAMES; k++) {
+      cJSON *fo = cJSON_CreateObject();
+      if (push(frames, fo) || add_bounded_str(fo, "file", t->frames[k].file, sizeof(t->frames[k].file)) ||
+          add_num(fo, "line", t->frames[k].line) ||
+          add_bounded_str(fo, "function", t->frames[k].func, sizeof(t->frames[k].func)))
+        return -1;
+    }
+  }
+  return 0;
+}
+
 static int put_stall(cJSON *arr, const wd_stall *s) {
   cJSON *o = cJSON_CreateObject();
   if (push(arr, o)) return -1;
@@ -771,7 +799,8 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   if (!comms) goto end;
   for (uint32_t i = 0; in->comms && i < in->ncomms; i++)
     if (put_comm(c, comms, &in->comms[i])) goto end;
-  if (put_detached(c, root, in) || put_threads(root, in->threads)) goto end;
+  if (put_detached(c, root, in) || put_threads(root, in->threads) || put_python(root, in->python))
+    goto end;
 
   skel = cJSON_PrintUnformatted(root);
   if (!skel) goto end;

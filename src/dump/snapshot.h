@@ -13,6 +13,7 @@
 #include "events/view.h"
 #include "flightrec/record.h"
 #include "stacks/backtrace.h"
+#include "stacks/python.h"
 
 #define WD_DUMP_FORMAT "nccl-watchdog-dump"
 #define WD_DUMP_VERSION 1
@@ -95,6 +96,7 @@ typedef struct wd_dump_input {
   wd_ev_snap *detached;  /* live detached (PXN) events */
   wd_ring_snap detached_ring;
   const wd_bt_result *threads; /* NULL when backtraces are off */
+  const wd_py_result *python;  /* NULL when not collected (NCCL_WATCHDOG_PYTHON=0) */
 } wd_dump_input;
 
 #endif

@@ -10,6 +10,7 @@
 #include "base/host.h"
 #include "events/store.h"
 #include "flightrec/strtab.h"
+#include "stacks/python.h"
 #include "watchdog/stall.h"
 
 static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out) {
@@ -125,6 +126,11 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
     if (bt && wd_bt_collect(bt, cfg->bt_wait_ns, wd_interrupt_all(cfg, reason)) == 0) in->threads = bt;
     else free(bt);
   }
+  if (cfg->python) {
+    wd_py_result *py = calloc(1, sizeof(*py));
+    if (py) wd_py_collect(py); /* "not available" is said in the dump too */
+    in->python = py;
+  }
   return in->comms ? 0 : -1;
 }
 
@@ -140,6 +146,10 @@ void wd_collect_free(wd_dump_input *in) {
   if (in->threads) {
     wd_bt_free((wd_bt_result *)in->threads);
     free((void *)in->threads);
+  }
+  if (in->python) {
+    wd_py_free((wd_py_result *)in->python);
+    free((void *)in->python);
   }
   memset(in, 0, sizeof(*in));
 }
