@@ -733,6 +733,8 @@ static int put_threads(cJSON *root, const wd_bt_result *bt) {
       if (fr->symbol[0] && (add_bounded_str(fo, "symbol", fr->symbol, sizeof(fr->symbol)) ||
                             add_num(fo, "symbolOffset", (double)fr->symbol_offset)))
         return -1;
+      if (fr->mangled[0] && add_bounded_str(fo, "mangled", fr->mangled, sizeof(fr->mangled)))
+        return -1;
     }
   }
   for (int i = 0; bt->modules && i < bt->nmodules; i++) {

@@ -477,6 +477,30 @@ static int wd_elf_has_symtab(const char *path) {
   return found;
 }
 
+/* C++ names through the C++ runtime's own demangler, when the process has it loaded (PyTorch
+ * and NCCL always do); the raw name is kept beside. Never loads anything. */
+typedef char *(*wd_cxa_demangle_fn)(const char *, char *, size_t *, int *);
+
+static void wd_bt_demangle(wd_bt_frame *f) {
+  if (strncmp(f->symbol, "_Z", 2) != 0) return;
+  static void *sym;
+  static int looked;
+  if (!looked) {
+    sym = dlsym(RTLD_DEFAULT, "__cxa_demangle");
+    looked = 1;
+  }
+  if (!sym) return;
+  wd_cxa_demangle_fn fn;
+  *(void **)&fn = sym;
+  int status = -1;
+  char *d = fn(f->symbol, NULL, NULL, &status);
+  if (status == 0 && d) {
+    wd_copy(f->mangled, sizeof(f->mangled), f->symbol);
+    wd_copy(f->symbol, sizeof(f->symbol), d);
+  }
+  free(d);
+}
+
 static void wd_bt_symbolise(wd_bt_sym *sc, wd_bt_frame *f, int exact) {
   const wd_bt_result *res = sc->res;
   size_t h = (size_t)((f->pc * 0x9e3779b97f4a7c15ull) >> 52) & (WD_BT_SYMCACHE - 1);
@@ -510,6 +534,7 @@ static void wd_bt_symbolise(wd_bt_sym *sc, wd_bt_frame *f, int exact) {
   if (ok && info.dli_sname && info.dli_saddr) {
     wd_copy(f->symbol, sizeof(f->symbol), info.dli_sname);
     f->symbol_offset = f->pc - (uint64_t)(uintptr_t)info.dli_saddr;
+    wd_bt_demangle(f);
     return;
   }
   f->symbol[0] = '\0';
@@ -517,8 +542,10 @@ static void wd_bt_symbolise(wd_bt_sym *sc, wd_bt_frame *f, int exact) {
   signed char *st = &sc->symtab[m - res->modules];
   if (*st == 0) *st = wd_elf_has_symtab(m->path) ? 1 : -1;
   uint64_t off = 0;
-  if (*st > 0 && wd_bt_unw_name(addr, f->symbol, sizeof(f->symbol), &off) == 0)
+  if (*st > 0 && wd_bt_unw_name(addr, f->symbol, sizeof(f->symbol), &off) == 0) {
     f->symbol_offset = off + (f->pc - addr);
+    wd_bt_demangle(f);
+  }
 }
 
 static void wd_bt_fill(wd_bt_sym *sc, wd_bt_thread *th, const uint64_t *pcs, int n, int exact0) {

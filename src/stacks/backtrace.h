@@ -25,7 +25,8 @@ typedef struct wd_bt_frame {
   uint64_t module_offset; /* pc - load base of module */
   uint64_t symbol_offset; /* pc - symbol start, when symbol is known */
   char module[256];       /* path of the object, "" when unknown */
-  char symbol[128];       /* "" when unknown */
+  char symbol[256];       /* "" when unknown; C++ names demangled */
+  char mangled[128];      /* the raw C++ name when symbol was demangled, else "" */
 } wd_bt_frame;
 
 typedef struct wd_bt_thread {

@@ -6,6 +6,7 @@
 #include "stacks/backtrace.h"
 
 #include <CUnit/Basic.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
@@ -572,12 +573,64 @@ static void child_eintr(void) {
   wd_bt_fini();
 }
 
+/* ---- a C++ frame, demangled ---- */
+
+/* A C function under a C++ name ("wd::test::park_cpp()"), so the test needs no C++ compiler. */
+__attribute__((noinline, visibility("default"))) int wd_test_park_cpp(void) __asm__("_ZN2wd4test8park_cppEv");
+__attribute__((noinline, visibility("default"))) int wd_test_park_cpp(void) {
+  atomic_fetch_add(&g_ready, 1);
+  int rounds = 0;
+  while (!atomic_load(&g_stop)) {
+    sched_yield();
+    rounds++;
+  }
+  return rounds;
+}
+
+static void *cpp_main(void *arg) {
+  (void)arg;
+  wd_test_park_cpp();
+  return NULL;
+}
+
+static void child_demangle(void) {
+  /* The C++ runtime, as PyTorch or NCCL would have it loaded. */
+  void *cxx = dlopen("libstdc++.so.6", RTLD_NOW | RTLD_GLOBAL);
+  if (!cxx) {
+    fprintf(stderr, "libstdc++.so.6 not found: demangling not tested\n");
+    return;
+  }
+  CHECK(wd_bt_init(bt_signo()) == 0);
+  atomic_store(&g_stop, 0);
+  atomic_store(&g_ready, 0);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, cpp_main, NULL) == 0);
+  wait_ready(1);
+  wd_bt_result r;
+  CHECK(wd_bt_collect(&r, 2000000000ull, 1) == 0);
+  int found = 0;
+  for (int i = 0; i < r.nthreads; i++)
+    for (int k = 0; k < r.threads[i].nframes; k++) {
+      const wd_bt_frame *f = &r.threads[i].frames[k];
+      if (strcmp(f->symbol, "wd::test::park_cpp()") == 0) {
+        found = 1;
+        CHECK(strcmp(f->mangled, "_ZN2wd4test8park_cppEv") == 0);
+      }
+    }
+  CHECK(found);
+  wd_bt_free(&r);
+  atomic_store(&g_stop, 1);
+  pthread_join(t, NULL);
+  wd_bt_fini();
+}
+
 /* ---- CUnit wrappers ---- */
 
 static void test_all_threads(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_all_threads, 60), 0); }
 static void test_repeat(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_repeat, 90), 0); }
 static void test_churn(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_churn, 90), 0); }
 static void test_no_answer(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_no_answer, 30), 0); }
+static void test_demangle(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_demangle, 60), 0); }
 static void test_eintr(void) { CU_ASSERT_EQUAL(wd_test_isolated(child_eintr, 60), 0); }
 static void test_chain_and_fini(void) {
   CU_ASSERT_EQUAL(wd_test_isolated(child_chain_and_fini, 30), 0);
@@ -593,5 +646,6 @@ int main(void) {
   CU_add_test(s, "wait bound with a thread that cannot answer", test_no_answer);
   CU_add_test(s, "chaining to the application's handler, fini", test_chain_and_fini);
   CU_add_test(s, "EINTR: sleepers in never-restarted calls are left alone", test_eintr);
+  CU_add_test(s, "a C++ frame is demangled, its raw name kept", test_demangle);
   return wd_test_run();
 }

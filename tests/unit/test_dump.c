@@ -234,9 +234,14 @@ static void build(fixture *f) {
   f->threads[0].tid = 41233;
   f->threads[0].status = WD_BT_OK;
   snprintf(f->threads[0].name, sizeof(f->threads[0].name), "python");
-  f->threads[0].nframes = 2;
-  f->threads[0].frames[0] = (wd_bt_frame){0x7f3a12345678ull, 0x91234, 123, "/lib/libc.so.6", "pthread_cond_wait"};
-  f->threads[0].frames[1] = (wd_bt_frame){0x401000, 0x1000, 0, "/bin/app", ""};
+  f->threads[0].nframes = 3;
+  f->threads[0].frames[0] = (wd_bt_frame){.pc = 0x7f3a12345678ull, .module_offset = 0x91234,
+                                          .symbol_offset = 123, .module = "/lib/libc.so.6",
+                                          .symbol = "pthread_cond_wait"};
+  f->threads[0].frames[1] = (wd_bt_frame){.pc = 0x401000, .module_offset = 0x1000, .module = "/bin/app"};
+  f->threads[0].frames[2] = (wd_bt_frame){.pc = 0x402000, .module_offset = 0x2000, .symbol_offset = 8,
+                                          .module = "/bin/app", .symbol = "c10d::ProcessGroupNCCL::wait()",
+                                          .mangled = "_ZN4c10d16ProcessGroupNCCL4waitEv"};
   f->threads[1].tid = 41240;
   f->threads[1].status = WD_BT_NO_ANSWER;
   snprintf(f->threads[1].name, sizeof(f->threads[1].name), "pt_main");
@@ -542,6 +547,11 @@ static void test_detached_threads(void) {
   CU_ASSERT(streq(gets(fr0, "moduleOffset"), "0x91234"));
   CU_ASSERT(streq(gets(fr0, "symbol"), "pthread_cond_wait"));
   CU_ASSERT_EQUAL(getn(fr0, "symbolOffset"), 123);
+  /* A demangled C++ frame keeps its raw name beside. */
+  cJSON *fr2 = cJSON_GetArrayItem(get(t0, "frames"), 2);
+  CU_ASSERT(streq(gets(fr2, "symbol"), "c10d::ProcessGroupNCCL::wait()"));
+  CU_ASSERT(streq(gets(fr2, "mangled"), "_ZN4c10d16ProcessGroupNCCL4waitEv"));
+  CU_ASSERT_PTR_NULL(get(fr0, "mangled"));
   cJSON *fr1 = cJSON_GetArrayItem(get(t0, "frames"), 1);
   CU_ASSERT_PTR_NULL(get(fr1, "symbol"));
   CU_ASSERT_PTR_NULL(get(fr1, "symbolOffset"));
