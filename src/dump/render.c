@@ -451,7 +451,7 @@ static const char *bt_status_name(int status) {
 
 /* Python stacks, when the dump collected them: "python": {available, note, threads[]}. */
 static int put_python(cJSON *root, const wd_py_result *py) {
-  if (!py) return 0;
+  if (!py || !py->available) return 0; /* no interpreter: no section */
   cJSON *o = cJSON_AddObjectToObject(root, "python");
   if (!o || add_bool(o, "available", py->available) ||
       add_bounded_str(o, "note", py->note, sizeof(py->note)))

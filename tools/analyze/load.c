@@ -118,6 +118,31 @@ static void load_main_frames(wd_az_dump *d, const cJSON *th) {
   }
 }
 
+/* The main thread's Python stack (tid == pid), else the first Python thread with frames. */
+static void load_python(wd_az_dump *d, const cJSON *python) {
+  const cJSON *th, *pick = NULL, *list = get(python, "threads");
+  if (!cJSON_IsArray(list)) return;
+  cJSON_ArrayForEach(th, list) {
+    if (!cJSON_GetArraySize(get(th, "frames"))) continue;
+    if (inum(th, "tid", -1) == d->pid) {
+      pick = th;
+      break;
+    }
+    if (!pick) pick = th;
+  }
+  const cJSON *f;
+  if (!pick) return;
+  cJSON_ArrayForEach(f, get(pick, "frames")) {
+    if (d->npy == WD_AZ_FRAMES) break;
+    const char *file = str(f, "file"), *fn = str(f, "function");
+    const char *base = file ? strrchr(file, '/') : NULL;
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s:%d in %s", base ? base + 1 : file ? file : "?", inum(f, "line", 0),
+             fn ? fn : "?");
+    d->py[d->npy++] = wd_az_intern(buf);
+  }
+}
+
 static void load_threads(wd_az_dump *d, const cJSON *threads) {
   d->main_tid = -1;
   if (!cJSON_IsObject(threads) || is_true(threads, "disabled")) {
@@ -407,6 +432,7 @@ static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *
   tmp.crank0 = first_crank;
   tmp.ncranks = set->ncranks - first_crank;
   load_threads(&tmp, get(root, "threads"));
+  load_python(&tmp, get(root, "python"));
   *d = tmp;
   return 0;
 }

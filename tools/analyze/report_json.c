@@ -98,6 +98,9 @@ static cJSON *suspect_json(const wd_az_set *set, const wd_az_suspect *s) {
   cJSON_AddStringToObject(o, "doing", doing);
   cJSON_AddBoolToObject(o, "backtracesDisabled", d->threads_disabled);
   cJSON_AddItemToObject(o, "topFrames", frames_json(d));
+  cJSON *py = cJSON_CreateArray();
+  for (int i = 0; py && i < d->npy; i++) cJSON_AddItemToArray(py, cJSON_CreateString(wd_az_s(d->py[i])));
+  cJSON_AddItemToObject(o, "pythonFrames", py);
   return o;
 }
 

@@ -145,6 +145,19 @@ void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
   else if (d->threads_disabled) wd_az_fmt(frames, sizeof(frames), "backtraces disabled");
   else if (!d->nframes) wd_az_fmt(frames, sizeof(frames), "no stack");
   else wd_az_frames_text(d, WD_AZ_FRAMES, frames, sizeof(frames));
+  if (d->npy) {
+    /* The line of the training script first: what on-call asks for. */
+    char py[512];
+    size_t pos = 0;
+    for (int i = 0; i < d->npy && i < 3 && pos < sizeof py; i++) {
+      int n = snprintf(py + pos, sizeof py - pos, "%s%s", i ? " <- " : "", wd_az_s(d->py[i]));
+      if (n < 0) break;
+      pos += (size_t)n;
+    }
+    wd_az_fmt(out, len, "rank %d (host %s pid %d) was last in: %s; in flight: %s; Python: %s; main thread: %s",
+             cr->rank, wd_az_s(d->host), d->pid, last, infl, py, frames);
+    return;
+  }
   wd_az_fmt(out, len, "rank %d (host %s pid %d) was last in: %s; in flight: %s; main thread: %s",
            cr->rank, wd_az_s(d->host), d->pid, last, infl, frames);
 }
