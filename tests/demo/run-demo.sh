@@ -40,10 +40,20 @@ export NCCL_WATCHDOG_TIMEOUT=2s
 export NCCL_WATCHDOG_POLL=200ms
 export WORLD_SIZE=$NRANKS
 start=$(date +%s.%N)
+# The rank that hangs the job is a Python program when Debian's python3 is there: its dumps
+# then hold its Python stack, and the report names the line of the "training script".
+PYHOST=$BUILD/lib/libwdpyhost.so
+PYTHON=/usr/bin/python3
+rank_cmd() { # rank dumpdir
+  if [ "$1" = "$HANG_RANK" ] && [ -x "$PYTHON" ] && [ -e "$PYHOST" ]; then
+    echo "$PYTHON $(dirname "$0")/demo_rank.py $PYHOST $PLUGIN $1 $NRANKS $2 $HANG_SEQ"
+  else
+    echo "$RANKBIN $PLUGIN $1 $NRANKS $2 $HANG_RANK $HANG_SEQ"
+  fi
+}
 pids=()
 for r in $(seq 0 $((NRANKS - 1))); do
-  RANK=$r LOCAL_RANK=$r "$RANKBIN" "$PLUGIN" "$r" "$NRANKS" "$DUMPS" "$HANG_RANK" "$HANG_SEQ" \
-    >"$LOGS/rank$r.log" 2>&1 &
+  RANK=$r LOCAL_RANK=$r $(rank_cmd "$r" "$DUMPS") >"$LOGS/rank$r.log" 2>&1 &
   pids+=($!)
 done
 sleep 1
@@ -72,7 +82,8 @@ What happened:
     (trigger-*.json) in the shared dump directory.
   * Rank $HANG_RANK had nothing in flight, so its own watchdog saw nothing wrong. It noticed the
     trigger files and wrote 'peer' dumps: its last AllReduce is #$((HANG_SEQ - 1)), one behind
-    everyone else, and its main thread's backtrace is in demo_data_loader_wait.
+    everyone else, and its main thread is in its data loader wait (with python3: the line of
+    demo_rank.py, the "training script", from its Python stack).
   * Every dump has the per-communicator rings (last NCCL events), the open tree of each in-flight
     operation (Coll -> ProxyOp -> ProxyStep) and the backtraces of all threads.
   The same dumps on demand from a live job: kill -USR1 <pid>, or under SLURM
@@ -109,8 +120,7 @@ export NCCL_WATCHDOG_DUMP_DIR=$DUMPS2
 export NCCL_WATCHDOG_RING_DIR=$RINGS
 pids=()
 for r in $(seq 0 $((NRANKS - 1))); do
-  RANK=$r LOCAL_RANK=$r "$RANKBIN" "$PLUGIN" "$r" "$NRANKS" "$DUMPS2" "$HANG_RANK" "$HANG_SEQ" \
-    >"$LOGS/rank$r.log" 2>&1 &
+  RANK=$r LOCAL_RANK=$r $(rank_cmd "$r" "$DUMPS2") >"$LOGS/rank$r.log" 2>&1 &
   pids+=($!)
 done
 sleep 1

@@ -14,6 +14,11 @@ took=$(( $(date +%s) - start ))
 if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
   printf '%s\n' "$out" | grep -Eq 'rank 2 +not_entered' ||
     { echo "check-demo: the analyzer did not name rank 2 (not_entered)"; exit 1; }
+  # With Debian's python3, rank 2 is a Python program: the report names its line.
+  if [ -x /usr/bin/python3 ] && [ -e "$build/lib/libwdpyhost.so" ]; then
+    printf '%s\n' "$out" | grep -q 'Python: demo_rank.py:[0-9]* in wait_for_data_loader' ||
+      { echo "check-demo: the report does not name rank 2's Python frame"; exit 1; }
+  fi
   # Part 2: rank 2 SIGKILLed, named from its ring file.
   part2=$(printf '%s\n' "$out" | sed -n '/== part 2/,$p')
   printf '%s\n' "$part2" | grep -Eq 'rank 2 +not_entered' ||

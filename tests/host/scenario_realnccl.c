@@ -354,6 +354,8 @@ static void check_stall(const char *dir, const expect *e, const char *label, int
     const char *gp = wdh_jstr(j, "comms.0.gpuProgress");
     WDH_CHECK(gp && strcmp(gp, cuda_path ? "cudaEvents" : "ncclEvents") == 0, "%s: gpuProgress %s",
               label, gp ? gp : "(none)");
+    /* A process without Python gets no Python section. */
+    WDH_CHECK(wdh_jpath(j, "python") == NULL, "%s: a python section without Python", label);
     const char *spot = wdh_jstr(j, "config.blindSpots.0");
     WDH_CHECK(spot && strstr(spot, "RMA"), "%s: blindSpots[0] %s", label, spot ? spot : "(none)");
     if (strcmp(e->type, "CeColl") == 0)
