@@ -41,6 +41,18 @@ static int wd_collect_events(const wd_pool *const *pools, int npools, const wd_c
   return 0;
 }
 
+/* The functions that have a sequence number, with their last enqueued and completed ones. */
+static uint32_t wd_collect_seqs(const _Atomic int64_t *enq, const _Atomic int64_t *done,
+                                wd_seq_snap *out, uint32_t max) {
+  uint32_t n = 0;
+  for (int f = 0; f < WD_NSTR && n < max; f++) {
+    int64_t e = atomic_load(&enq[f]), d = atomic_load(&done[f]);
+    if (e < 0 && d < 0) continue;
+    out[n++] = (wd_seq_snap){.func = (uint8_t)f, .enqueued = e, .completed = d};
+  }
+  return n;
+}
+
 static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now, wd_comm_snap *c) {
   memset(c, 0, sizeof(*c));
   c->comm_id = ctx->comm_id;
@@ -54,22 +66,8 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
   c->init_ns = ctx->init_ns;
   c->dropped = atomic_load(&ctx->dropped);
   c->stale = atomic_load(&ctx->stale);
-  for (int f = 0; f < WD_NSTR && c->nseq < 32; f++) {
-    int64_t e = atomic_load(&ctx->seq_enq[f]), d = atomic_load(&ctx->seq_done[f]);
-    if (e < 0 && d < 0) continue;
-    c->seq[c->nseq].func = (uint8_t)f;
-    c->seq[c->nseq].enqueued = e;
-    c->seq[c->nseq].completed = d;
-    c->nseq++;
-  }
-  for (int f = 0; f < WD_NSTR && c->nceseq < 8; f++) {
-    int64_t e = atomic_load(&ctx->ce_seq_enq[f]), d = atomic_load(&ctx->ce_seq_done[f]);
-    if (e < 0 && d < 0) continue;
-    c->ce_seq[c->nceseq].func = (uint8_t)f;
-    c->ce_seq[c->nceseq].enqueued = e;
-    c->ce_seq[c->nceseq].completed = d;
-    c->nceseq++;
-  }
+  c->nseq = wd_collect_seqs(ctx->seq_enq, ctx->seq_done, c->seq, 32);
+  c->nceseq = wd_collect_seqs(ctx->ce_seq_enq, ctx->ce_seq_done, c->ce_seq, 8);
   c->gpu_events = (uint8_t)ctx->launches.on;
   c->launches_unbracketed = atomic_load(&ctx->launches.skipped);
   c->gpu_error = atomic_load(&ctx->launches.last_error);

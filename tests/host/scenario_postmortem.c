@@ -275,6 +275,17 @@ static void case_abort(const char *dir) {
   wdh_unload(&p);
 }
 
+/* In a child: the plugin loaded, one communicator, ops AllReduces done (seq 0..ops-1). */
+static void child_comm(uint64_t id, const char *name, int ops) {
+  static wdh_plugin p;
+  static wdh_comm c;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm_init(&c, &p, id, name, 1, 2, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&c, NULL, &cfg, ops);
+}
+
 /* ---- SIGSEGV in an application thread ---- */
 
 static void app_segv(int sig) {
@@ -297,13 +308,7 @@ static void case_segv(const char *dir) {
   pid_t pid = fork();
   if (pid == 0) {
     signal(SIGSEGV, app_segv); /* before the plugin, as Python's faulthandler would be */
-    wdh_plugin p;
-    if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
-    wdh_comm c;
-    wdh_comm_init(&c, &p, 0x5e67ull, "segv", 1, 2, 0);
-    wdh_op_cfg cfg;
-    wdh_op_cfg_default(&cfg);
-    wdh_run_ops(&c, NULL, &cfg, 4);
+    child_comm(0x5e67ull, "segv", 4);
     pthread_t t;
     pthread_create(&t, NULL, faulting_thread, NULL);
     pthread_join(t, NULL);
@@ -337,13 +342,7 @@ static void case_sigterm(const char *dir) {
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    wdh_plugin p;
-    if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
-    wdh_comm c;
-    wdh_comm_init(&c, &p, 0x7e47ull, "term", 1, 2, 0);
-    wdh_op_cfg cfg;
-    wdh_op_cfg_default(&cfg);
-    wdh_run_ops(&c, NULL, &cfg, 2);
+    child_comm(0x7e47ull, "term", 2);
     char ok = 1;
     if (write(fds[1], &ok, 1) != 1) _exit(1);
     for (;;) pause();
