@@ -260,13 +260,12 @@ void *wd_track_start(wd_start_req *req) {
        * recv to self, which NCCL gives none (no profiler proxy op: proxy.cc). A CollNet op
        * announces none yet gets them, and ProxyOps that may start after its stop: held too,
        * until the watchdog finds its kernel done. */
-      if (ctx->kch_on && (type == WD_T_COLL || type == WD_T_P2P) &&
-          !(type == WD_T_P2P && rec->peer == ctx->rank))
-        hold = 1;
+      int kch_hold = ctx->kch_on && (type == WD_T_COLL || type == WD_T_P2P) &&
+                     !(type == WD_T_P2P && rec->peer == ctx->rank);
       /* A CE collective ends at enqueue as far as NCCL tells (ce_coll.cc): with CUDA events
        * around it, it is held until the GPU has done it. */
-      else if (type == WD_T_CECOLL && gkey)
-        hold = 1;
+      int gpu_hold = type == WD_T_CECOLL && gkey;
+      hold = (uint32_t)(kch_hold || gpu_hold);
       if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);

@@ -149,7 +149,7 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
   if (!rank) rank = getenv("SLURM_PROCID");
   char *end = NULL;
   long g = rank ? strtol(rank, &end, 10) : -1;
-  h->global_rank = (rank && end && *end == '\0' && g >= 0 && g < (1l << 30)) ? (int32_t)g : -1;
+  h->global_rank = (rank && end && *end == '\0' && g >= 0 && g < (1L << 30)) ? (int32_t)g : -1;
   wd_rf_register(base, 1);
   return 0;
 }

@@ -12,7 +12,7 @@
 #include <unistd.h>
 #include <pthread.h>
 
-#define WD_PY_TEXT_MAX (512 * 1024) /* 100 threads x 100 frames fit several times */
+#define WD_PY_TEXT_MAX (512L * 1024) /* 100 threads x 100 frames fit several times */
 
 typedef int (*wd_py_is_init_fn)(void);
 typedef const char *(*wd_py_dump_fn)(int fd, void *interp, void *tstate);

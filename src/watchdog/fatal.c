@@ -144,7 +144,7 @@ void wd_fatal_term_chain(void) {
 void wd_fatal_altstack(void) {
   stack_t cur;
   if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; /* has one */
-  size_t size = 64 * 1024;
+  size_t size = (size_t)64 * 1024;
   void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return;
   stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};

@@ -240,13 +240,13 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
     if (v.snap.is_root) {
       if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
       if (v.open || wd_event_from_handle(v.handle) != ev) continue;
-      /* Its kernel is done (ground truth, or trustworthy kernel channels): stop holding it. */
-      if (v.snap.gpu & WD_GPU_DONE) wd_event_release_hold(ev);
-      /* A later operation completed: this one is done on the GPU even if NCCL never says so,
-       * unless ground truth or a step its kernel needs says otherwise. */
-      else if (v.superseded && !(v.snap.gpu & WD_GPU_KNOWN) && v.snap.gpu_wait == 0 &&
-               wd_quiet_for(&v, now) >= settle)
-        wd_event_release_hold(ev);
+      /* Its kernel is done (ground truth, or trustworthy kernel channels), or a later operation
+       * completed and neither ground truth nor a step its kernel needs says otherwise: done on
+       * the GPU even if NCCL never says so. Stop holding it. */
+      int gpu_done = (v.snap.gpu & WD_GPU_DONE) != 0;
+      int vouched = v.superseded && !(v.snap.gpu & WD_GPU_KNOWN) && v.snap.gpu_wait == 0 &&
+                    wd_quiet_for(&v, now) >= settle;
+      if (gpu_done || vouched) wd_event_release_hold(ev);
     } else if (v.open && v.root) {
       wd_event *root = v.root;
       uint32_t rgpu = atomic_load_explicit(&root->wd_gpu, memory_order_relaxed);
