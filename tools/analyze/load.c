@@ -402,6 +402,8 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   if (hex(time, "mono_ns", &d->mono_ns) != 0) d->mono_ns = 0;
   d->host = wd_az_intern(host);
   d->reason = istr(root, "reason");
+  const char *g = str(get(root, "env"), "RANK");
+  d->global_rank = g && *g ? atoi(g) : -1;
   d->dump_seq = inum(root, "dumpSeq", 0);
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
   return 0;

@@ -105,6 +105,7 @@ typedef struct wd_az_dump {
   wd_az_str frames[WD_AZ_FRAMES]; /* main thread, innermost first */
   int npy;
   wd_az_str py[WD_AZ_FRAMES]; /* main thread's Python frames "file:line in f", innermost first */
+  int global_rank;             /* the job's RANK from its environment, -1 when unknown */
   int nthreads, threads_total;
   wd_az_thread threads[WD_AZ_THREADS];
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */

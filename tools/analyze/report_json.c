@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "report.h"
+#include "job.h"
 
 #define JSON_SCHEMA_VERSION 1
 
@@ -191,6 +192,35 @@ int wd_az_report_json(FILE *f, const wd_az_result *res) {
   cJSON_AddStringToObject(root, "tool", "nccl-watchdog-analyze");
   cJSON_AddNumberToObject(root, "schemaVersion", JSON_SCHEMA_VERSION);
   cJSON_AddStringToObject(root, "summary", res->summary);
+  wd_az_job job;
+  wd_az_job_verdict(res, &job);
+  if (job.found) {
+    cJSON *j = cJSON_AddObjectToObject(root, "job");
+    if (j) {
+      cJSON_AddStringToObject(j, "line", job.line);
+      cJSON_AddBoolToObject(j, "deadlock", job.deadlock);
+      cJSON *chain = cJSON_AddArrayToObject(j, "chain");
+      for (int i = 0; chain && i < job.nlinks; i++) {
+        const wd_az_link *l = &job.links[i];
+        cJSON *o = cJSON_CreateObject();
+        if (!o) break;
+        cJSON_AddItemToArray(chain, o);
+        char id[24];
+        snprintf(id, sizeof id, "0x%016llx", (unsigned long long)l->comm->comm_id);
+        cJSON_AddStringToObject(o, "commId", id);
+        cJSON_AddStringToObject(o, "commName", wd_az_s(l->comm->name) ? wd_az_s(l->comm->name) : "");
+        cJSON_AddNumberToObject(o, "seq", (double)l->comm->stuck_seq);
+        cJSON_AddNumberToObject(o, "onRank", l->on->rank);
+        cJSON_AddStringToObject(o, "onReason", wd_az_reason_name(l->on->reason));
+        if (l->on->cr) {
+          const wd_az_dump *d = wd_az_dump_of(res->set, l->on->cr);
+          cJSON_AddNumberToObject(o, "onPid", d->pid);
+          cJSON_AddStringToObject(o, "onHost", wd_az_s(d->host) ? wd_az_s(d->host) : "");
+          cJSON_AddNumberToObject(o, "onGlobalRank", d->global_rank);
+        }
+      }
+    }
+  }
   cJSON_AddNumberToObject(root, "dumpsRead", (double)res->ndumps_read);
   cJSON_AddNumberToObject(root, "dumpsUsed", (double)res->ndumps_kept);
   cJSON_AddItemToObject(root, "skipped", skipped_json(res->set));

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "report.h"
+#include "job.h"
 
 #define MAX_GROUPS 4   /* value groups shown per table cell */
 #define MAX_CULPRITS 8 /* culprit lines after a summary */
@@ -173,6 +174,10 @@ static void print_skipped(FILE *f, const wd_az_set *set) {
 }
 
 void wd_az_report_text(FILE *f, const wd_az_result *res, int verbose) {
+  /* Several communicators hung on each other: the job's root cause first. */
+  wd_az_job job;
+  wd_az_job_verdict(res, &job);
+  if (job.found && (job.nlinks > 1 || job.deadlock)) fprintf(f, "%s\n", job.line);
   fprintf(f, "%s\n", res->summary);
   for (size_t i = 0; i < res->ncomms; i++) {
     const wd_az_comm *c = &res->comms[i];

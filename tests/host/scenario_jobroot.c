@@ -1,0 +1,116 @@
+/*
+ * One verdict for a job of several communicators. Four processes share a data-parallel
+ * communicator "dp"; processes 2 and 3 also share a pipeline communicator "pp". Process 3 gets
+ * stuck in its data loader; process 2 then waits in a pp AllReduce on it, so it never enters the
+ * next dp AllReduce, in which processes 0 and 1 wait. Per communicator the analyzer blames dp
+ * ranks 2 and 3 and pp rank 1; the job verdict must follow dp rank 2 into pp and name process 3
+ * (global rank 3) as the root, first line of the report.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "nccl_host.h"
+
+#define DP 0xd9d9d9d9ull
+#define PP 0xbbbbbbbbull
+
+static void rank_main(int r, int fd) {
+  char g[8];
+  snprintf(g, sizeof g, "%d", r);
+  setenv("RANK", g, 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm dp, pp;
+  wdh_comm_init(&dp, &p, DP, "dp", 1, 4, r);
+  if (r >= 2) wdh_comm_init(&pp, &p, PP, "pp", 1, 2, r - 2);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&dp, NULL, &cfg, 5);
+  if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  wdh_op op;
+  cfg.hang_channel = 0;
+  if (r <= 1) { /* dp AllReduce seq 5: waits for ranks 2 and 3 */
+    wdh_op_enqueue(&dp, &cfg, &op);
+    wdh_op_proxy(&op);
+    wdh_op_finish(&op);
+  } else if (r == 2) { /* pp AllReduce seq 3: waits for process 3 */
+    wdh_op_enqueue(&pp, &cfg, &op);
+    wdh_op_proxy(&op);
+    wdh_op_finish(&op);
+  } /* r == 3: stuck in its data loader */
+  for (;;) pause();
+}
+
+int main(void) {
+  if (!wdh_plugin_path()) return 77;
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return 77;
+  char *dir = wdh_scenario_dir("jobroot", "1s", "100ms");
+  setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  pid_t pids[4];
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  for (int r = 0; r < 4; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(fds[0]);
+      rank_main(r, fds[1]);
+    }
+  }
+  close(fds[1]);
+  char ok;
+  for (int r = 0; r < 4; r++) WDH_CHECK(read(fds[0], &ok, 1) == 1, "rank ready");
+  close(fds[0]);
+  /* Three stall dumps (0, 1 in dp; 2 in pp) and the peer dumps they trigger. */
+  WDH_CHECK(wdh_wait_dumps(dir, "stall", 3, 10000) >= 3, "stall dumps");
+  WDH_CHECK(wdh_wait_dumps(dir, "peer", 1, 5000) >= 1, "peer dumps");
+  wdh_sleep_ms(1500);
+  for (int r = 0; r < 4; r++) {
+    kill(pids[r], SIGKILL);
+    waitpid(pids[r], NULL, 0);
+  }
+  char cmd[2048], line[4096];
+  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
+  FILE *f = popen(cmd, "r");
+  char first[4096] = "";
+  int n = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (n++ == 0) snprintf(first, sizeof first, "%s", line);
+    fputs(line, stderr);
+  }
+  if (f) pclose(f);
+  WDH_CHECK(strncmp(first, "JOB: root cause", 15) == 0, "first line: %s", first);
+  WDH_CHECK(strstr(first, "global rank 3") != NULL, "the root is not global rank 3: %s", first);
+  WDH_CHECK(strstr(first, "dp") && strstr(first, "pp"), "the chain does not cross dp and pp: %s", first);
+  snprintf(cmd, sizeof cmd, "'%s' -q --json '%s' > '%s/report.json'", az, dir, dir);
+  WDH_CHECK(system(cmd) == 0, "analyzer --json");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/report.json", dir);
+  void *j = wdh_json_load(path);
+  WDH_CHECK(j != NULL, "no JSON report");
+  if (j) {
+    cJSON *chain = wdh_jpath(j, "job.chain");
+    int len = cJSON_GetArraySize(chain);
+    WDH_CHECK(len == 2, "chain of %d links, expected dp -> pp", len);
+    cJSON *last = cJSON_GetArrayItem(chain, len - 1);
+    WDH_CHECK(last && wdh_jnum(last, "onPid", -1) == pids[3], "root pid %g, expected %d",
+              wdh_jnum(last, "onPid", -1), (int)pids[3]);
+    WDH_CHECK(last && wdh_jnum(last, "onGlobalRank", -1) == 3, "root global rank %g",
+              wdh_jnum(last, "onGlobalRank", -1));
+    const char *name0 = wdh_jstr(cJSON_GetArrayItem(chain, 0), "commName");
+    WDH_CHECK(name0 && !strcmp(name0, "dp"), "chain starts in %s", name0 ? name0 : "(none)");
+    WDH_CHECK(wdh_jpath(j, "job.deadlock") && !cJSON_IsTrue((cJSON *)wdh_jpath(j, "job.deadlock")),
+              "not a deadlock");
+    wdh_json_free(j);
+  }
+  unlink(path);
+  return wdh_scenario_end("jobroot", dir);
+}
