@@ -49,10 +49,7 @@ static void rank_main(int r, int fd) {
   for (;;) pause();
 }
 
-int main(void) {
-  if (!wdh_plugin_path()) return 77;
-  const char *az = getenv("WDH_ANALYZER");
-  if (!az || access(az, X_OK) != 0) return 77;
+static int case_root(const char *az) {
   char *dir = wdh_scenario_dir("jobroot", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[4];
@@ -113,4 +110,70 @@ int main(void) {
   }
   unlink(path);
   return wdh_scenario_end("jobroot", dir);
+}
+
+/* Two processes, two communicators entered in opposite orders: process 0 waits in X for 1,
+ * process 1 waits in Y for 0. A deadlock, named as one. */
+#define CX 0xa11a11ull
+#define CY 0xb22b22ull
+
+static void dl_main(int r, int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm x, y;
+  wdh_comm_init(&x, &p, CX, "x", 1, 2, r);
+  wdh_comm_init(&y, &p, CY, "y", 1, 2, r);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&x, NULL, &cfg, 2);
+  wdh_run_ops(&y, NULL, &cfg, 2);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  cfg.hang_channel = 0;
+  wdh_op op;
+  wdh_op_enqueue(r == 0 ? &x : &y, &cfg, &op);
+  wdh_op_proxy(&op);
+  wdh_op_finish(&op);
+  for (;;) pause();
+}
+
+static int case_deadlock(const char *az) {
+  char *dir = wdh_scenario_dir("jobdeadlock", "1s", "100ms");
+  setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  pid_t pids[2];
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  for (int r = 0; r < 2; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(fds[0]);
+      dl_main(r, fds[1]);
+    }
+  }
+  close(fds[1]);
+  char ok;
+  for (int r = 0; r < 2; r++) WDH_CHECK(read(fds[0], &ok, 1) == 1, "rank ready");
+  close(fds[0]);
+  WDH_CHECK(wdh_wait_dumps(dir, "stall", 2, 10000) >= 2, "stall dumps");
+  for (int r = 0; r < 2; r++) {
+    kill(pids[r], SIGKILL);
+    waitpid(pids[r], NULL, 0);
+  }
+  char cmd[2048], first[4096] = "";
+  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
+  FILE *f = popen(cmd, "r");
+  if (f && fgets(first, sizeof first, f)) fputs(first, stderr);
+  if (f) pclose(f);
+  WDH_CHECK(strncmp(first, "JOB: deadlock", 13) == 0, "first line: %s", first);
+  WDH_CHECK(strstr(first, " x ") && strstr(first, " y "), "both communicators named: %s", first);
+  return wdh_scenario_end("jobdeadlock", dir);
+}
+
+int main(void) {
+  if (!wdh_plugin_path()) return 77;
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return 77;
+  int rc = case_root(az);
+  rc |= case_deadlock(az);
+  return rc;
 }

@@ -95,7 +95,13 @@ void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
   } while (0)
   char w[256];
   if (job->deadlock) {
-    PUT("JOB: deadlock across %d communicators:", job->nlinks);
+    int ncomm = 0;
+    for (int i = 0; i < job->nlinks; i++) {
+      int dup = 0;
+      for (int k = 0; k < i; k++) dup |= job->links[k].comm == job->links[i].comm;
+      ncomm += !dup;
+    }
+    PUT("JOB: deadlock across %d communicators (ranks entered them in different orders):", ncomm);
   } else {
     const wd_az_link *last = &job->links[job->nlinks - 1];
     who_text(res, last->comm, last->on, w, sizeof w);
