@@ -1164,6 +1164,34 @@ int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeo
   return n;
 }
 
+int wdh_fork_ranks(int n, void (*fn)(int rank, int ready_fd), pid_t *pids) {
+  int fds[2];
+  if (pipe(fds) != 0) return 0;
+  for (int r = 0; r < n; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      close(fds[0]);
+      fn(r, fds[1]);
+      _exit(0);
+    }
+  }
+  close(fds[1]);
+  int ready = 0;
+  char ok;
+  while (ready < n && read(fds[0], &ok, 1) == 1) ready++;
+  close(fds[0]);
+  return ready;
+}
+
+void wdh_kill_ranks(pid_t *pids, int n) {
+  for (int r = 0; r < n; r++) {
+    if (pids[r] <= 0) continue;
+    kill(pids[r], SIGKILL);
+    waitpid(pids[r], NULL, 0);
+    pids[r] = 0;
+  }
+}
+
 int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status) {
   uint64_t end = wdh_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
   for (;;) {

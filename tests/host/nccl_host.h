@@ -309,6 +309,13 @@ void wdh_free_paths(char **paths, int n);
 /* Wait up to timeout_ms until at least `want` dumps with that reason exist. Returns the count. */
 int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeout_ms);
 
+/* A job of n rank processes: fork n children, each running fn(rank, ready_fd) (fn writes one
+ * byte to ready_fd when it is set up, and never returns); returns once every rank is ready, with
+ * their pids in pids. Returns the number that said ready. */
+int wdh_fork_ranks(int n, void (*fn)(int rank, int ready_fd), pid_t *pids);
+/* SIGKILL and reap every rank whose pid is not 0. */
+void wdh_kill_ranks(pid_t *pids, int n);
+
 /* Waits up to timeout_ms for the child pid, then kills (SIGKILL) and reaps it. Returns 1 when it
  * ended by itself, 0 when it had to be killed; *status gets the wait status either way. */
 int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status);

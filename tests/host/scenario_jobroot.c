@@ -20,6 +20,17 @@
 #define DP 0xd9d9d9d9ull
 #define PP 0xbbbbbbbbull
 
+/* The next AllReduce of c, whose data never comes. */
+static void hang_in(wdh_comm *c) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  wdh_op op;
+  wdh_op_enqueue(c, &cfg, &op);
+  wdh_op_proxy(&op);
+  wdh_op_finish(&op);
+}
+
 static void rank_main(int r, int fd) {
   char g[8];
   snprintf(g, sizeof g, "%d", r);
@@ -35,17 +46,9 @@ static void rank_main(int r, int fd) {
   if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
-  wdh_op op;
-  cfg.hang_channel = 0;
-  if (r <= 1) { /* dp AllReduce seq 5: waits for ranks 2 and 3 */
-    wdh_op_enqueue(&dp, &cfg, &op);
-    wdh_op_proxy(&op);
-    wdh_op_finish(&op);
-  } else if (r == 2) { /* pp AllReduce seq 3: waits for process 3 */
-    wdh_op_enqueue(&pp, &cfg, &op);
-    wdh_op_proxy(&op);
-    wdh_op_finish(&op);
-  } /* r == 3: stuck in its data loader */
+  if (r <= 1) hang_in(&dp);      /* dp AllReduce seq 5: waits for ranks 2 and 3 */
+  else if (r == 2) hang_in(&pp); /* pp AllReduce seq 3: waits for process 3 */
+  /* r == 3: stuck in its data loader */
   for (;;) pause();
 }
 
@@ -53,27 +56,13 @@ static int case_root(const char *az) {
   char *dir = wdh_scenario_dir("jobroot", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[4];
-  int fds[2];
-  WDH_CHECK(pipe(fds) == 0, "pipe");
-  for (int r = 0; r < 4; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      close(fds[0]);
-      rank_main(r, fds[1]);
-    }
-  }
-  close(fds[1]);
-  char ok;
-  for (int r = 0; r < 4; r++) WDH_CHECK(read(fds[0], &ok, 1) == 1, "rank ready");
-  close(fds[0]);
+  WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
   /* Three stall dumps (0, 1 in dp; 2 in pp) and the peer dumps they trigger. */
   WDH_CHECK(wdh_wait_dumps(dir, "stall", 3, 10000) >= 3, "stall dumps");
   WDH_CHECK(wdh_wait_dumps(dir, "peer", 1, 5000) >= 1, "peer dumps");
   wdh_sleep_ms(1500);
-  for (int r = 0; r < 4; r++) {
-    kill(pids[r], SIGKILL);
-    waitpid(pids[r], NULL, 0);
-  }
+  pid_t root_pid = pids[3];
+  wdh_kill_ranks(pids, 4);
   char cmd[2048], line[4096];
   snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
   FILE *f = popen(cmd, "r");
@@ -98,8 +87,8 @@ static int case_root(const char *az) {
     int len = cJSON_GetArraySize(chain);
     WDH_CHECK(len == 2, "chain of %d links, expected dp -> pp", len);
     cJSON *last = cJSON_GetArrayItem(chain, len - 1);
-    WDH_CHECK(last && wdh_jnum(last, "onPid", -1) == pids[3], "root pid %g, expected %d",
-              wdh_jnum(last, "onPid", -1), (int)pids[3]);
+    WDH_CHECK(last && wdh_jnum(last, "onPid", -1) == root_pid, "root pid %g, expected %d",
+              wdh_jnum(last, "onPid", -1), (int)root_pid);
     WDH_CHECK(last && wdh_jnum(last, "onGlobalRank", -1) == 3, "root global rank %g",
               wdh_jnum(last, "onGlobalRank", -1));
     const char *name0 = wdh_jstr(cJSON_GetArrayItem(chain, 0), "commName");
@@ -129,11 +118,7 @@ static void dl_main(int r, int fd) {
   wdh_run_ops(&y, NULL, &cfg, 2);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
-  cfg.hang_channel = 0;
-  wdh_op op;
-  wdh_op_enqueue(r == 0 ? &x : &y, &cfg, &op);
-  wdh_op_proxy(&op);
-  wdh_op_finish(&op);
+  hang_in(r == 0 ? &x : &y);
   for (;;) pause();
 }
 
@@ -141,24 +126,9 @@ static int case_deadlock(const char *az) {
   char *dir = wdh_scenario_dir("jobdeadlock", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[2];
-  int fds[2];
-  WDH_CHECK(pipe(fds) == 0, "pipe");
-  for (int r = 0; r < 2; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      close(fds[0]);
-      dl_main(r, fds[1]);
-    }
-  }
-  close(fds[1]);
-  char ok;
-  for (int r = 0; r < 2; r++) WDH_CHECK(read(fds[0], &ok, 1) == 1, "rank ready");
-  close(fds[0]);
+  WDH_CHECK(wdh_fork_ranks(2, dl_main, pids) == 2, "ranks not ready");
   WDH_CHECK(wdh_wait_dumps(dir, "stall", 2, 10000) >= 2, "stall dumps");
-  for (int r = 0; r < 2; r++) {
-    kill(pids[r], SIGKILL);
-    waitpid(pids[r], NULL, 0);
-  }
+  wdh_kill_ranks(pids, 2);
   char cmd[2048], first[4096] = "";
   snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
   FILE *f = popen(cmd, "r");

@@ -199,28 +199,11 @@ static void rank_main(int rank, int fd) {
 
 static void case_culprit(const char *dir) {
   pid_t pids[4];
-  int fds[2];
-  WDH_CHECK(pipe(fds) == 0, "pipe");
-  for (int r = 0; r < 4; r++) {
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      close(fds[0]);
-      rank_main(r, fds[1]);
-    }
-  }
-  close(fds[1]);
-  char ok;
-  for (int r = 0; r < 4; r++) WDH_CHECK(read(fds[0], &ok, 1) == 1, "rank ready");
-  close(fds[0]);
-  kill(pids[2], SIGKILL); /* the OOM killer, say */
-  waitpid(pids[2], NULL, 0);
+  WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
+  wdh_kill_ranks(&pids[2], 1); /* the OOM killer, say */
   int n = wdh_wait_dumps(dir, "stall", 3, 8000);
   WDH_CHECK(n >= 3, "%d stall dumps from the 3 living ranks", n);
-  for (int r = 0; r < 4; r++)
-    if (r != 2) {
-      kill(pids[r], SIGKILL);
-      waitpid(pids[r], NULL, 0);
-    }
+  wdh_kill_ranks(pids, 4);
   const char *az = getenv("WDH_ANALYZER");
   if (!az || access(az, X_OK) != 0) return;
   char cmd[2048];
