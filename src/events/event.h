@@ -29,11 +29,9 @@ enum { WD_KIND_CHILD = 0, WD_KIND_ROOT = 1 };
 /* What the watchdog learnt about a root op's kernel (wd_gpu). */
 enum {
   WD_GPU_KNOWN = 1,     /* CUDA events describe its launch */
-  WD_GPU_REACHED = 2,   /* ground truth: the stream got to it */
   WD_GPU_DONE = 4,      /* ground truth, or kernel channels NCCL reported with nothing left */
   WD_GPU_ERROR = 8,     /* the driver reported an error for its events */
   WD_GPU_PROXY_GONE = 16, /* the thread that drove its proxy part has exited (revoke, abort) */
-  WD_GPU_LOCAL = 32,    /* send/recv to self: NCCL reports no children for it */
 };
 
 typedef struct wd_event {

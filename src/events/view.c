@@ -13,7 +13,6 @@ const char *wd_op_status_name(int status) {
   case WD_OP_STALLED: return "stalled";
   case WD_OP_POSTING: return "posting";
   case WD_OP_ABANDONED: return "abandoned";
-  case WD_OP_LOCAL: return "local";
   default: return "unknown";
   }
 }
@@ -36,7 +35,6 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
   v->snap.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
   v->snap.kch_done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
   v->snap.last_trans = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
-  v->snap.kch_seen = atomic_load_explicit(&ev->kch_seen, memory_order_relaxed);
   v->snap.gpu_wait = atomic_load_explicit(&ev->wd_gpu_wait, memory_order_relaxed);
   v->snap.gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
   v->snap.reached_ns = (v->snap.gpu & WD_GPU_KNOWN)
@@ -52,7 +50,6 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
     if (v->open) v->snap.status = WD_OP_POSTING;
     else if (v->snap.gpu & WD_GPU_DONE) v->snap.status = WD_OP_GPU_DONE;
     else if (v->snap.gpu & WD_GPU_PROXY_GONE) v->snap.status = WD_OP_ABANDONED;
-    else if (v->snap.gpu & WD_GPU_LOCAL) v->snap.status = WD_OP_LOCAL;
     else if (v->snap.reached_ns == 0) v->snap.status = WD_OP_ENQUEUED;
     else v->snap.status = WD_OP_REACHED;
   }

@@ -20,7 +20,6 @@ enum {
   WD_OP_STALLED = 3,  /* reached and no progress for longer than the timeout */
   WD_OP_POSTING = 4,  /* started, not stopped yet (being enqueued) */
   WD_OP_ABANDONED = 5, /* its proxy thread exited with it in flight (revoke, shrink, abort) */
-  WD_OP_LOCAL = 6,    /* send/recv to self: nothing to wait for, NCCL reports no children */
 };
 const char *wd_op_status_name(int status); /* "enqueued", "reached", ... */
 
@@ -38,7 +37,6 @@ typedef struct wd_ev_snap {
   uint32_t kch_expected;  /* Coll/P2p: kernel channels expected (0 when KernelCh is off) */
   uint32_t kch_done;      /* Coll/P2p: kernel channels stopped */
   uint64_t last_trans;    /* ProxyStep: last transSize; KernelCh: GPU stop time */
-  uint32_t kch_seen;      /* Coll/P2p: kernel channels started */
   uint32_t gpu_wait;      /* root ops: open ProxySteps the kernel still needs (last scan) */
   uint32_t gpu;           /* root ops: WD_GPU_* (last scan) */
   uint64_t reached_ns;    /* root ops: when the GPU got there (ground truth when known), 0 not yet */

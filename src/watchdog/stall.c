@@ -26,7 +26,7 @@ static inline uint64_t wd_moved_ns(const wd_slot_view *v) {
 int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg) {
   if (!v->snap.is_root || v->open) return 0;
   if (v->snap.start.flags & WD_F_DETACHED) return 0;
-  if (v->snap.gpu & (WD_GPU_DONE | WD_GPU_PROXY_GONE | WD_GPU_LOCAL)) return 0;
+  if (v->snap.gpu & (WD_GPU_DONE | WD_GPU_PROXY_GONE)) return 0;
   /* A later op of this communicator completed, and nothing says this one's kernel is still
    * running (no ground truth against it, no step the kernel needs still open). */
   if (v->superseded && !(v->snap.gpu & WD_GPU_KNOWN) && v->snap.gpu_wait == 0) return 0;
@@ -155,15 +155,11 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
     wd_gpu_truth t;
     wd_launch_truth(&ctx->launches, first, last, now, &t);
     if (t.known) {
-      gpu |= WD_GPU_KNOWN | (t.reached ? WD_GPU_REACHED : 0u) | (t.done ? WD_GPU_DONE : 0u);
+      gpu |= WD_GPU_KNOWN | (t.done ? WD_GPU_DONE : 0u);
       atomic_store_explicit(&ev->wd_reached_ns, t.reached_ns, memory_order_relaxed);
     }
     if (t.error) gpu |= WD_GPU_ERROR;
   }
-  /* Send/recv to self: a copy inside the kernel, no proxy op, no KernelCh (enqueue.cc). */
-  wd_record r;
-  wd_event_read_start(ev, &r);
-  if (type == WD_T_P2P && r.peer == ctx->rank) gpu |= WD_GPU_LOCAL;
   atomic_store_explicit(&ev->wd_gpu, gpu, memory_order_relaxed);
 }
 
