@@ -10,7 +10,6 @@
 #include "base/clock.h"
 #include "base/host.h"
 #include "base/log.h"
-#include "flightrec/strtab.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
   if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
@@ -83,19 +82,10 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   return ctx;
 }
 
-static void wd_file_strings(wd_context *ctx) {
-  const char *strs[WD_RF_STRINGS];
-  unsigned n = wd_str_count();
-  if (n > WD_RF_STRINGS) n = WD_RF_STRINGS;
-  for (unsigned i = 0; i < n; i++) strs[i] = wd_str((uint8_t)i);
-  wd_ringfile_put_strings(&ctx->file, strs, n);
-}
-
 void wd_context_refresh_file(wd_context *ctx) {
   wd_rf_header *h = wd_ringfile_header(&ctx->file);
   if (!h) return;
   wd_ringfile_live_begin(&ctx->file);
-  wd_file_strings(ctx);
   uint32_t n = 0;
   for (int ce = 0; ce < 2; ce++)
     for (int f = 0; f < WD_NSTR && n < WD_RF_SEQS; f++) {

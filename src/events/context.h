@@ -59,7 +59,8 @@ wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id);
  * ring_dir, the rings live in a ring file there (memory when the file cannot be made). */
 wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t proxy_ring_size,
                              const char *ring_dir, int keep_file);
-/* Refresh the ring file's live header: sequence counters, string table (watchdog thread). */
+/* Refresh the ring file's live header: sequence counters (watchdog thread; strings reach the
+ * file when they are interned, ringfile.h). */
 void wd_context_refresh_file(wd_context *ctx);
 /* Make a context finalized long ago fit for another communicator (pools, rings, counters). */
 void wd_context_recycle(wd_context *ctx);

@@ -170,15 +170,6 @@ void wd_ringfile_seal_identity(wd_ringfile *f) {
   h->ident_sum = wd_rf_ident_sum(h);
 }
 
-void wd_ringfile_put_strings(wd_ringfile *f, const char *const *strings, unsigned n) {
-  if (!f->base) return;
-  /* The same lock as wd_ringfile_note_string: both write the table. */
-  pthread_mutex_lock(&wd_rf_lock);
-  for (unsigned i = 0; i < n && i < WD_RF_STRINGS; i++)
-    wd_rf_put_one(f->base, i, strings[i] ? strings[i] : "");
-  pthread_mutex_unlock(&wd_rf_lock);
-}
-
 void wd_ringfile_live_begin(wd_ringfile *f) {
   wd_rf_header *h = f->base;
   if (!h) return;

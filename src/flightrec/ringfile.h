@@ -4,7 +4,8 @@
  * nothing from the dead process can read the rings afterwards (nccl-watchdog-analyze).
  *
  * Layout (little-endian, as written by the machine): a 4 KiB header, the string table copy
- * (WD_RF_STRINGS x WD_RF_STRLEN bytes), the operation ring, the proxy ring (records of
+ * (WD_RF_STRINGS x WD_RF_STRLEN bytes, filled when the file is created and whenever the process
+ * interns a string), the operation ring, the proxy ring (records of
  * record.h, each checked by its own turn word and wd_record_check). The header's identity part
  * is written once, at communicator init, and protected by ident_sum; its live part (sequence
  * counters, the time of the last refresh) is rewritten by the watchdog each poll under a
@@ -107,8 +108,6 @@ wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy);
 wd_rf_header *wd_ringfile_header(const wd_ringfile *f);
 /* Identity fields are set by the caller, then sealed (checksum). */
 void wd_ringfile_seal_identity(wd_ringfile *f);
-/* Copy the string table (strings[i] for i < n, each at most WD_RF_STRLEN - 1 bytes). */
-void wd_ringfile_put_strings(wd_ringfile *f, const char *const *strings, unsigned n);
 /* Begin / end a rewrite of the live part. */
 void wd_ringfile_live_begin(wd_ringfile *f);
 void wd_ringfile_live_end(wd_ringfile *f);

@@ -275,6 +275,9 @@ static void wd_check_term(void) {
 static void *wd_main(void *arg) {
   (void)arg;
   wd_fatal_altstack();
+  /* This thread queries CUDA events: relaxed capture mode, so a query never invalidates a graph
+   * an application thread is capturing. */
+  if (wd_wd.cfg->gpu_events) wd_launch_query_thread_init();
   uint64_t poll_ns = wd_wd.cfg->poll_ns;
   uint64_t next = wd_now_ns() + poll_ns;
   while (!atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) {
