@@ -105,13 +105,20 @@ static __attribute__((noinline)) int wd_bt_unwind(uint64_t *pcs, int max, uint64
   return n;
 }
 
-int wd_bt_unwind_signal(uint64_t *pcs, int max, const void *uc) {
-  uint64_t from = 0;
+/* The interrupted instruction in a handler's ucontext, 0 when unknown. */
+static uint64_t wd_bt_uc_pc(const void *uc) {
+  if (!uc) return 0;
 #if defined(__x86_64__)
-  if (uc) from = (uint64_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
+  return (uint64_t)((const ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
 #elif defined(__aarch64__)
-  if (uc) from = (uint64_t)((const ucontext_t *)uc)->uc_mcontext.pc;
+  return (uint64_t)((const ucontext_t *)uc)->uc_mcontext.pc;
+#else
+  return 0;
 #endif
+}
+
+int wd_bt_unwind_signal(uint64_t *pcs, int max, const void *uc) {
+  uint64_t from = wd_bt_uc_pc(uc);
   if (max <= 0) return 0;
   if (!bt_installed) {
     pcs[0] = from;
@@ -156,12 +163,7 @@ static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
     /* ARMED -> RUNNING admits one unwind per slot: a second or late signal returns at once. */
     int expect = WD_BT_ARMED;
     if (atomic_compare_exchange_strong(&slot->state, &expect, WD_BT_RUNNING)) {
-      uint64_t from = 0;
-#if defined(__x86_64__)
-      if (uc) from = (uint64_t)((ucontext_t *)uc)->uc_mcontext.gregs[REG_RIP];
-#elif defined(__aarch64__)
-      if (uc) from = (uint64_t)((ucontext_t *)uc)->uc_mcontext.pc;
-#endif
+      uint64_t from = wd_bt_uc_pc(uc);
       slot->n = wd_bt_unwind(slot->pcs, WD_BT_MAX_FRAMES, from ? from : 1, &slot->exact0);
       /* Release: the collector's acquire load of DONE sees n and pcs. */
       atomic_store_explicit(&slot->state, WD_BT_DONE, memory_order_release);

@@ -16,6 +16,7 @@
 #include "events/store.h"
 #include "events/track.h"
 #include "plugin/profiler_abi.h"
+#include "wd_test_descr.h"
 #include "wd_test_util.h"
 
 extern ncclProfiler_v5_t ncclProfiler_v5;
@@ -36,17 +37,7 @@ static void *init5(uint64_t id, const char *name, int nranks, int rank, int *mas
 
 static void *start5(void *ctx, uint64_t type, void *parent) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = type;
-  d.parentObj = parent;
-  if (type == ncclProfileColl) {
-    d.coll.func = "AllReduce";
-    d.coll.seqNumber = 0;
-    d.coll.nChannels = 2;
-  } else if (type == ncclProfileProxyOp) {
-    d.proxyOp.pid = getpid();
-    d.proxyOp.nSteps = 4;
-  }
+  wd_test_descr5(&d, type, parent);
   void *h = NULL;
   WD_CHILD_CHECK(ncclProfiler_v5.startEvent(ctx, &h, &d) == ncclSuccess);
   return h;

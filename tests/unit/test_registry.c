@@ -15,6 +15,7 @@
 #include "plugin/lifecycle.h"
 #include "plugin/profiler_abi.h"
 #include "events/track.h"
+#include "wd_test_descr.h"
 #include "wd_test_util.h"
 
 extern ncclProfiler_v4_t ncclProfiler_v4;
@@ -194,17 +195,7 @@ static void test_disabled(void) {
 
 static void *start5(void *ctx, uint64_t type, void *parent) {
   ncclProfilerEventDescr_v5_t d;
-  memset(&d, 0, sizeof d);
-  d.type = type;
-  d.parentObj = parent;
-  if (type == ncclProfileColl) {
-    d.coll.func = "AllReduce";
-    d.coll.seqNumber = 0;
-    d.coll.nChannels = 2;
-  } else if (type == ncclProfileProxyOp) {
-    d.proxyOp.pid = getpid();
-    d.proxyOp.nSteps = 4;
-  }
+  wd_test_descr5(&d, type, parent);
   void *h = NULL;
   CU_ASSERT_EQUAL(ncclProfiler_v5.startEvent(ctx, &h, &d), ncclSuccess);
   return h;
