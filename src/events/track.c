@@ -110,6 +110,15 @@ static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   return rec.r.type;
 }
 
+/* Called as a child of op closes: every expected kernel channel stopped and this child was the
+ * last one open, so nothing can contradict the channels (the watchdog checks the other cases). */
+static inline void wd_release_if_done(wd_event *op) {
+  uint32_t expected = atomic_load_explicit(&op->kch_expected, memory_order_relaxed);
+  if (expected && atomic_load_explicit(&op->kch_done, memory_order_relaxed) >= expected &&
+      wd_event_children_live(op) <= 1)
+    wd_event_release_hold(op);
+}
+
 /* What a child's stop means for its parent. */
 static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   unsigned type = wd_write_stop(ev, now, extra_flags);
@@ -123,18 +132,13 @@ static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
     } else if (type == WD_T_PROXYOP) {
       if (!extra_flags) wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
       /* The last proxy work after every kernel channel stopped: the op is done. */
-      uint32_t expected = atomic_load_explicit(&parent->kch_expected, memory_order_relaxed);
-      if (expected && atomic_load_explicit(&parent->kch_done, memory_order_relaxed) >= expected &&
-          wd_event_children_live(parent) <= 1)
-        wd_event_release_hold(parent);
+      wd_release_if_done(parent);
     } else if (type == WD_T_KERNELCH) {
-      uint32_t done = atomic_fetch_add_explicit(&parent->kch_done, 1, memory_order_relaxed) + 1;
-      uint32_t expected = atomic_load_explicit(&parent->kch_expected, memory_order_relaxed);
+      atomic_fetch_add_explicit(&parent->kch_done, 1, memory_order_relaxed);
       /* NCCL's per-channel counters can pair a KernelCh with the wrong op (transport/profiler.cc):
        * with proxy work still open, the watchdog checks that nothing the kernel needs is
        * pending before it believes the op is done. Only this channel left: done now. */
-      if (expected && done >= expected && wd_event_children_live(parent) <= 1)
-        wd_event_release_hold(parent);
+      wd_release_if_done(parent);
     }
   } else if (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL) {
     uint64_t token = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed);
