@@ -411,7 +411,7 @@ static void test_trace(void) {
     if (strcmp(sget(e, "name"), "process_name") == 0) {
       procs++;
       if (nget(e, "pid") == 1)
-        CU_ASSERT_STRING_EQUAL(sget(cJSON_GetObjectItem(e, "args"), "name"), "node000:10000");
+        CU_ASSERT_STRING_EQUAL(sget(cJSON_GetObjectItem(e, "args"), "name"), "global rank 0 (node000:10000)");
     }
     open += cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "open"));
     negative += cJSON_GetObjectItem(e, "ts") && nget(e, "ts") < 0;

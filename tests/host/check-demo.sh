@@ -21,8 +21,8 @@ if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
   fi
   # Part 2: rank 2 SIGKILLed, named from its ring file.
   part2=$(printf '%s\n' "$out" | sed -n '/== part 2/,$p')
-  printf '%s\n' "$part2" | grep -Eq 'rank 2 +not_entered' ||
-    { echo "check-demo: part 2: the analyzer did not name the SIGKILLed rank 2 from its ring file"; exit 1; }
+  printf '%s\n' "$part2" | grep -Eq 'rank 2 +died +died \(only its post-mortem ring file is left\)' ||
+    { echo "check-demo: part 2: the analyzer did not name the SIGKILLed rank 2 (died) from its ring file"; exit 1; }
   [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 1 ] ||
     { echo "check-demo: part 2: expected exactly rank 2's ring file in demo-rings"; exit 1; }
 fi

@@ -4,7 +4,7 @@
  * nccl-watchdog-analyze --json, and its suspects are checked:
  *   missing    rank 2 never started: no dump at all        -> rank 2 "missing"
  *   notentered rank 2 stops calling AllReduce               -> rank 2 "not_entered"
- *   mismatch   rank 2 enters AllReduce #S with another count -> rank 2 "mismatch"
+ *   mismatch   rank 2 enters AllReduce #S with another count -> rank 2 "args_mismatch"
  *   network    rank 1's recv from peer 0 stalls in RecvWait,
  *              the others completed the op                 -> rank 1 "network_stall"
  *   healthy    every rank snapshots itself with SIGUSR1    -> no suspect, verdict no_hang
@@ -243,7 +243,7 @@ int main(int argc, char **argv) {
       {"wrapped", {"hang", "hang", "skip", "hang"}, {"64", "64", NULL, NULL}, 400},
   };
   const int rank[] = {2, 2, 2, 1, -1, 2};
-  const char *reason[] = {"missing", "not_entered", "mismatch", "network_stall", NULL,
+  const char *reason[] = {"missing", "not_entered", "args_mismatch", "network_stall", NULL,
                           "not_entered"};
   const char *verdict[] = {"hang", "hang", "hang", "hang", "no_hang", "hang"};
   for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {

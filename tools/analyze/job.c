@@ -2,38 +2,56 @@
 #include "job.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* The hung communicator in which the process of dump index d is itself waiting, and its rank
- * there; NULL when it waits nowhere. */
-static const wd_az_comm *waiting_in(const wd_az_result *res, uint32_t d, const wd_az_crank **who) {
+/* For each dump: the hung communicator its process waits in, and its rank there. Built once, so
+ * following the chain costs O(1) per step whatever the job's size. */
+typedef struct wait_index {
+  const wd_az_comm **comm;
+  const wd_az_crank **who;
+} wait_index;
+
+static int index_build(const wd_az_result *res, wait_index *ix) {
+  size_t n = res->set->ndumps + 1;
+  ix->comm = calloc(n, sizeof(*ix->comm));
+  ix->who = calloc(n, sizeof(*ix->who));
+  if (!ix->comm || !ix->who) return -1;
   for (size_t i = 0; i < res->ncomms; i++) {
     const wd_az_comm *c = &res->comms[i];
     if (c->verdict != WD_AZ_HANG) continue;
     for (int k = 0; k < c->nwaiting; k++) {
       int r = c->waiting[k];
       const wd_az_crank *cr = r >= 0 && r < c->nranks ? c->by_rank[r] : NULL;
-      if (cr && cr->dump == d) {
-        *who = cr;
-        return c;
+      if (cr && cr->dump < res->set->ndumps && !ix->comm[cr->dump]) {
+        ix->comm[cr->dump] = c;
+        ix->who[cr->dump] = cr;
       }
     }
   }
-  return NULL;
+  return 0;
 }
 
-static const wd_az_comm *waiting_in(const wd_az_result *res, uint32_t d, const wd_az_crank **who);
+static void index_free(wait_index *ix) {
+  free(ix->comm);
+  free(ix->who);
+}
+
+static const wd_az_comm *waiting_in(const wait_index *ix, uint32_t d, const wd_az_crank **who) {
+  *who = ix->who[d];
+  return ix->comm[d];
+}
 
 /* The culprit to follow: one that is itself waiting in another hung communicator explains the
  * others (it leads on to the root), else the first culprit. */
-static const wd_az_suspect *next_culprit(const wd_az_result *res, const wd_az_comm *c) {
+static const wd_az_suspect *next_culprit(const wait_index *ix, const wd_az_comm *c) {
   const wd_az_suspect *first = NULL;
   for (int i = 0; i < c->nsus; i++) {
     const wd_az_suspect *s = &c->sus[i];
     if (!s->culprit) continue;
     if (!first) first = s;
     const wd_az_crank *who;
-    const wd_az_comm *other = s->cr ? waiting_in(res, s->cr->dump, &who) : NULL;
+    const wd_az_comm *other = s->cr ? waiting_in(ix, s->cr->dump, &who) : NULL;
     if (other && other != c) return s;
   }
   return first ? first : c->nsus ? &c->sus[0] : NULL;
@@ -41,23 +59,73 @@ static const wd_az_suspect *next_culprit(const wd_az_result *res, const wd_az_co
 
 static void who_text(const wd_az_result *res, const wd_az_comm *c, const wd_az_suspect *s,
                      char *out, size_t len) {
+  const char *name = wd_az_s(c->name) && *wd_az_s(c->name) ? wd_az_s(c->name) : "?";
   if (!s->cr) {
-    snprintf(out, len, "rank %d of %s (no dump)", s->rank, wd_az_s(c->name) ? wd_az_s(c->name) : "?");
+    wd_az_fmt(out, len, "rank %d of %s (no dump)", s->rank, name);
     return;
   }
-  const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
-  char g[32] = "";
-  if (d->global_rank >= 0) snprintf(g, sizeof g, "global rank %d, ", d->global_rank);
-  snprintf(out, len, "rank %d of %s (%shost %s, pid %d)", s->rank,
-           wd_az_s(c->name) && *wd_az_s(c->name) ? wd_az_s(c->name) : "?", g, wd_az_s(d->host), d->pid);
+  char id[256];
+  wd_az_ident_text(res->set, s->cr, id, sizeof id);
+  wd_az_fmt(out, len, "rank %d of %s (%s)", s->rank, name, id);
+}
+
+/* Several processes of one host waiting on the network (dead links, network stalls) in hung
+ * communicators: that host's network is the likelier cause than any one rank. */
+static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job);
+
+static void host_verdict(const wd_az_result *res, wd_az_job *job) {
+  wd_az_str best = 0;
+  int best_n = 0;
+  for (size_t i = 0; i < res->ncomms; i++) {
+    const wd_az_comm *c = &res->comms[i];
+    for (int k = 0; c->verdict == WD_AZ_HANG && k < c->nsus; k++) {
+      const wd_az_suspect *s = &c->sus[k];
+      if (!s->culprit || !s->cr ||
+          (s->reason != WD_AZ_DEAD_LINK && s->reason != WD_AZ_NETWORK_STALL))
+        continue;
+      wd_az_str h = wd_az_dump_of(res->set, s->cr)->host;
+      int n = 0; /* distinct processes of host h among such suspects */
+      int pids[64], np = 0;
+      for (size_t j = 0; j < res->ncomms; j++)
+        for (int m = 0; res->comms[j].verdict == WD_AZ_HANG && m < res->comms[j].nsus; m++) {
+          const wd_az_suspect *t = &res->comms[j].sus[m];
+          if (!t->culprit || !t->cr || (t->reason != WD_AZ_DEAD_LINK && t->reason != WD_AZ_NETWORK_STALL))
+            continue;
+          const wd_az_dump *d = wd_az_dump_of(res->set, t->cr);
+          if (d->host != h) continue;
+          int seen = 0;
+          for (int q = 0; q < np; q++) seen |= pids[q] == d->pid;
+          if (!seen && np < 64) pids[np++] = d->pid, n++;
+        }
+      if (n > best_n) best = h, best_n = n;
+    }
+  }
+  if (best_n < 2) return;
+  job->host = best;
+  job->host_nprocs = best_n;
+  snprintf(job->host_line, sizeof job->host_line,
+           "HOST: %d processes of host %s wait on the network (dead links or network stalls): "
+           "suspect that host's network (NICs, cables, switch ports) before any one rank",
+           best_n, wd_az_s(best));
 }
 
 void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
   memset(job, 0, sizeof(*job));
+  host_verdict(res, job);
+  wait_index ix;
+  if (index_build(res, &ix) != 0) {
+    index_free(&ix);
+    return;
+  }
+  follow(res, &ix, job);
+  index_free(&ix);
+}
+
+static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job) {
   /* Start where most ranks wait: the symptom on-call sees first (dp waiting on pp, say). */
   const wd_az_comm *c = NULL;
   for (size_t i = 0; i < res->ncomms; i++)
-    if (res->comms[i].verdict == WD_AZ_HANG && next_culprit(res, &res->comms[i]) &&
+    if (res->comms[i].verdict == WD_AZ_HANG && next_culprit(ix, &res->comms[i]) &&
         (!c || res->comms[i].nwaiting > c->nwaiting))
       c = &res->comms[i];
   if (!c) return;
@@ -66,7 +134,7 @@ void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
   int nseen = 0;
   const wd_az_crank *who = NULL;
   while (c && job->nlinks < WD_AZ_CHAIN) {
-    const wd_az_suspect *s = next_culprit(res, c);
+    const wd_az_suspect *s = next_culprit(ix, c);
     if (!s) break;
     job->links[job->nlinks++] = (wd_az_link){c, who, s};
     job->root = s;
@@ -80,7 +148,7 @@ void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
     if (job->deadlock) break;
     seen[nseen++] = s->cr->dump;
     who = NULL;
-    c = waiting_in(res, s->cr->dump, &who);
+    c = waiting_in(ix, s->cr->dump, &who);
   }
   /* "JOB: root ...; chain: ranks W wait in A -> rank x waits in B -> rank y: reason" */
   char *p = job->line;
@@ -93,7 +161,7 @@ void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
     p += n;                                                                                     \
     left -= (size_t)n;                                                                          \
   } while (0)
-  char w[256];
+  char w[512];
   if (job->deadlock) {
     int ncomm = 0;
     for (int i = 0; i < job->nlinks; i++) {

@@ -21,6 +21,9 @@ typedef struct wd_az_job {
   wd_az_link links[WD_AZ_CHAIN];
   const wd_az_suspect *root; /* the last suspect: waits on nothing (NULL on a deadlock) */
   char line[2048];           /* the report's first line */
+  wd_az_str host;            /* a host whose processes wait on the network, 0 when none */
+  int host_nprocs;
+  char host_line[512];
 } wd_az_job;
 
 /* Follow "waits on" from the first hung communicator through the processes its suspects are

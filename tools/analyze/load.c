@@ -275,6 +275,7 @@ static void keep_hist(wd_az_crank *cr, const cJSON *r, size_t *pos) {
   h->seq = lnum(r, "seq", -1);
   h->count = lnum(r, "count", -1);
   h->root = inum(r, "root", -1);
+  h->t = lnum(r, "t", 0);
   (*pos)++;
 }
 
@@ -346,6 +347,8 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   cr->name = istr(c, "commName");
   cr->rank = rank;
   cr->nranks = nranks;
+  cr->cuda_dev = inum(c, "cudaDev", -1);
+  cr->gpu_uuid = istr(c, "gpuUuid");
   cr->dump = dump_idx;
   cr->since_ms = num(c, "sinceProgressMs", 0);
   load_seq(cr, get(c, "seq"));

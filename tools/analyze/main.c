@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,41 +34,83 @@ typedef struct args {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: nccl-watchdog-analyze [options] DUMP_DIR|DUMP_FILE|RING_FILE...\n"
-          "  --json           machine-readable report on stdout (schema: docs/analyzer.md)\n"
-          "  --trace FILE     also write a Chrome/Perfetto trace of every rank's rings\n"
-          "  --salvage DIR    write each ring file given (or found in a directory given) as a\n"
-          "                   dump with reason \"postmortem\" into DIR, and stop there\n"
-          "  --all-dumps      use every dump, not only the newest per (host, pid, comm rank)\n"
-          "  --stall-ms MS    an operation without progress for MS counts as stuck\n"
-          "                   (default: the timeout recorded in each dump)\n"
-          "  -v, --verbose    one line per rank in the report\n"
-          "  -q, --quiet      do not list skipped files on stderr\n"
+          "  --json             machine-readable report on stdout (schema: docs/analyzer.md)\n"
+          "  --trace=FILE       also write a Chrome/Perfetto trace of every rank's rings\n"
+          "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
+          "                     dump with reason \"postmortem\" into DIR, and stop there\n"
+          "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
+          "  --stall-ms=MS      an operation without progress for MS counts as stuck\n"
+          "                     (default: the timeout recorded in each dump)\n"
+          "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
+          "                     a straggler (default 500)\n"
+          "  -v, --verbose      one line per rank in the report\n"
+          "  -q, --quiet        do not list skipped files on stderr\n"
+          "  -h, --help         this text;  -V, --version: the version\n"
+          "examples:\n"
+          "  nccl-watchdog-analyze /shared/dumps/$SLURM_JOB_ID\n"
+          "  nccl-watchdog-analyze --json --trace=job.trace.json /shared/dumps/job42 > report.json\n"
+          "  nccl-watchdog-analyze --salvage=/shared/dumps/job42 /dev/shm/nccl-watchdog-1000\n"
           "exit: 0 analyzed (hang or not), 1 output not written, 2 usage, 3 no readable dump\n");
 }
 
+static int bad(const char *opt, const char *val, const char *why) {
+  fprintf(stderr, "nccl-watchdog-analyze: %s%s%s: %s\n", opt, val ? "=" : "", val ? val : "", why);
+  return -1;
+}
+
+static int parse_ms(const char *opt, const char *val, double *out) {
+  char *end;
+  errno = 0;
+  *out = strtod(val, &end);
+  if (errno || end == val || *end || !(*out > 0)) return bad(opt, val, "expected milliseconds > 0");
+  return 0;
+}
+
+/* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
+  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG };
+  static const struct option longopts[] = {
+      {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
+      {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
+      {"stall-ms", required_argument, NULL, O_STALL},
+      {"straggler-ms", required_argument, NULL, O_STRAG},
+      {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
+      {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
+      {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof(*a));
-  a->inputs = calloc((size_t)argc, sizeof(char *));
-  if (!a->inputs) return -1;
-  for (int i = 1; i < argc; i++) {
-    const char *s = argv[i];
-    if (strcmp(s, "--json") == 0) a->json = 1;
-    else if (strcmp(s, "--all-dumps") == 0) a->opts.all_dumps = 1;
-    else if (strcmp(s, "-v") == 0 || strcmp(s, "--verbose") == 0) a->verbose = 1;
-    else if (strcmp(s, "-q") == 0 || strcmp(s, "--quiet") == 0) a->quiet = 1;
-    else if (strcmp(s, "--trace") == 0 && i + 1 < argc) a->trace = argv[++i];
-    else if (strcmp(s, "--salvage") == 0 && i + 1 < argc) a->salvage = argv[++i];
-    else if (strcmp(s, "--stall-ms") == 0 && i + 1 < argc) {
-      char *end;
-      a->opts.stall_ms = strtod(argv[++i], &end);
-      if (*end || a->opts.stall_ms <= 0) return -1;
-    } else if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
-      usage(stdout);
-      exit(EXIT_OK);
-    } else if (s[0] == '-' && s[1]) return -1;
-    else a->inputs[a->ninputs++] = argv[i];
+  opterr = 0; /* our own messages: they name the option and say what is wrong */
+  int c;
+  while ((c = getopt_long(argc, argv, ":vqhV", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_JSON: a->json = 1; break;
+    case O_TRACE: a->trace = optarg; break;
+    case O_SALVAGE: a->salvage = optarg; break;
+    case O_ALL: a->opts.all_dumps = 1; break;
+    case O_STALL:
+      if (parse_ms("--stall-ms", optarg, &a->opts.stall_ms) != 0) return -1;
+      break;
+    case O_STRAG:
+      if (parse_ms("--straggler-ms", optarg, &a->opts.straggler_ms) != 0) return -1;
+      break;
+    case 'v': a->verbose = 1; break;
+    case 'q': a->quiet = 1; break;
+    case 'h': usage(stdout); return 1;
+    case 'V': printf("nccl-watchdog-analyze %s\n", WD_VERSION); return 1;
+    case ':': return bad(argv[optind - 1], NULL, "needs a value");
+    default: {
+      char opt[8] = "-?";
+      if (optopt) opt[1] = (char)optopt;
+      return bad(optopt ? opt : argv[optind - 1], NULL, "unknown option");
+    }
+    }
   }
-  return a->ninputs ? 0 : -1;
+  a->inputs = argv + optind;
+  a->ninputs = argc - optind;
+  if (!a->ninputs) {
+    fprintf(stderr, "nccl-watchdog-analyze: no dump directory or file given\n");
+    return -1;
+  }
+  return 0;
 }
 
 static int run(const args *a) {
@@ -91,8 +134,10 @@ static int run(const args *a) {
   }
   if (a->json) rc = wd_az_report_json(stdout, &res) == 0 ? EXIT_OK : EXIT_OUTPUT;
   else wd_az_report_text(stdout, &res, a->verbose);
+  errno = 0;
   if (a->trace && wd_az_trace_write(&set, a->trace) != 0) {
-    fprintf(stderr, "nccl-watchdog-analyze: could not write trace %s\n", a->trace);
+    fprintf(stderr, "nccl-watchdog-analyze: could not write trace %s: %s\n", a->trace,
+            errno ? strerror(errno) : "out of memory");
     rc = EXIT_OUTPUT;
   }
   if (fflush(stdout) != 0) rc = EXIT_OUTPUT;
@@ -164,12 +209,11 @@ static int salvage(const args *a) {
 
 int main(int argc, char **argv) {
   args a;
-  if (parse_args(argc, argv, &a) != 0) {
-    usage(stderr);
-    free(a.inputs);
+  int p = parse_args(argc, argv, &a);
+  if (p > 0) return EXIT_OK;
+  if (p < 0) {
+    fprintf(stderr, "try 'nccl-watchdog-analyze --help'\n");
     return EXIT_USAGE;
   }
-  int rc = a.salvage ? salvage(&a) : run(&a);
-  free(a.inputs);
-  return rc;
+  return a.salvage ? salvage(&a) : run(&a);
 }

@@ -65,6 +65,7 @@ typedef struct wd_az_hist {
   wd_az_str func, dtype;
   int64_t seq, count;
   int root;
+  int64_t t; /* start time, ns relative to the dump (<= 0): when this rank entered it */
 } wd_az_hist;
 
 /* One communicator rank as one dump shows it. */
@@ -72,6 +73,8 @@ typedef struct wd_az_crank {
   uint64_t comm_id;
   wd_az_str name;
   int rank, nranks;
+  int cuda_dev;       /* -1 when unknown */
+  wd_az_str gpu_uuid; /* 0 when unknown */
   uint32_t dump;  /* index into the dump list */
   int kept;       /* used by the analysis (newest for its key, or --all-dumps) */
   double since_ms;

@@ -68,6 +68,13 @@ static void add_where(cJSON *o, const wd_az_set *set, const wd_az_crank *cr) {
   const wd_az_dump *d = wd_az_dump_of(set, cr);
   cJSON_AddStringToObject(o, "host", wd_az_s(d->host));
   cJSON_AddNumberToObject(o, "pid", d->pid);
+  if (d->global_rank >= 0) cJSON_AddNumberToObject(o, "globalRank", d->global_rank);
+  else cJSON_AddNullToObject(o, "globalRank");
+  if (cr->cuda_dev >= 0) cJSON_AddNumberToObject(o, "gpu", cr->cuda_dev);
+  if (cr->gpu_uuid) cJSON_AddStringToObject(o, "gpuUuid", wd_az_s(cr->gpu_uuid));
+  char id[256];
+  wd_az_ident_text(set, cr, id, sizeof id);
+  cJSON_AddStringToObject(o, "where", id);
   cJSON_AddStringToObject(o, "file", d->path);
   cJSON_AddStringToObject(o, "dumpReason", wd_az_s(d->reason));
 }
@@ -94,6 +101,10 @@ static cJSON *suspect_json(const wd_az_set *set, const wd_az_suspect *s) {
     cJSON_AddNumberToObject(o, "root", s->hist->root);
   }
   if (s->reason == WD_AZ_NETWORK_STALL) cJSON_AddBoolToObject(o, "peerIsSuspect", s->peer_is_suspect);
+  if (s->reason == WD_AZ_DEAD_LINK) {
+    cJSON_AddNumberToObject(o, "linkPeer", s->link_peer);
+    cJSON_AddNumberToObject(o, "linkChannel", s->link_channel);
+  }
   char doing[2048];
   wd_az_doing_text(set, s->cr, doing, sizeof(doing));
   cJSON_AddStringToObject(o, "doing", doing);
@@ -169,6 +180,15 @@ static cJSON *comm_json(const wd_az_set *set, const wd_az_comm *c) {
   for (int i = 0; i < c->nfuncs; i++) cJSON_AddItemToArray(funcs, func_json(&c->funcs[i]));
   cJSON *sus = cJSON_AddArrayToObject(o, "suspects");
   for (int i = 0; i < c->nsus; i++) cJSON_AddItemToArray(sus, suspect_json(set, &c->sus[i]));
+  cJSON *strag = cJSON_AddArrayToObject(o, "stragglers");
+  for (int i = 0; strag && i < c->nstrag; i++) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToArray(strag, e);
+    cJSON_AddNumberToObject(e, "rank", c->strag[i].rank);
+    cJSON_AddNumberToObject(e, "lagMs", c->strag[i].lag_ms);
+    cJSON_AddNumberToObject(e, "opsCompared", c->strag[i].nops);
+    add_where(e, set, c->strag[i].cr);
+  }
   cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
   for (int i = 0; i < c->npresent; i++)
     cJSON_AddItemToArray(ranks, rank_json(set, c->by_rank[c->present[i]]));
@@ -199,6 +219,19 @@ int wd_az_report_json(FILE *f, const wd_az_result *res) {
     if (j) {
       cJSON_AddStringToObject(j, "line", job.line);
       cJSON_AddBoolToObject(j, "deadlock", job.deadlock);
+      if (job.host) {
+        cJSON *h = cJSON_AddObjectToObject(j, "networkHost");
+        cJSON_AddStringToObject(h, "host", wd_az_s(job.host));
+        cJSON_AddNumberToObject(h, "processes", job.host_nprocs);
+        cJSON_AddStringToObject(h, "line", job.host_line);
+      }
+      if (job.root && job.root->cr) {
+        cJSON *r = cJSON_AddObjectToObject(j, "root");
+        cJSON_AddNumberToObject(r, "rank", job.root->rank);
+        cJSON_AddStringToObject(r, "reason", wd_az_reason_name(job.root->reason));
+        cJSON_AddStringToObject(r, "detail", job.root->detail);
+        add_where(r, res->set, job.root->cr);
+      }
       cJSON *chain = cJSON_AddArrayToObject(j, "chain");
       for (int i = 0; chain && i < job.nlinks; i++) {
         const wd_az_link *l = &job.links[i];

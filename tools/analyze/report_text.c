@@ -102,17 +102,49 @@ static void print_stalled_tree(FILE *f, const wd_az_comm *c) {
   if (bop) print_tree(f, best, bop, "  ");
 }
 
-static void print_suspects(FILE *f, const wd_az_comm *c) {
+static void print_suspects(FILE *f, const wd_az_set *set, const wd_az_comm *c) {
   if (!c->nsus) return;
   fprintf(f, "  suspects:\n");
   for (int i = 0; i < c->nsus; i++) {
     const wd_az_suspect *s = &c->sus[i];
-    fprintf(f, "    rank %-6d %-14s %s%s\n", s->rank, wd_az_reason_name(s->reason), s->detail,
-            s->culprit ? "" : " (not the cause)");
+    char id[256] = "no dump";
+    if (s->cr) wd_az_ident_text(set, s->cr, id, sizeof id);
+    fprintf(f, "    rank %-6d %-14s %s%s [%s]\n", s->rank, wd_az_reason_name(s->reason), s->detail,
+            s->culprit ? "" : " (not the cause)", id);
   }
 }
 
-static void print_comm(FILE *f, const wd_az_comm *c) {
+static void print_stragglers(FILE *f, const wd_az_set *set, const wd_az_comm *c) {
+  if (!c->nstrag) return;
+  fprintf(f, "  stragglers (late, not hung):\n");
+  for (int i = 0; i < c->nstrag && i < MAX_CULPRITS; i++) {
+    const wd_az_straggler *g = &c->strag[i];
+    char id[256], secs[32];
+    wd_az_ident_text(set, g->cr, id, sizeof id);
+    fprintf(f, "    rank %-6d enters %s s after the median rank (mean of %d operations) [%s]\n",
+            g->rank, wd_az_secs(g->lag_ms, secs, sizeof secs), g->nops, id);
+  }
+  if (c->nstrag > MAX_CULPRITS) fprintf(f, "    ... and %d more\n", c->nstrag - MAX_CULPRITS);
+}
+
+/* "STRAGGLERS: global rank 5 on node000 (rank 5 of "dp") enters 1.2 s late; ..." */
+static void print_straggler_line(FILE *f, const wd_az_result *res) {
+  int shown = 0;
+  for (size_t i = 0; i < res->ncomms; i++) {
+    const wd_az_comm *c = &res->comms[i];
+    for (int k = 0; k < c->nstrag && shown < MAX_CULPRITS; k++) {
+      const wd_az_straggler *g = &c->strag[k];
+      char id[256], secs[32];
+      wd_az_ident_text(res->set, g->cr, id, sizeof id);
+      fprintf(f, "%s rank %d of \"%s\" (%s) enters %s s late", shown ? ";" : "STRAGGLERS (slow, not hung):",
+              g->rank, wd_az_s(c->name), id, wd_az_secs(g->lag_ms, secs, sizeof secs));
+      shown++;
+    }
+  }
+  if (shown) fputc('\n', f);
+}
+
+static void print_comm(FILE *f, const wd_az_set *set, const wd_az_comm *c) {
   fprintf(f, "comm 0x%016" PRIx64 " \"%s\": %d ranks, verdict %s; ", c->comm_id, wd_az_s(c->name),
           c->nranks, wd_az_verdict_name(c->verdict));
   print_ranges(f, "present ", c->present, c->npresent);
@@ -131,15 +163,17 @@ static void print_comm(FILE *f, const wd_az_comm *c) {
             c->ninflight == 1 ? "" : "s");
   }
   if (c->note[0]) fprintf(f, "  note: %s\n", c->note);
-  print_suspects(f, c);
+  print_suspects(f, set, c);
+  print_stragglers(f, set, c);
 }
 
 static void print_verbose(FILE *f, const wd_az_result *res, const wd_az_comm *c) {
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
     const wd_az_dump *d = wd_az_dump_of(res->set, cr);
-    fprintf(f, "    rank %-6d %s pid %d %-6s", cr->rank, wd_az_s(d->host), d->pid,
-            wd_az_s(d->reason));
+    char id[256];
+    wd_az_ident_text(res->set, cr, id, sizeof id);
+    fprintf(f, "    rank %-6d %s %-6s", cr->rank, id, wd_az_s(d->reason));
     for (int k = 0; k < cr->nseq; k++)
       fprintf(f, " %s %" PRId64 "/%" PRId64, wd_az_s(cr->seq[k].func), cr->seq[k].enq,
               cr->seq[k].done);
@@ -177,8 +211,10 @@ void wd_az_report_text(FILE *f, const wd_az_result *res, int verbose) {
   /* Several communicators hung on each other: the job's root cause first. */
   wd_az_job job;
   wd_az_job_verdict(res, &job);
+  if (job.host) fprintf(f, "%s\n", job.host_line);
   if (job.found && (job.nlinks > 1 || job.deadlock)) fprintf(f, "%s\n", job.line);
   fprintf(f, "%s\n", res->summary);
+  print_straggler_line(f, res);
   for (size_t i = 0; i < res->ncomms; i++) {
     const wd_az_comm *c = &res->comms[i];
     if (c->verdict == WD_AZ_NO_HANG) break;
@@ -190,7 +226,7 @@ void wd_az_report_text(FILE *f, const wd_az_result *res, int verbose) {
           res->ncomms == 1 ? "" : "s");
   for (size_t i = 0; i < res->ncomms; i++) {
     fputc('\n', f);
-    print_comm(f, &res->comms[i]);
+    print_comm(f, res->set, &res->comms[i]);
     if (verbose) print_verbose(f, res, &res->comms[i]);
   }
   print_skipped(f, res->set);

@@ -284,7 +284,13 @@ static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
 static void emit_comm(tw *w, const cJSON *c, int index) {
   char label[192];
   const char *name = rstr(c, "commName");
-  snprintf(label, sizeof(label), "comm %s rank %.0f", name ? name : "?", rnum(c, "rank", -1));
+  const char *uuid = rstr(c, "gpuUuid");
+  double dev = rnum(c, "cudaDev", -1);
+  if (dev >= 0)
+    snprintf(label, sizeof(label), "comm %.64s rank %.0f, GPU %.0f %.64s", name ? name : "?",
+             rnum(c, "rank", -1), dev, uuid ? uuid : "");
+  else
+    snprintf(label, sizeof(label), "comm %.64s rank %.0f", name ? name : "?", rnum(c, "rank", -1));
   parents ps = {0};
   ring_ctx rc = {index + 1, label, 0, &ps};
   name_track(w, rc.comm_track, label);
@@ -295,8 +301,11 @@ static void emit_comm(tw *w, const cJSON *c, int index) {
 }
 
 static void emit_dump(tw *w, const wd_az_dump *d, const cJSON *root) {
-  char pname[128];
-  snprintf(pname, sizeof(pname), "%s:%d", wd_az_s(d->host), d->pid);
+  char pname[160];
+  if (d->global_rank >= 0)
+    snprintf(pname, sizeof(pname), "global rank %d (%.100s:%d)", d->global_rank, wd_az_s(d->host), d->pid);
+  else
+    snprintf(pname, sizeof(pname), "%.100s:%d", wd_az_s(d->host), d->pid);
   meta(w, "process_name", 0, pname);
   w->nnamed = 0;
   w->dump_off_ns = (int64_t)(d->wall_ns - w->base_ns);

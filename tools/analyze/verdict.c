@@ -1,12 +1,15 @@
 #include "verdict.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_TIMEOUT_MS 300000.0
 #define STANDOUT_MS 1000.0 /* a rank "stalled first" only when earlier by at least this */
+#define DEFAULT_STRAGGLER_MS 500.0
+#define STRAGGLER_OPS 16 /* newest operations of each function compared for stragglers */
 #define MAX_KEYS 64
 #define MAX_MISSING_SUSPECTS 256
 
@@ -15,8 +18,10 @@ const char *wd_az_verdict_name(int v) {
 }
 
 const char *wd_az_reason_name(int r) {
-  static const char *const names[] = {"not_entered", "mismatch", "network_stall", "missing"};
-  return r >= 0 && r <= WD_AZ_MISSING ? names[r] : "?";
+  static const char *const names[WD_AZ_NREASONS] = {
+      "not_entered",  "mismatch",  "network_stall", "missing",
+      "args_mismatch", "p2p_mismatch", "dead_link", "died"};
+  return r >= 0 && r < WD_AZ_NREASONS ? names[r] : "?";
 }
 
 const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr) {
@@ -93,6 +98,17 @@ void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len) {
   }
 }
 
+void wd_az_ident_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len) {
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  char g[32] = "", gpu[96] = "";
+  if (d->global_rank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", d->global_rank);
+  if (cr->cuda_dev >= 0 && cr->gpu_uuid && *wd_az_s(cr->gpu_uuid))
+    wd_az_fmt(gpu, sizeof gpu, ", GPU %d (%s)", cr->cuda_dev, wd_az_s(cr->gpu_uuid));
+  else if (cr->cuda_dev >= 0)
+    wd_az_fmt(gpu, sizeof gpu, ", GPU %d", cr->cuda_dev);
+  wd_az_fmt(out, len, "%shost %s%s, pid %d", g, wd_az_s(d->host), gpu, d->pid);
+}
+
 static void last_text(const wd_az_crank *cr, char *out, size_t len) {
   if (!cr->nlast) {
     wd_az_fmt(out, len, "no operation in its ring");
@@ -136,8 +152,9 @@ static size_t inflight_text(const wd_az_set *set, const wd_az_crank *cr, char *o
 
 void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len) {
   const wd_az_dump *d = wd_az_dump_of(set, cr);
-  char last[256], infl[512], frames[512];
+  char last[256], infl[512], frames[512], who[256];
   last_text(cr, last, sizeof(last));
+  wd_az_ident_text(set, cr, who, sizeof who);
   inflight_text(set, cr, infl, sizeof(infl));
   const char *reason = wd_az_s(d->reason);
   if (reason && strcmp(reason, "postmortem") == 0)
@@ -154,12 +171,12 @@ void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
       if (n < 0) break;
       pos += (size_t)n;
     }
-    wd_az_fmt(out, len, "rank %d (host %s pid %d) was last in: %s; in flight: %s; Python: %s; main thread: %s",
-             cr->rank, wd_az_s(d->host), d->pid, last, infl, py, frames);
+    wd_az_fmt(out, len, "rank %d of \"%s\" (%s) was last in: %s; in flight: %s; Python: %s; "
+             "main thread: %s", cr->rank, wd_az_s(cr->name), who, last, infl, py, frames);
     return;
   }
-  wd_az_fmt(out, len, "rank %d (host %s pid %d) was last in: %s; in flight: %s; main thread: %s",
-           cr->rank, wd_az_s(d->host), d->pid, last, infl, frames);
+  wd_az_fmt(out, len, "rank %d of \"%s\" (%s) was last in: %s; in flight: %s; main thread: %s",
+           cr->rank, wd_az_s(cr->name), who, last, infl, frames);
 }
 
 static void rank_list(const int *r, int n, char *out, size_t len) {
@@ -307,6 +324,7 @@ static wd_az_suspect *add_suspect(wd_az_comm *c, int rank, int reason, const wd_
   s->reason = reason;
   s->cr = cr;
   s->culprit = reason != WD_AZ_MISSING;
+  s->link_peer = s->link_channel = -1;
   return s;
 }
 
@@ -317,7 +335,7 @@ static void hist_mismatch(wd_az_comm *c, wd_az_func_row *f, int64_t seq,
     const wd_az_crank *cr = c->by_rank[c->present[i]];
     const wd_az_hist *h = hist_find(cr, f->func, seq);
     if (!h || hist_same(h, maj)) continue;
-    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_MISMATCH, cr);
+    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_ARGS_MISMATCH, cr);
     if (!s) continue;
     s->hist = h;
     wd_az_fmt(s->detail, sizeof(s->detail),
@@ -465,7 +483,7 @@ static void args_check(wd_az_comm *c) {
     const wd_az_crank *cr = c->by_rank[c->waiting[i]];
     const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
     if (same_args(cand, op)) continue;
-    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_MISMATCH, cr);
+    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_ARGS_MISMATCH, cr);
     if (!s) continue;
     s->op = op;
     wd_az_fmt(s->detail, sizeof(s->detail),
@@ -483,9 +501,78 @@ static double stall_start_ms(const wd_az_set *set, const wd_az_crank *cr, const 
   return (double)wd_az_dump_of(set, cr)->wall_ns / 1e6 - since;
 }
 
+/* A wait in the network (a proxy step or op, not a kernel channel) on peer p. */
+static int net_wait_on(const wd_az_op *op, int p) {
+  return op && op->wait.valid && op->wait.peer == p && !is(op->wait.type, "KernelCh");
+}
+
+/* Both ends of one connection, each waiting on the other on the same channel, one sending and
+ * one receiving: nothing moves on the link between them. */
+static int link_pair(const wd_az_op *a, int ra, const wd_az_op *b, int rb) {
+  return net_wait_on(a, rb) && net_wait_on(b, ra) && a->wait.channel == b->wait.channel &&
+         a->wait.is_send != b->wait.is_send;
+}
+
+static void link_suspect(const wd_az_set *set, wd_az_comm *c, const wd_az_crank *cr,
+                         const wd_az_op *op, const wd_az_crank *other, const wd_az_op *oop) {
+  wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_DEAD_LINK, cr);
+  if (!s) return;
+  s->op = op;
+  s->link_peer = other->rank;
+  s->link_channel = op->wait.channel;
+  char secs[32], osecs[32];
+  wd_az_fmt(s->detail, sizeof(s->detail),
+            "its %s to rank %d on channel %d has waited %s s in %s while rank %d (host %s) has "
+            "waited %s s in %s for it: the link between host %s and host %s carries nothing",
+            op->wait.is_send ? "send" : "receive", other->rank, op->wait.channel,
+            wd_az_secs(op->wait.since_ms, secs, sizeof secs),
+            op->wait.state ? wd_az_s(op->wait.state) : wd_az_s(op->wait.type), other->rank,
+            wd_az_s(wd_az_dump_of(set, other)->host),
+            wd_az_secs(oop->wait.since_ms, osecs, sizeof osecs),
+            oop->wait.state ? wd_az_s(oop->wait.state) : wd_az_s(oop->wait.type),
+            wd_az_s(wd_az_dump_of(set, cr)->host), wd_az_s(wd_az_dump_of(set, other)->host));
+}
+
+static double stall_start_ms(const wd_az_set *set, const wd_az_crank *cr, const wd_az_op *op);
+
+/* Dead links among the ranks waiting in the stuck collective: a pair of ranks waiting on each
+ * other, both stalled before every other waiting rank by a clear margin (the rest only wait on
+ * what the link holds up). Returns the number of links named. */
+static int dead_link_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  int nlinks = 0;
+  for (int i = 0; i < c->nwaiting; i++) {
+    const wd_az_crank *a = c->by_rank[c->waiting[i]];
+    const wd_az_op *oa = find_op(a, c->stuck_func, c->stuck_seq);
+    if (!op_stuck(oa, threshold(set, o, a)) || !oa->wait.valid) continue;
+    int p = oa->wait.peer;
+    if (p <= a->rank || p >= c->nranks || !c->by_rank[p]) continue;
+    const wd_az_crank *b = c->by_rank[p];
+    const wd_az_op *ob = find_op(b, c->stuck_func, c->stuck_seq);
+    if (!ob || !op_stuck(ob, threshold(set, o, b)) || !link_pair(oa, a->rank, ob, b->rank))
+      continue;
+    double ta = stall_start_ms(set, a, oa), tb = stall_start_ms(set, b, ob);
+    double late = ta > tb ? ta : tb;
+    int clear = 1;
+    for (int k = 0; k < c->nwaiting && clear; k++) {
+      const wd_az_crank *x = c->by_rank[c->waiting[k]];
+      if (x == a || x == b) continue;
+      const wd_az_op *ox = find_op(x, c->stuck_func, c->stuck_seq);
+      if (op_stuck(ox, threshold(set, o, x)) && stall_start_ms(set, x, ox) - late < STANDOUT_MS &&
+          !(net_wait_on(ox, a->rank) || net_wait_on(ox, b->rank)))
+        clear = 0;
+    }
+    if (!clear) continue;
+    link_suspect(set, c, a, oa, b, ob);
+    link_suspect(set, c, b, ob, a, oa);
+    nlinks++;
+  }
+  return nlinks;
+}
+
 /* Everyone is in the stuck operation: the rank whose operation stopped progressing first, by a
  * clear margin, and whose wait is on the network, is the suspect. */
 static void network_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  if (dead_link_check(set, o, c)) return;
   const wd_az_crank *first = NULL;
   const wd_az_op *fop = NULL;
   double t1 = 0, t2 = 0;
@@ -541,22 +628,68 @@ static const wd_az_op *stuck_p2p(const wd_az_set *set, const wd_az_opts *o,
   return NULL;
 }
 
-static int has_p2p_with(const wd_az_crank *cr, int peer) {
+static int is_p2p(const wd_az_op *op) { return is(op->type, "P2p"); }
+static int is_send(const wd_az_op *op) { return is(op->func, "Send"); }
+
+/* The operation of cr that pairs with op of rank r: a Recv from r for a Send to cr, a Send to r
+ * for a Recv (any P2p with r when op's direction is unknown). */
+static const wd_az_op *p2p_partner(const wd_az_crank *cr, const wd_az_op *op, int r) {
+  int known = is(op->func, "Send") || is(op->func, "Recv");
+  for (int i = 0; i < cr->nops; i++) {
+    const wd_az_op *x = &cr->ops[i];
+    if (is_p2p(x) && x->peer == r && (!known || is_send(x) != is_send(op))) return x;
+  }
+  return NULL;
+}
+
+static const wd_az_op *first_p2p(const wd_az_crank *cr) {
   for (int i = 0; i < cr->nops; i++)
-    if (is(cr->ops[i].type, "P2p") && cr->ops[i].peer == peer) return 1;
-  return 0;
+    if (is_p2p(&cr->ops[i])) return &cr->ops[i];
+  return NULL;
 }
 
 static void p2p_blame(wd_az_comm *c, int r, const wd_az_op *op) {
   int p = op->peer >= 0 ? op->peer : op->wait.valid ? op->wait.peer : -1;
-  if (p < 0 || p >= c->nranks || !c->by_rank[p] || has_p2p_with(c->by_rank[p], r)) return;
-  wd_az_suspect *s = add_suspect(c, p, WD_AZ_NOT_ENTERED, c->by_rank[p]);
-  if (!s) return;
+  if (p < 0 || p >= c->nranks || !c->by_rank[p] || p2p_partner(c->by_rank[p], op, r)) return;
+  const wd_az_op *other = first_p2p(c->by_rank[p]);
   char text[256];
   wd_az_op_text(op, text, sizeof(text));
+  const char *want = is_send(op) ? "Recv from" : "Send to";
+  if (other) {
+    /* Pipeline schedules that disagree: the peer waits on someone else (or the same way). */
+    wd_az_suspect *s = add_suspect(c, p, WD_AZ_P2P_MISMATCH, c->by_rank[p]);
+    if (!s) return;
+    s->op = other;
+    wd_az_fmt(s->detail, sizeof(s->detail),
+              "is in %s %s rank %d instead of the %s rank %d that rank %d waits for (%s %s rank %d)",
+              wd_az_s(other->func), is_send(other) ? "to" : "from", other->peer, want, r, r,
+              wd_az_s(op->func), is_send(op) ? "to" : "from", p);
+    return;
+  }
+  wd_az_suspect *s = add_suspect(c, p, WD_AZ_NOT_ENTERED, c->by_rank[p]);
+  if (!s) return;
   wd_az_fmt(s->detail, sizeof(s->detail),
-            "has no point-to-point operation with rank %d in flight, while rank %d waits in %s", r,
-            r, text);
+            "never posted the %s rank %d that rank %d waits for in %s (no point-to-point "
+            "operation with rank %d in flight)", want, r, r, text, r);
+}
+
+/* Matched point-to-point pairs stuck on each other in the network: dead links. */
+static int p2p_links(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  int n = 0;
+  for (int i = 0; i < c->nwaiting; i++) {
+    const wd_az_crank *a = c->by_rank[c->waiting[i]];
+    const wd_az_op *oa = stuck_p2p(set, o, a);
+    int p = oa ? oa->peer : -1;
+    if (p <= a->rank || p >= c->nranks || !c->by_rank[p]) continue;
+    const wd_az_crank *b = c->by_rank[p];
+    const wd_az_op *ob = p2p_partner(b, oa, a->rank);
+    if (!ob || !op_stuck(ob, threshold(set, o, b)) || !link_pair(oa, a->rank, ob, b->rank))
+      continue;
+    link_suspect(set, c, a, oa, b, ob);
+    link_suspect(set, c, b, ob, a, oa);
+    n++;
+  }
+  return n;
 }
 
 static int p2p_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
@@ -572,18 +705,27 @@ static int p2p_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   }
   for (int i = 0; i < c->nwaiting; i++)
     p2p_blame(c, c->waiting[i], stuck_p2p(set, o, c->by_rank[c->waiting[i]]));
+  if (c->stuck && !has_culprit(c)) p2p_links(set, o, c);
   if (c->stuck && !has_culprit(c) && !c->nmissing)
     wd_az_fmt(c->note, sizeof(c->note), "every peer of a stuck point-to-point operation has a "
               "matching operation in flight");
   return c->stuck;
 }
 
-static void p2p_summary(wd_az_comm *c) {
+static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size_t len);
+
+static void p2p_summary(const wd_az_set *set, wd_az_comm *c) {
   char h[256], wait[300], secs[32];
   head(c, c->verdict == WD_AZ_HANG ? "HANG" : "NO VERDICT", h, sizeof(h));
   rank_list(c->waiting, c->nwaiting, wait, sizeof(wait));
   wd_az_secs(c->stalled_ms, secs, sizeof(secs));
-  if (c->verdict == WD_AZ_HANG)
+  if (c->verdict == WD_AZ_HANG && c->sus[0].reason == WD_AZ_DEAD_LINK) {
+    char link[700];
+    link_text(set, c, link, sizeof link);
+    wd_az_fmt(c->summary, sizeof(c->summary),
+              "%s: %s; %s %s waiting in point-to-point operations (stalled %s s).", h, link, wait,
+              c->nwaiting == 1 ? "is" : "are", secs);
+  } else if (c->verdict == WD_AZ_HANG)
     wd_az_fmt(c->summary, sizeof(c->summary),
               "%s: rank %d %s; %s %s waiting in point-to-point operations (stalled %s s).", h,
               c->sus[0].rank, c->sus[0].detail, wait, c->nwaiting == 1 ? "is" : "are", secs);
@@ -648,11 +790,120 @@ static void missing_check(wd_az_comm *c) {
   }
 }
 
+/* A rank whose process died: its ring file is all that is left. It explains every wait on it,
+ * whatever the rules above made of it. */
+static void died_check(const wd_az_set *set, wd_az_comm *c) {
+  wd_az_str pm = wd_az_intern("postmortem");
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    if (wd_az_dump_of(set, cr)->reason != pm) continue;
+    wd_az_suspect *s = find_suspect(c, cr->rank);
+    if (s) {
+      char old[sizeof(s->detail)];
+      memcpy(old, s->detail, sizeof old);
+      wd_az_fmt(s->detail, sizeof(s->detail),
+                "died (only its post-mortem ring file is left); it %s", old);
+    } else {
+      s = add_suspect(c, cr->rank, WD_AZ_DIED, cr);
+      if (!s) continue;
+      s->op = find_op(cr, c->stuck_func, c->stuck_seq);
+      wd_az_fmt(s->detail, sizeof(s->detail),
+                "died inside %s seq %" PRId64 " (only its post-mortem ring file is left)",
+                wd_az_s(c->stuck_func), c->stuck_seq);
+    }
+    s->reason = WD_AZ_DIED;
+    s->culprit = 1;
+  }
+}
+
+/* Order of explanations: a dead process first, then what a rank did wrong, then the network. */
+static int reason_order(int r) {
+  static const int order[WD_AZ_NREASONS] = {
+      [WD_AZ_DIED] = 0,         [WD_AZ_NOT_ENTERED] = 1, [WD_AZ_MISMATCH] = 2,
+      [WD_AZ_ARGS_MISMATCH] = 3, [WD_AZ_P2P_MISMATCH] = 4, [WD_AZ_DEAD_LINK] = 5,
+      [WD_AZ_NETWORK_STALL] = 6, [WD_AZ_MISSING] = 7};
+  return r >= 0 && r < WD_AZ_NREASONS ? order[r] : WD_AZ_NREASONS;
+}
+
 static int cmp_suspect(const void *a, const void *b) {
   const wd_az_suspect *x = a, *y = b;
   if (x->culprit != y->culprit) return y->culprit - x->culprit;
-  if (x->reason != y->reason) return x->reason - y->reason;
+  if (x->reason != y->reason) return reason_order(x->reason) - reason_order(y->reason);
   return x->rank - y->rank;
+}
+
+/* ---- stragglers: late, not hung ---- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int cmp_strag(const void *a, const void *b) {
+  const wd_az_straggler *x = a, *y = b;
+  if (x->lag_ms != y->lag_ms) return x->lag_ms > y->lag_ms ? -1 : 1;
+  return x->rank - y->rank;
+}
+
+/* For the newest operations every rank's ring still holds, when each rank entered them against
+ * the median rank (on the dumps' wall clocks). A rank late on average by the threshold or more is
+ * a straggler: it slows the job down without stopping it. */
+static void straggler_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  double thr = o->straggler_ms > 0 ? o->straggler_ms : DEFAULT_STRAGGLER_MS;
+  size_t np = (size_t)c->npresent;
+  double *t = malloc(np * STRAGGLER_OPS * sizeof(double)), *col = malloc(np * sizeof(double));
+  double *sum = calloc(np, sizeof(double));
+  int *cnt = calloc(np, sizeof(int));
+  if (!t || !col || !sum || !cnt || np < 3) goto out;
+  for (int k = 0; k < c->nfuncs; k++) {
+    const wd_az_func_row *f = &c->funcs[k];
+    if (f->hist_lo < 0) continue;
+    int64_t lo = f->hist_hi - STRAGGLER_OPS + 1 > f->hist_lo ? f->hist_hi - STRAGGLER_OPS + 1
+                                                             : f->hist_lo;
+    for (size_t i = 0; i < np * STRAGGLER_OPS; i++) t[i] = NAN;
+    for (size_t i = 0; i < np; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      double wall = (double)wd_az_dump_of(set, cr)->wall_ns / 1e6;
+      for (int h = 0; h < cr->nhist; h++) {
+        const wd_az_hist *x = &cr->hist[h];
+        if (x->func == f->func && x->seq >= lo && x->seq <= f->hist_hi)
+          t[i * STRAGGLER_OPS + (size_t)(x->seq - lo)] = wall + (double)x->t / 1e6;
+      }
+    }
+    for (int64_t q = 0; q <= f->hist_hi - lo; q++) {
+      size_t n = 0;
+      for (size_t i = 0; i < np; i++)
+        if (!isnan(t[i * STRAGGLER_OPS + (size_t)q])) col[n++] = t[i * STRAGGLER_OPS + (size_t)q];
+      if (n < 3) continue;
+      qsort(col, n, sizeof(double), cmp_double);
+      double med = col[n / 2];
+      for (size_t i = 0; i < np; i++) {
+        double x = t[i * STRAGGLER_OPS + (size_t)q];
+        if (isnan(x)) continue;
+        sum[i] += x - med;
+        cnt[i]++;
+      }
+    }
+  }
+  for (size_t i = 0; i < np; i++)
+    if (cnt[i] && sum[i] / cnt[i] >= thr) c->nstrag++;
+  if (!c->nstrag) goto out;
+  c->strag = calloc((size_t)c->nstrag, sizeof(*c->strag));
+  if (!c->strag) {
+    c->nstrag = 0;
+    goto out;
+  }
+  int n = 0;
+  for (size_t i = 0; i < np; i++)
+    if (cnt[i] && sum[i] / cnt[i] >= thr)
+      c->strag[n++] = (wd_az_straggler){c->present[i], c->by_rank[c->present[i]],
+                                        sum[i] / cnt[i], cnt[i]};
+  qsort(c->strag, (size_t)c->nstrag, sizeof(*c->strag), cmp_strag);
+out:
+  free(t);
+  free(col);
+  free(sum);
+  free(cnt);
 }
 
 /* ---- summary lines ---- */
@@ -669,7 +920,26 @@ static int culprit_ranks(const wd_az_comm *c, int reason, int *out) {
   return n;
 }
 
-static void hang_summary(wd_az_comm *c, const int *tmp, int n) {
+/* "dead link between rank 1 (host a) and rank 2 (host b) on channel 0: rank 1's send has waited
+ * 3.0 s in SendWait, rank 2's receive 3.0 s in RecvWait, each on the other" */
+static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size_t len) {
+  const wd_az_suspect *a = &c->sus[0], *b = find_suspect((wd_az_comm *)c, a->link_peer);
+  if (!b || !a->cr || !b->cr || !a->op || !b->op) {
+    wd_az_fmt(out, len, "dead link at rank %d: %s", a->rank, a->detail);
+    return;
+  }
+  char sa[32], sb[32];
+  wd_az_fmt(out, len,
+            "dead link between rank %d (host %s) and rank %d (host %s) on channel %d: rank %d's "
+            "%s has waited %s s in %s, rank %d's %s %s s in %s, each on the other",
+            a->rank, wd_az_s(wd_az_dump_of(set, a->cr)->host), b->rank,
+            wd_az_s(wd_az_dump_of(set, b->cr)->host), a->link_channel, a->rank,
+            a->op->wait.is_send ? "send" : "receive", wd_az_secs(a->op->wait.since_ms, sa, sizeof sa),
+            wd_az_s(a->op->wait.state), b->rank, b->op->wait.is_send ? "send" : "receive",
+            wd_az_secs(b->op->wait.since_ms, sb, sizeof sb), wd_az_s(b->op->wait.state));
+}
+
+static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, int n) {
   char h[256], who[300], wait[300], secs[32];
   head(c, "HANG", h, sizeof(h));
   rank_list(tmp, n, who, sizeof(who));
@@ -685,9 +955,21 @@ static void hang_summary(wd_az_comm *c, const int *tmp, int n) {
              who, F, c->stuck_seq, wait, are, secs);
     break;
   case WD_AZ_MISMATCH:
+  case WD_AZ_ARGS_MISMATCH:
+  case WD_AZ_DIED:
     wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d %s; %s %s waiting in %s seq %" PRId64
-             " (mismatch; stalled %s s).", h, s->rank, s->detail, wait, are, F, c->stuck_seq, secs);
+             " (%s; stalled %s s).", h, s->rank, s->detail, wait, are, F, c->stuck_seq,
+             s->reason == WD_AZ_DIED ? "died" : s->reason == WD_AZ_MISMATCH ? "mismatch"
+                                                                           : "argument mismatch",
+             secs);
     break;
+  case WD_AZ_DEAD_LINK: {
+    char link[700];
+    link_text(set, c, link, sizeof link);
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: %s; %s %s waiting in %s seq %" PRId64
+              " (stalled %s s).", h, link, wait, are, F, c->stuck_seq, secs);
+    break;
+  }
   case WD_AZ_NETWORK_STALL:
     wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s; %s %s waiting in it (stalled %s s).",
              h, s->rank, s->detail, wait, are, secs);
@@ -699,13 +981,13 @@ static void hang_summary(wd_az_comm *c, const int *tmp, int n) {
   }
 }
 
-static void summarize(wd_az_comm *c) {
+static void summarize(const wd_az_set *set, wd_az_comm *c) {
   char h[256], tmp[300], secs[32];
   int *ranks = malloc(((size_t)c->nsus + 1) * sizeof(int));
   if (c->stuck && c->stuck_seq < 0) {
-    p2p_summary(c);
+    p2p_summary(set, c);
   } else if (c->verdict == WD_AZ_HANG && ranks) {
-    hang_summary(c, ranks, culprit_ranks(c, c->sus[0].reason, ranks));
+    hang_summary(set, c, ranks, culprit_ranks(c, c->sus[0].reason, ranks));
   } else if (c->verdict == WD_AZ_NO_VERDICT) {
     head(c, "NO VERDICT", h, sizeof(h));
     rank_list(c->waiting, c->nwaiting, tmp, sizeof(tmp));
@@ -738,13 +1020,16 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
     args_check(c);
     if (!has_culprit(c)) network_check(set, o, c);
     missing_check(c);
+    died_check(set, c);
   } else if (p2p_check(set, o, c)) {
     missing_check(c);
+    died_check(set, c);
   }
+  straggler_check(set, o, c);
   qsort(c->sus, (size_t)c->nsus, sizeof(*c->sus), cmp_suspect);
   if (!c->stuck) c->verdict = WD_AZ_NO_HANG;
   else c->verdict = has_culprit(c) ? WD_AZ_HANG : WD_AZ_NO_VERDICT;
-  summarize(c);
+  summarize(set, c);
 }
 
 static int verdict_rank(int v) { return v == WD_AZ_HANG ? 0 : v == WD_AZ_NO_VERDICT ? 1 : 2; }
@@ -812,6 +1097,7 @@ void wd_az_result_free(wd_az_result *res) {
     free(c->missing);
     free(c->waiting);
     free(c->sus);
+    free(c->strag);
   }
   free(res->comms);
   memset(res, 0, sizeof(*res));

@@ -8,7 +8,21 @@
 #include "model.h"
 
 enum { WD_AZ_NO_HANG = 0, WD_AZ_HANG = 1, WD_AZ_NO_VERDICT = 2 };
-enum { WD_AZ_NOT_ENTERED = 0, WD_AZ_MISMATCH = 1, WD_AZ_NETWORK_STALL = 2, WD_AZ_MISSING = 3 };
+/* Why a rank is a suspect. mismatch: in another operation than the stuck one; args_mismatch: in
+ * the stuck one with other count/datatype/root; p2p_mismatch: its point-to-point operations do
+ * not pair with its peer's; dead_link: both ends of one connection wait on each other in the
+ * network; died: only its post-mortem ring file is left. */
+enum {
+  WD_AZ_NOT_ENTERED = 0,
+  WD_AZ_MISMATCH = 1,
+  WD_AZ_NETWORK_STALL = 2,
+  WD_AZ_MISSING = 3,
+  WD_AZ_ARGS_MISMATCH = 4,
+  WD_AZ_P2P_MISMATCH = 5,
+  WD_AZ_DEAD_LINK = 6,
+  WD_AZ_DIED = 7,
+  WD_AZ_NREASONS
+};
 
 const char *wd_az_verdict_name(int verdict); /* "no_hang", "hang", "no_verdict" */
 const char *wd_az_reason_name(int reason);   /* "not_entered", ... */
@@ -19,6 +33,7 @@ typedef struct wd_az_suspect {
   const wd_az_op *op;    /* the operation it is in, when it is in one */
   const wd_az_hist *hist; /* mismatch found in completed history */
   int peer_is_suspect;    /* network_stall: the peer it waits on is itself a suspect */
+  int link_peer, link_channel; /* dead_link: the other end and the channel, else -1 */
   char detail[512];       /* one sentence */
 } wd_az_suspect;
 
@@ -29,6 +44,14 @@ typedef struct wd_az_func_row {
   int64_t hist_div;       /* first seq whose parameters differ in the common history, -1 */
   int64_t hist_lo, hist_hi; /* common history window compared, -1 when none */
 } wd_az_func_row;
+
+/* A rank that keeps progressing but enters collectives later than the others. */
+typedef struct wd_az_straggler {
+  int rank;
+  const wd_az_crank *cr;
+  double lag_ms; /* mean delay behind the median rank over the operations compared */
+  int nops;      /* operations compared */
+} wd_az_straggler;
 
 typedef struct wd_az_comm {
   uint64_t comm_id;
@@ -50,12 +73,15 @@ typedef struct wd_az_comm {
   wd_az_func_row funcs[WD_AZ_MAX_FUNCS];
   int nsus, cap_sus;
   wd_az_suspect *sus;
+  int nstrag; /* slowest first */
+  wd_az_straggler *strag;
   char summary[1024];
   char note[512]; /* why no verdict, or what a healthy communicator shows */
 } wd_az_comm;
 
 typedef struct wd_az_opts {
   double stall_ms; /* > 0: an operation without progress this long counts as stuck */
+  double straggler_ms; /* a rank entering this much later than the median is a straggler */
   int all_dumps;
 } wd_az_opts;
 
@@ -74,6 +100,8 @@ void wd_az_result_free(wd_az_result *res);
 const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr);
 void wd_az_op_text(const wd_az_op *op, char *out, size_t len); /* "AllReduce seq 12 (stalled)" */
 void wd_az_wait_text(const wd_az_wait *w, char *out, size_t len);
+/* "global rank 451 on node-a17, GPU 3 (GPU-1a2b...), pid 7541": where a communicator rank runs. */
+void wd_az_ident_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
 void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len);
 /* What a rank was doing: in-flight ops of its process, last records, main thread frames. */
 void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
