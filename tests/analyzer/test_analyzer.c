@@ -195,7 +195,7 @@ static void test_load_minimal(void) {
   CU_ASSERT_EQUAL(res.comms[0].sus[1].reason, WD_AZ_NETWORK_STALL);
   CU_ASSERT_FALSE(res.comms[0].sus[1].culprit);
   CU_ASSERT_TRUE(res.comms[0].sus[1].peer_is_suspect);
-  CU_ASSERT_PTR_NOT_NULL(strstr(res.summary, "rank 0 left no dump; rank 1 waits on it"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(res.summary, "rank 0 left no dump (crashed, killed, or its host is gone); rank 1 waits on it"));
   wd_az_result_free(&res);
   wd_az_set_free(&set);
 }
@@ -422,6 +422,198 @@ static void test_trace(void) {
   cJSON_Delete(t);
 }
 
+/* ---- 3-D parallel jobs: one verdict for the whole job (gen_dumps --layout) ---- */
+
+static const cJSON *comm_named(const cJSON *rep, const char *name) {
+  const cJSON *c;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(rep, "comms")) if (!strcmp(sget(c, "commName"), name)) return c;
+  return NULL;
+}
+
+/* The text report of NAME/ (generated before), NULL when the analyzer wrote nothing. */
+static char *analyze_text(const char *name, const char *extra) {
+  char out[512];
+  snprintf(out, sizeof(out), "%s/%s.out.txt", g_tmp, name);
+  sh("%s -q %s %s/%s >%s 2>&1", g_az, extra, g_tmp, name, out);
+  return slurp(out);
+}
+
+static void test_job_root(void) {
+  cJSON *rep = gen_report("j_root", "--layout 2x4x4 --scenario job-root --ring 64", 0);
+  const cJSON *job = cJSON_GetObjectItem(rep, "job");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(job);
+  CU_ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(job, "deadlock")));
+  const cJSON *root = cJSON_GetObjectItem(job, "root");
+  CU_ASSERT_EQUAL(nget(root, "globalRank"), 20);
+  CU_ASSERT_STRING_EQUAL(sget(root, "host"), "node002");
+  CU_ASSERT_STRING_EQUAL(sget(root, "reason"), "not_entered");
+  CU_ASSERT_EQUAL(nget(root, "gpu"), 4);
+  const cJSON *chain = cJSON_GetObjectItem(job, "chain");
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(chain), 2);
+  CU_ASSERT_EQUAL(strncmp(sget(cJSON_GetArrayItem(chain, 0), "commName"), "dp_t0_p", 7), 0);
+  CU_ASSERT_STRING_EQUAL(sget(cJSON_GetArrayItem(chain, 1), "commName"), "pp_t0_d2");
+  CU_ASSERT_EQUAL(nget(cJSON_GetArrayItem(chain, 1), "onGlobalRank"), 20);
+  /* Per communicator, the tensor-parallel group also names the root, with its global rank. */
+  const cJSON *tp = comm_named(rep, "tp_p2_d2");
+  CU_ASSERT_STRING_EQUAL(sget(tp, "verdict"), "hang");
+  const cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(tp, "suspects"), 0);
+  CU_ASSERT_EQUAL(nget(s, "globalRank"), 20);
+  cJSON_Delete(rep);
+  char *text = analyze_text("j_root", "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  static const char want[] = "JOB: root cause rank 2 of pp_t0_d2 (global rank 20 on host node002, GPU 4";
+  CU_ASSERT_EQUAL(strncmp(text, want, sizeof want - 1), 0);
+  char *nl = strchr(text, '\n');
+  if (nl) *nl = '\0';
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "DataLoader_next"));       /* what it is doing */
+  CU_ASSERT_PTR_NOT_NULL(strstr(text, "-> which waits in pp_t0_d2 Send to rank 2")); /* the chain */
+  free(text);
+}
+
+static void test_job_deadlock(void) {
+  cJSON *rep = gen_report("j_dl", "--layout 2x4x4 --scenario job-deadlock --ring 64", 0);
+  const cJSON *job = cJSON_GetObjectItem(rep, "job");
+  CU_ASSERT_TRUE(cJSON_IsTrue(cJSON_GetObjectItem(job, "deadlock")));
+  CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(job, "root"));
+  /* four communicators, and back to the first process */
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(job, "chain")), 5);
+  cJSON_Delete(rep);
+  char *text = analyze_text("j_dl", "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_EQUAL(strncmp(text, "JOB: deadlock across 4 communicators", 36), 0);
+  free(text);
+}
+
+static void test_p2p_mismatch(void) {
+  cJSON *rep = gen_report("j_p2p", "--layout 2x4x4 --scenario p2p-mismatch --ring 64", 0);
+  const cJSON *pp = comm_named(rep, "pp_t0_d2");
+  CU_ASSERT_STRING_EQUAL(sget(pp, "verdict"), "hang");
+  const cJSON *sus = cJSON_GetObjectItem(pp, "suspects");
+  CU_ASSERT_EQUAL(nget(cJSON_GetArrayItem(sus, 0), "rank"), 2);
+  CU_ASSERT_STRING_EQUAL(sget(cJSON_GetArrayItem(sus, 0), "reason"), "p2p_mismatch");
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(cJSON_GetArrayItem(sus, 0), "detail"),
+                                "is in Recv from rank 3 instead of the Recv from rank 1"));
+  CU_ASSERT_EQUAL(nget(cJSON_GetArrayItem(sus, 1), "rank"), 3);
+  CU_ASSERT_STRING_EQUAL(sget(cJSON_GetArrayItem(sus, 1), "reason"), "p2p_mismatch");
+  CU_ASSERT_EQUAL(count_culprits(pp), 2);
+  CU_ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "job"), "deadlock")));
+  cJSON_Delete(rep);
+}
+
+static void expect_link_end(const cJSON *s, int rank, int peer, const char *host) {
+  CU_ASSERT_EQUAL(nget(s, "rank"), rank);
+  CU_ASSERT_STRING_EQUAL(sget(s, "reason"), "dead_link");
+  CU_ASSERT_EQUAL(nget(s, "linkPeer"), peer);
+  CU_ASSERT_EQUAL(nget(s, "linkChannel"), 1);
+  CU_ASSERT_STRING_EQUAL(sget(s, "host"), host);
+}
+
+static void test_dead_link(void) {
+  cJSON *rep = gen_report("j_link", "--layout 2x4x4 --scenario dead-link --ring 64", 0);
+  const cJSON *dp = comm_named(rep, "dp_t0_p2");
+  CU_ASSERT_STRING_EQUAL(sget(dp, "verdict"), "hang");
+  CU_ASSERT_EQUAL(count_culprits(dp), 2);
+  const cJSON *sus = cJSON_GetObjectItem(dp, "suspects");
+  expect_link_end(cJSON_GetArrayItem(sus, 0), 1, 2, "node001");
+  expect_link_end(cJSON_GetArrayItem(sus, 1), 2, 1, "node002");
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(rep, "summary"), "dead link between rank 1 (host node001) "
+                                                      "and rank 2 (host node002) on channel 1"));
+  const cJSON *job = cJSON_GetObjectItem(rep, "job");
+  CU_ASSERT_FALSE(cJSON_IsTrue(cJSON_GetObjectItem(job, "deadlock")));
+  CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(job, "networkHost")); /* one link: no host to blame */
+  cJSON_Delete(rep);
+}
+
+static void test_dead_host(void) {
+  cJSON *rep = gen_report("j_host", "--layout 2x4x4 --scenario dead-host --ring 64", 0);
+  const cJSON *h = cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "job"), "networkHost");
+  CU_ASSERT_STRING_EQUAL(sget(h, "host"), "node002");
+  CU_ASSERT_EQUAL(nget(h, "processes"), 8);
+  cJSON_Delete(rep);
+  char *text = analyze_text("j_host", "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  CU_ASSERT_EQUAL(strncmp(text, "HOST: 8 processes of host node002 wait on the network", 53), 0);
+  free(text);
+}
+
+static void test_straggler(void) {
+  cJSON *rep = gen_report("j_strag", "--layout 2x4x4 --scenario straggler --ring 64", 0);
+  CU_ASSERT_EQUAL(strncmp(sget(rep, "summary"), "OK:", 3), 0); /* late is not hung */
+  int nstrag = 0, nsus = 0;
+  const cJSON *c;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(rep, "comms")) {
+    CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "no_hang");
+    nsus += cJSON_GetArraySize(cJSON_GetObjectItem(c, "suspects"));
+    const cJSON *g;
+    cJSON_ArrayForEach(g, cJSON_GetObjectItem(c, "stragglers")) {
+      nstrag++;
+      CU_ASSERT_EQUAL(nget(g, "globalRank"), 20);
+      CU_ASSERT_TRUE(nget(g, "lagMs") > 1900 && nget(g, "lagMs") < 2100);
+    }
+  }
+  CU_ASSERT_EQUAL(nsus, 0);
+  CU_ASSERT_EQUAL(nstrag, 2); /* its pp and dp groups; a 2-rank tp group has no median */
+  cJSON_Delete(rep);
+  char *text = analyze_text("j_strag", "");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+  char *l2 = text ? strchr(text, '\n') : NULL;
+  CU_ASSERT_PTR_NOT_NULL_FATAL(l2);
+  CU_ASSERT_EQUAL(strncmp(l2 + 1, "STRAGGLERS (slow, not hung): global rank 20 on host node002", 59), 0);
+  free(text);
+  /* A higher threshold: no straggler. */
+  int rc;
+  rep = analyze_json("j_strag", "--straggler-ms=2500", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(rep, "comms"))
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "stragglers")), 0);
+  cJSON_Delete(rep);
+}
+
+static void test_crashed(void) {
+  cJSON *rep = gen_report("j_died", "--layout 2x4x4 --scenario crashed --ring 64", 0);
+  const cJSON *root = cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "job"), "root");
+  CU_ASSERT_STRING_EQUAL(sget(root, "reason"), "died");
+  CU_ASSERT_EQUAL(nget(root, "globalRank"), 20);
+  cJSON_Delete(rep);
+  rep = gen_report("j_gone", "--layout 2x4x4 --scenario vanished --ring 64", 0);
+  const cJSON *chain = cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "job"), "chain");
+  const cJSON *last = cJSON_GetArrayItem(chain, cJSON_GetArraySize(chain) - 1);
+  CU_ASSERT_STRING_EQUAL(sget(last, "commName"), "pp_t0_d2");
+  CU_ASSERT_EQUAL(nget(last, "onRank"), 2);
+  CU_ASSERT_STRING_EQUAL(sget(last, "onReason"), "missing");
+  cJSON_Delete(rep);
+}
+
+static void test_healthy_3d(void) {
+  cJSON *rep = gen_report("j_ok", "--layout 2x4x4 --scenario healthy --ring 64", 0);
+  CU_ASSERT_EQUAL(strncmp(sget(rep, "summary"), "OK: no hang found in 32 communicators", 37), 0);
+  CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(rep, "job"));
+  const cJSON *c;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(rep, "comms")) {
+    CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "no_hang");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "stragglers")), 0);
+  }
+  cJSON_Delete(rep);
+}
+
+/* GNU conventions: --opt=value, bundled short options, "--", errors naming the option. */
+static void test_cli(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("cli", "--ranks=4 --scenario=healthy --ring=16"), 0);
+  CU_ASSERT_EQUAL(sh("%s -vq --stall-ms=5 -- %s/cli >/dev/null", g_az, g_tmp), 0);
+  CU_ASSERT_EQUAL(sh("%s --bogus %s/cli >%s/cli.err 2>&1", g_az, g_tmp, g_tmp), 2);
+  char path[512];
+  snprintf(path, sizeof path, "%s/cli.err", g_tmp);
+  char *err = slurp(path);
+  CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--bogus: unknown option"));
+  free(err);
+  CU_ASSERT_EQUAL(sh("%s --stall-ms=abc %s/cli >%s/cli.err 2>&1", g_az, g_tmp, g_tmp), 2);
+  err = slurp(path);
+  CU_ASSERT_PTR_NOT_NULL(err && strstr(err, "--stall-ms=abc"));
+  free(err);
+  CU_ASSERT_EQUAL(sh("%s --version | grep -Eq '^nccl-watchdog-analyze [0-9]+\\.[0-9]+'", g_az), 0);
+  CU_ASSERT_EQUAL(sh("%s --help | grep -q 'examples:'", g_az), 0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: test_analyzer GEN_DUMPS ANALYZER\n");
@@ -449,6 +641,16 @@ int main(int argc, char **argv) {
   CU_add_test(cli, "bad_files", test_bad_files);
   CU_add_test(cli, "newest_dump", test_newest_dump);
   CU_add_test(cli, "trace", test_trace);
+  CU_add_test(cli, "cli", test_cli);
+  CU_pSuite job = CU_add_suite("analyzer_job_3d", NULL, NULL);
+  CU_add_test(job, "job_root", test_job_root);
+  CU_add_test(job, "job_deadlock", test_job_deadlock);
+  CU_add_test(job, "p2p_mismatch", test_p2p_mismatch);
+  CU_add_test(job, "dead_link", test_dead_link);
+  CU_add_test(job, "dead_host", test_dead_host);
+  CU_add_test(job, "straggler", test_straggler);
+  CU_add_test(job, "crashed", test_crashed);
+  CU_add_test(job, "healthy_3d", test_healthy_3d);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();

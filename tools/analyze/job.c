@@ -109,6 +109,49 @@ static void host_verdict(const wd_az_result *res, wd_az_job *job) {
            best_n, wd_az_s(best));
 }
 
+/* What the communicator's rank `who` waits in: "Send to rank 2", "AllReduce seq 5201". */
+static void op_text(const wd_az_comm *c, const wd_az_crank *who, char *out, size_t len) {
+  const char *f = wd_az_s(c->stuck_func) && *wd_az_s(c->stuck_func) ? wd_az_s(c->stuck_func) : "?";
+  for (int i = 0; who && i < who->nops; i++) {
+    const wd_az_op *op = &who->ops[i];
+    if (strcmp(wd_az_s(op->type), "P2p") == 0) {
+      int send = strcmp(wd_az_s(op->func), "Send") == 0;
+      wd_az_fmt(out, len, "%s %s rank %d", wd_az_s(op->func), send ? "to" : "from", op->peer);
+      return;
+    }
+    if (op->seq >= 0 && op->func == c->stuck_func) break;
+  }
+  if (c->stuck_seq < 0) wd_az_fmt(out, len, "point-to-point operations");
+  else wd_az_fmt(out, len, "%s seq %lld", f, (long long)c->stuck_seq);
+}
+
+/* "(global rank 18 on node002)", or "(no dump)". */
+static void short_who(const wd_az_result *res, const wd_az_suspect *s, char *out, size_t len) {
+  if (!s->cr) {
+    wd_az_fmt(out, len, "(no dump)");
+    return;
+  }
+  const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
+  if (d->global_rank >= 0) wd_az_fmt(out, len, "(global rank %d on %s)", d->global_rank, wd_az_s(d->host));
+  else wd_az_fmt(out, len, "(host %s pid %d)", wd_az_s(d->host), d->pid);
+}
+
+/* Where the root's process is now: its Python line, else its main thread's top frames. */
+static void now_text(const wd_az_result *res, const wd_az_crank *cr, char *out, size_t len) {
+  const wd_az_dump *d = wd_az_dump_of(res->set, cr);
+  if (d->npy) {
+    wd_az_fmt(out, len, "in Python %s", wd_az_s(d->py[0]));
+  } else if (d->nframes) {
+    char f[400];
+    wd_az_frames_text(d, 3, f, sizeof f);
+    wd_az_fmt(out, len, "main thread in %s", f);
+  } else if (strcmp(wd_az_s(d->reason), "postmortem") == 0) {
+    wd_az_fmt(out, len, "gone (the process died)");
+  } else {
+    wd_az_fmt(out, len, "no stack in its dump");
+  }
+}
+
 void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
   memset(job, 0, sizeof(*job));
   host_verdict(res, job);
@@ -148,9 +191,12 @@ static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job
     if (job->deadlock) break;
     seen[nseen++] = s->cr->dump;
     who = NULL;
-    c = waiting_in(ix, s->cr->dump, &who);
+    const wd_az_comm *next = waiting_in(ix, s->cr->dump, &who);
+    /* A culprit waiting in its own communicator (a dead link, a p2p mismatch) is the root. */
+    c = next == c ? NULL : next;
   }
-  /* "JOB: root ...; chain: ranks W wait in A -> rank x waits in B -> rank y: reason" */
+  /* "JOB: root cause R: reason detail; now: frames. Chain: ranks W of A wait in OP for rank x
+   * (global rank ..) -> which waits in B OP for rank y (..)." */
   char *p = job->line;
   size_t left = sizeof(job->line);
   int n;
@@ -173,22 +219,31 @@ static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job
   } else {
     const wd_az_link *last = &job->links[job->nlinks - 1];
     who_text(res, last->comm, last->on, w, sizeof w);
-    PUT("JOB: root cause %s: %s %s", w, wd_az_reason_name(last->on->reason), last->on->detail);
+    PUT("JOB: root cause %s: %s: %s", w, wd_az_reason_name(last->on->reason), last->on->detail);
+    if (last->on->cr) {
+      now_text(res, last->on->cr, w, sizeof w);
+      PUT("; now %s", w);
+    }
     if (job->nlinks < 2) return;
-    PUT("; chain:");
+    PUT(". Chain:");
   }
   for (int i = 0; i < job->nlinks; i++) {
     const wd_az_link *l = &job->links[i];
     const char *cn = wd_az_s(l->comm->name) && *wd_az_s(l->comm->name) ? wd_az_s(l->comm->name) : "?";
-    if (i == 0)
-      PUT(" %d rank(s) wait in %s %s seq %lld", l->comm->nwaiting, cn, wd_az_s(l->comm->stuck_func) ? wd_az_s(l->comm->stuck_func) : "?",
-          (long long)l->comm->stuck_seq);
-    else
-      PUT(" -> waits in %s %s seq %lld", cn, wd_az_s(l->comm->stuck_func) ? wd_az_s(l->comm->stuck_func) : "?",
-          (long long)l->comm->stuck_seq);
-    who_text(res, l->comm, l->on, w, sizeof w);
-    PUT(" on %s", w);
+    char op[160];
+    if (i == 0) {
+      char r[256];
+      wd_az_ranges(l->comm->waiting, (size_t)l->comm->nwaiting, r, sizeof r);
+      op_text(l->comm, NULL, op, sizeof op);
+      PUT(" rank%s %s of %s wait%s in %s", l->comm->nwaiting == 1 ? "" : "s", r, cn,
+          l->comm->nwaiting == 1 ? "s" : "", op);
+    } else {
+      op_text(l->comm, l->who, op, sizeof op);
+      PUT(" -> which waits in %s %s", cn, op);
+    }
+    short_who(res, l->on, w, sizeof w);
+    PUT(" for rank %d %s", l->on->rank, w);
   }
-  if (job->deadlock) PUT(", which is already on this chain");
+  PUT("%s", job->deadlock ? ", which is already on this chain" : ".");
 #undef PUT
 }

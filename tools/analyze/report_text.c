@@ -127,19 +127,34 @@ static void print_stragglers(FILE *f, const wd_az_set *set, const wd_az_comm *c)
   if (c->nstrag > MAX_CULPRITS) fprintf(f, "    ... and %d more\n", c->nstrag - MAX_CULPRITS);
 }
 
-/* "STRAGGLERS: global rank 5 on node000 (rank 5 of "dp") enters 1.2 s late; ..." */
+/* "STRAGGLERS (slow, not hung): global rank 20 on host node002 ... enters collectives 2.0 s late
+ * (pp_t0_d2, dp_t0_p2)": one entry per process, the slowest first. */
 static void print_straggler_line(FILE *f, const wd_az_result *res) {
+  uint32_t done[MAX_CULPRITS];
   int shown = 0;
-  for (size_t i = 0; i < res->ncomms; i++) {
-    const wd_az_comm *c = &res->comms[i];
-    for (int k = 0; k < c->nstrag && shown < MAX_CULPRITS; k++) {
-      const wd_az_straggler *g = &c->strag[k];
-      char id[256], secs[32];
-      wd_az_ident_text(res->set, g->cr, id, sizeof id);
-      fprintf(f, "%s rank %d of \"%s\" (%s) enters %s s late", shown ? ";" : "STRAGGLERS (slow, not hung):",
-              g->rank, wd_az_s(c->name), id, wd_az_secs(g->lag_ms, secs, sizeof secs));
-      shown++;
-    }
+  for (;;) {
+    const wd_az_straggler *best = NULL;
+    for (size_t i = 0; i < res->ncomms; i++)
+      for (int k = 0; k < res->comms[i].nstrag; k++) {
+        const wd_az_straggler *g = &res->comms[i].strag[k];
+        int seen = 0;
+        for (int q = 0; q < shown; q++) seen |= done[q] == g->cr->dump;
+        if (!seen && (!best || g->lag_ms > best->lag_ms)) best = g;
+      }
+    if (!best || shown == MAX_CULPRITS) break;
+    char id[256], secs[32], comms[256] = "";
+    size_t pos = 0;
+    for (size_t i = 0; i < res->ncomms; i++)
+      for (int k = 0; k < res->comms[i].nstrag; k++)
+        if (res->comms[i].strag[k].cr->dump == best->cr->dump && pos < sizeof comms) {
+          int n = snprintf(comms + pos, sizeof comms - pos, "%s%s", pos ? ", " : "",
+                           wd_az_s(res->comms[i].name));
+          if (n > 0) pos += (size_t)n;
+        }
+    wd_az_ident_text(res->set, best->cr, id, sizeof id);
+    fprintf(f, "%s %s enters collectives %s s late (%s)", shown ? ";" : "STRAGGLERS (slow, not hung):",
+            id, wd_az_secs(best->lag_ms, secs, sizeof secs), comms);
+    done[shown++] = best->cr->dump;
   }
   if (shown) fputc('\n', f);
 }

@@ -668,9 +668,11 @@ static void p2p_blame(wd_az_comm *c, int r, const wd_az_op *op) {
   }
   wd_az_suspect *s = add_suspect(c, p, WD_AZ_NOT_ENTERED, c->by_rank[p]);
   if (!s) return;
+  char secs[32];
   wd_az_fmt(s->detail, sizeof(s->detail),
-            "never posted the %s rank %d that rank %d waits for in %s (no point-to-point "
-            "operation with rank %d in flight)", want, r, r, text, r);
+            "never posted the %s rank %d that rank %d's %s has waited for %s s (it has no "
+            "point-to-point operation in flight)", want, r, r, wd_az_s(op->func),
+            wd_az_secs(op->since_ms, secs, sizeof secs));
 }
 
 /* Matched point-to-point pairs stuck on each other in the network: dead links. */
@@ -752,15 +754,17 @@ static wd_az_suspect *find_suspect(wd_az_comm *c, int rank) {
 static void missing_detail(const wd_az_comm *c, wd_az_suspect *s) {
   int *r = malloc((size_t)c->nwaiting * sizeof(int) + 1), n = 0;
   for (int i = 0; r && i < c->nwaiting; i++) {
-    const wd_az_op *op = find_op(c->by_rank[c->waiting[i]], c->stuck_func, c->stuck_seq);
-    if (op && op->wait.valid && op->wait.peer == s->rank && !is(op->wait.type, "KernelCh"))
+    const wd_az_crank *w = c->by_rank[c->waiting[i]];
+    const wd_az_op *op = c->stuck_seq >= 0 ? find_op(w, c->stuck_func, c->stuck_seq) : first_p2p(w);
+    if (op && ((is_p2p(op) && op->peer == s->rank) ||
+               (op->wait.valid && op->wait.peer == s->rank && !is(op->wait.type, "KernelCh"))))
       r[n++] = c->waiting[i];
   }
   char who[300];
   if (n) rank_list(r, n, who, sizeof(who));
-  if (n) wd_az_fmt(s->detail, sizeof(s->detail), "left no dump; %s wait%s on it in the network",
-                   who, n == 1 ? "s" : "");
-  else wd_az_fmt(s->detail, sizeof(s->detail), "left no dump");
+  if (n) wd_az_fmt(s->detail, sizeof(s->detail), "left no dump (crashed, killed, or its host is "
+                   "gone); %s wait%s on it", who, n == 1 ? "s" : "");
+  else wd_az_fmt(s->detail, sizeof(s->detail), "left no dump (crashed, killed, or its host is gone)");
   free(r);
 }
 
@@ -802,13 +806,13 @@ static void died_check(const wd_az_set *set, wd_az_comm *c) {
       char old[sizeof(s->detail)];
       memcpy(old, s->detail, sizeof old);
       wd_az_fmt(s->detail, sizeof(s->detail),
-                "died (only its post-mortem ring file is left); it %s", old);
+                "only its post-mortem ring file is left; before it died it %s", old);
     } else {
       s = add_suspect(c, cr->rank, WD_AZ_DIED, cr);
       if (!s) continue;
       s->op = find_op(cr, c->stuck_func, c->stuck_seq);
       wd_az_fmt(s->detail, sizeof(s->detail),
-                "died inside %s seq %" PRId64 " (only its post-mortem ring file is left)",
+                "was inside %s seq %" PRId64 " when it died (only its post-mortem ring file is left)",
                 wd_az_s(c->stuck_func), c->stuck_seq);
     }
     s->reason = WD_AZ_DIED;

@@ -4,28 +4,53 @@
  *
  *   gen_dumps OUTDIR --ranks N --scenario healthy|missing-rank|not-entered|mismatch|
  *             network-stall|wrapped [--ring R] [--comms C] [--victim K]
+ *   gen_dumps OUTDIR --layout TPxPPxDP --scenario healthy|job-root|job-deadlock|p2p-mismatch|
+ *             dead-link|dead-host|straggler|crashed|vanished [--ring R] [--victim G]
  *
- * Rank r lives on host node<r/8> with pid 10000+r; communicator 0 ("default_pg") carries the
- * scenario, the others are healthy. The victim (default 3, or N-1 when N <= 3) is the rank the
- * scenario is about: it never entered AllReduce seq 88412 (not-entered; missing-rank writes no
- * dump for it), is in AllGather instead (mismatch), or its receive from rank victim-1 on channel 1
- * stalled first (network-stall). wrapped is a healthy job whose odd ranks have a ring half as
- * large, with extra records per operation, so their history starts later.
+ * One communicator per job (first form): rank r lives on host node<r/8> with pid 10000+r;
+ * communicator 0 ("default_pg") carries the scenario, the others are healthy. The victim
+ * (default 3, or N-1 when N <= 3) is the rank the scenario is about: it never entered AllReduce
+ * seq 88412 (not-entered; missing-rank writes no dump for it), is in AllGather instead
+ * (mismatch), or its receive from rank victim-1 on channel 1 stalled first (network-stall).
+ * wrapped is a healthy job whose odd ranks have a ring half as large, with extra records per
+ * operation, so their history starts later.
+ *
+ * A 3-D parallel job (second form, Megatron order): global rank g = (d*PP + p)*TP + t, eight
+ * ranks per host; every rank is in a tensor- ("tp<p>_<d>"), a pipeline- ("pp<t>_<d>") and a
+ * data-parallel ("dp<t>_<p>") communicator. The victim G (default: the first rank of the middle
+ * pipeline stage) is the one the scenario is about (docs/analyzer.md, "Job verdicts"):
+ *   job-root      G is stuck outside NCCL; its pipeline neighbours wait on it in Send/Recv, their
+ *                 data-parallel groups and G's tensor group wait in AllReduce
+ *   job-deadlock  G, its tp peer W, W's dp peer X and X's tp peer Y each wait in a
+ *                 communicator the next one never entered: a cycle of four
+ *   p2p-mismatch  in G's pipeline: stage p-1 sends to p, p receives from p+1, p+1 from p
+ *   dead-link     in G's dp ring, the link from its predecessor to G carries nothing
+ *   dead-host     every rank of G's host has a dead link from its dp predecessor
+ *   straggler     healthy, but G enters every collective 2 s after the others
+ *   crashed       job-root, but G left only a post-mortem dump; vanished: G left no dump
  */
 #include <errno.h>
+#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-enum { SC_HEALTHY, SC_MISSING, SC_NOT_ENTERED, SC_MISMATCH, SC_NET_STALL, SC_WRAPPED };
-static const char *const g_scenarios[] = {"healthy",  "missing-rank",  "not-entered",
-                                          "mismatch", "network-stall", "wrapped"};
+enum {
+  SC_HEALTHY, SC_MISSING, SC_NOT_ENTERED, SC_MISMATCH, SC_NET_STALL, SC_WRAPPED,
+  /* 3-D jobs only */
+  SC_JOB_ROOT, SC_JOB_DEADLOCK, SC_P2P_MISMATCH, SC_DEAD_LINK, SC_DEAD_HOST, SC_STRAGGLER,
+  SC_CRASHED, SC_VANISHED, SC_COUNT
+};
+static const char *const g_scenarios[SC_COUNT] = {
+    "healthy",      "missing-rank", "not-entered", "mismatch",     "network-stall",
+    "wrapped",      "job-root",     "job-deadlock", "p2p-mismatch", "dead-link",
+    "dead-host",    "straggler",    "crashed",     "vanished"};
 
-enum { T_GROUPAPI, T_COLLAPI, T_COLL, T_KERNELCH, T_PROXYOP, T_PROXYSTEP };
-static const char *const g_types[] = {"GroupApi", "CollApi",  "Coll",
-                                      "KernelCh", "ProxyOp", "ProxyStep"};
+enum { T_GROUPAPI, T_COLLAPI, T_COLL, T_KERNELCH, T_PROXYOP, T_PROXYSTEP, T_P2PAPI, T_P2P };
+static const char *const g_types[] = {"GroupApi", "CollApi",   "Coll",   "KernelCh",
+                                      "ProxyOp",  "ProxyStep", "P2pApi", "P2p"};
 static const char *const g_phases[] = {"start", "state", "stop"};
 
 #define SEQ_AR 88412 /* the AllReduce the hung scenarios are stuck in (comm 0) */
@@ -38,12 +63,13 @@ static const char *const g_phases[] = {"start", "state", "stop"};
 typedef struct opts {
   const char *out;
   int ranks, scenario, ring, comms, victim;
+  int tp, pp, dp; /* 3-D layout, 0 when one communicator per job */
 } opts;
 
 typedef struct rec {
   int64_t t;
   int ph, type, slot, parent, tid;
-  int func; /* 0 AllReduce, 1 AllGather */
+  int func; /* 0 AllReduce, 1 AllGather, 2 Send, 3 Recv */
   int64_t seq;
   int peer, channel, is_send, step;
   const char *state;
@@ -56,18 +82,28 @@ typedef struct recbuf {
 
 /* What one rank shows for one communicator. */
 typedef struct rank_view {
-  int rank, comm;
+  int rank, comm;     /* communicator rank, communicator index in the dump */
+  int grank;          /* global rank: host, pid */
+  int nranks;
+  uint64_t id;
+  char name[32];
   int stuck;          /* in flight in the stalled operation */
   int stuck_func;     /* 0 AllReduce, 1 AllGather */
   int64_t stuck_seq;
+  int p2p;            /* the stuck operation is a Send (p2p 1) or Recv (p2p 2) with p2p_peer */
+  int p2p_peer;
   int64_t ar_done, ag_done; /* last completed seqs */
   double since_ms;    /* since progress of the stuck operation */
-  int wait_peer, wait_channel, wait_step;
+  int wait_peer, wait_channel, wait_step, wait_send;
   int64_t t_end;      /* time of the last completed operation, relative to the dump */
+  int64_t lag_ns;     /* straggler: it enters every operation this much later */
   int ring_cap, extra_records;
 } rank_view;
 
-static const char *func_name(int f) { return f ? "AllGather" : "AllReduce"; }
+static const char *func_name(int f) {
+  static const char *const names[] = {"AllReduce", "AllGather", "Send", "Recv"};
+  return names[f & 3];
+}
 
 static void push(recbuf *b, rec r) {
   if (b->n == b->cap) {
@@ -103,6 +139,14 @@ static void print_rec(FILE *f, const rec *r) {
               "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8",
               func_name(r->func), r->seq, COUNT);
       break;
+    case T_P2PAPI:
+      fprintf(f, ",\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\"", func_name(r->func),
+              COUNT);
+      break;
+    case T_P2P:
+      fprintf(f, ",\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"peer\":%d,"
+              "\"nChannels\":1", func_name(r->func), COUNT, r->peer);
+      break;
     case T_KERNELCH: fprintf(f, ",\"channel\":%d,\"pTimer\":\"0x1000\"", r->channel); break;
     case T_PROXYOP:
       fprintf(f,
@@ -133,10 +177,12 @@ static void print_ring(FILE *f, const recbuf *b, int cap, uint64_t written) {
 /* One completed collective: its op-level and proxy-level records. */
 static void gen_op(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, int64_t tb,
                    int func, int64_t seq, int k) {
-  int pid = 10000 + v->rank, main = pid, prog = pid + 7;
+  (void)o;
+  int pid = 10000 + v->grank, main = pid, prog = pid + 7;
   int api = 20 + k % 40, coll = 100 + k % 40, sop = 200 + (k % 40) * 2, rop = sop + 1;
   int step = 400 + k % 40, kch = 500 + k % 40;
-  int next = (v->rank + 1) % o->ranks, prev = (v->rank + o->ranks - 1) % o->ranks;
+  int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
+  tb += v->lag_ns;
   for (int e = 0; e < v->extra_records; e++)
     push(ops, (rec){tb - 3000 + e, e & 1 ? 2 : 0, T_GROUPAPI, 5, -1, main, 0, 0, 0, 0, 0, 0, 0});
   push(ops, (rec){tb, 0, T_COLLAPI, api, -1, main, func, seq, 0, 0, 0, 0, 0});
@@ -157,48 +203,80 @@ static void gen_op(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, i
 
 /* The stalled operation's records: started, reached the network, never finished. */
 static void gen_stuck(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, int64_t tb) {
-  int pid = 10000 + v->rank, main = pid, prog = pid + 7;
-  int f = v->stuck_func;
-  int64_t s = v->stuck_seq;
-  int next = (v->rank + 1) % o->ranks;
-  push(ops, (rec){tb, 0, T_COLLAPI, 60, -1, main, f, s, 0, 0, 0, 0, 0});
-  push(ops, (rec){tb + 5000, 2, T_COLLAPI, 60, -1, main, f, s, 0, 0, 0, 0, 0});
-  push(ops, (rec){tb + 10000, 0, T_COLL, 150, 60, main, f, s, 0, 0, 0, 0, 0});
-  push(ops, (rec){tb + 12000, 2, T_COLL, 150, 60, main, f, s, 0, 0, 0, 0, 0});
+  (void)o;
+  int pid = 10000 + v->grank, main = pid, prog = pid + 7;
+  int f = v->p2p ? 1 + v->p2p : v->stuck_func;
+  int64_t s = v->p2p ? 0 : v->stuck_seq;
+  int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
+  int top = v->p2p ? T_P2P : T_COLL;
+  push(ops, (rec){tb, 0, v->p2p ? T_P2PAPI : T_COLLAPI, 60, -1, main, f, s, v->p2p_peer, 0, 0, 0, 0});
+  push(ops, (rec){tb + 5000, 2, v->p2p ? T_P2PAPI : T_COLLAPI, 60, -1, main, f, s, 0, 0, 0, 0, 0});
+  push(ops, (rec){tb + 10000, 0, top, 150, 60, main, f, s, v->p2p_peer, 0, 0, 0, 0});
+  push(ops, (rec){tb + 12000, 2, top, 150, 60, main, f, s, 0, 0, 0, 0, 0});
   push(px, (rec){tb + 20000, 0, T_KERNELCH, 550, 150, prog, 0, 0, 0, 0, 0, 0, 0});
-  push(px, (rec){tb + 30000, 0, T_PROXYOP, 300, 150, prog, 0, 0, next, 0, 1, 0, 0});
-  push(px, (rec){tb + 31000, 0, T_PROXYOP, 301, 150, prog, 0, 0, v->wait_peer, v->wait_channel, 0,
-                 0, 0});
-  push(px, (rec){tb + 40000, 0, T_PROXYSTEP, 450, 301, prog, 0, 0, 0, 0, 0, v->wait_step, 0});
-  push(px, (rec){tb + 41000, 1, T_PROXYSTEP, 450, 301, prog, 0, 0, 0, 0, 0, 0, "RecvWait"});
+  if (!v->p2p || v->p2p == 1)
+    push(px, (rec){tb + 30000, 0, T_PROXYOP, 300, 150, prog, 0, 0, v->wait_send ? v->wait_peer : next,
+                   v->wait_send ? v->wait_channel : 0, 1, 0, 0});
+  if (!v->p2p || v->p2p == 2)
+    push(px, (rec){tb + 31000, 0, T_PROXYOP, 301, 150, prog, 0, 0, v->wait_send ? prev : v->wait_peer,
+                   v->wait_send ? 0 : v->wait_channel, 0, 0, 0});
+  int wop = v->wait_send ? 300 : 301;
+  push(px, (rec){tb + 40000, 0, T_PROXYSTEP, 450, wop, prog, 0, 0, 0, 0, 0, v->wait_step, 0});
+  push(px, (rec){tb + 41000, 1, T_PROXYSTEP, 450, wop, prog, 0, 0, 0, 0, 0, 0,
+                 v->wait_send ? "SendWait" : "RecvWait"});
 }
 
 /* ---- the open tree of the stalled operation ---- */
 
+/* One ProxyOp of the open tree; the one the rank waits in holds the open step. */
+static void print_proxyop(FILE *f, const rank_view *v, int slot, int is_send, int peer, int channel,
+                          int waiting, double age, double s) {
+  int pid = 10000 + v->grank;
+  fprintf(f,
+          "{\"slot\":%d,\"type\":\"ProxyOp\",\"parentSlot\":150,\"channel\":%d,\"peer\":%d,"
+          "\"isSend\":%s,\"nSteps\":8,\"stepsDone\":%d,\"chunkSize\":524288,\"pid\":%d,"
+          "\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,\"children\":[",
+          slot, channel, peer, is_send ? "true" : "false", waiting ? v->wait_step : 8, pid, age,
+          waiting ? s : s - 1.0);
+  if (waiting)
+    fprintf(f,
+            "{\"slot\":450,\"type\":\"ProxyStep\",\"parentSlot\":%d,\"step\":%d,"
+            "\"state\":\"%s\",\"transSize\":0,\"stopped\":false,\"ageMs\":%.1f,"
+            "\"sinceProgressMs\":%.1f,\"children\":[]}",
+            slot, v->wait_step, is_send ? "SendWait" : "RecvWait", s, s);
+  fputs("]},", f);
+}
+
 static void print_inflight(FILE *f, const opts *o, const rank_view *v) {
-  int pid = 10000 + v->rank, next = (v->rank + 1) % o->ranks;
+  (void)o;
+  int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
   double age = v->since_ms + 0.8, s = v->since_ms;
-  fprintf(f,
-          "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
-          "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
-          "\"func\":\"%s\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
-          "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
-          "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":0},\"children\":[",
-          age, s, func_name(v->stuck_func), v->stuck_seq, COUNT);
-  fprintf(f,
-          "{\"slot\":300,\"type\":\"ProxyOp\",\"parentSlot\":150,\"channel\":0,\"peer\":%d,"
-          "\"isSend\":true,\"nSteps\":8,\"stepsDone\":8,\"chunkSize\":524288,\"pid\":%d,"
-          "\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
-          "\"children\":[]},",
-          next, pid, age, s - 1.0);
-  fprintf(f,
-          "{\"slot\":301,\"type\":\"ProxyOp\",\"parentSlot\":150,\"channel\":%d,\"peer\":%d,"
-          "\"isSend\":false,\"nSteps\":8,\"stepsDone\":%d,\"chunkSize\":524288,\"pid\":%d,"
-          "\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,\"children\":["
-          "{\"slot\":450,\"type\":\"ProxyStep\",\"parentSlot\":301,\"step\":%d,"
-          "\"state\":\"RecvWait\",\"transSize\":0,\"stopped\":false,\"ageMs\":%.1f,"
-          "\"sinceProgressMs\":%.1f,\"children\":[]}]},",
-          v->wait_channel, v->wait_peer, v->wait_step, pid, age, s, v->wait_step, s, s);
+  if (v->p2p)
+    fprintf(f,
+            "[{\"slot\":150,\"type\":\"P2p\",\"parentSlot\":60,\"status\":\"stalled\","
+            "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+            "\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"peer\":%d,"
+            "\"nChannels\":1,\"graphCaptured\":false,\"kernelChannels\":{\"expected\":1,"
+            "\"done\":0},\"children\":[",
+            age, s, func_name(1 + v->p2p), COUNT, v->p2p_peer);
+  else
+    fprintf(f,
+            "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
+            "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+            "\"func\":\"%s\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
+            "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
+            "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":0},\"children\":[",
+            age, s, func_name(v->stuck_func), v->stuck_seq, COUNT);
+  if (v->p2p == 1) {
+    print_proxyop(f, v, 300, 1, v->p2p_peer, 0, 1, age, s);
+  } else if (v->p2p == 2) {
+    print_proxyop(f, v, 301, 0, v->p2p_peer, 0, 1, age, s);
+  } else {
+    print_proxyop(f, v, 300, 1, v->wait_send ? v->wait_peer : next,
+                  v->wait_send ? v->wait_channel : 0, v->wait_send, age, s);
+    print_proxyop(f, v, 301, 0, v->wait_send ? prev : v->wait_peer,
+                  v->wait_send ? 0 : v->wait_channel, !v->wait_send, age, s);
+  }
   fprintf(f,
           "{\"slot\":550,\"type\":\"KernelCh\",\"parentSlot\":150,\"channel\":0,"
           "\"pTimer\":\"0x1000\",\"state\":null,\"stopped\":false,\"ageMs\":%.1f,"
@@ -229,26 +307,23 @@ static void gen_history(const opts *o, const rank_view *v, recbuf *ops, recbuf *
 }
 
 static void print_comm(FILE *f, const opts *o, const rank_view *v) {
-  uint64_t id = 0x6b8b4567327b23c6ull ^ ((uint64_t)v->comm * 0x9e3779b97f4a7c15ull);
   recbuf ops = {0}, px = {0};
   gen_history(o, v, &ops, &px);
   if (v->stuck) gen_stuck(o, v, &ops, &px, -(int64_t)(v->since_ms * 1e6) - 50000);
   int64_t ar_enq = v->ar_done, ag_enq = v->ag_done;
-  if (v->stuck && v->stuck_func == 0) ar_enq = v->stuck_seq;
-  if (v->stuck && v->stuck_func == 1) ag_enq = v->stuck_seq;
-  char name[32];
-  if (v->comm == 0) snprintf(name, sizeof(name), "default_pg");
-  else snprintf(name, sizeof(name), "pg_%d", v->comm);
+  if (v->stuck && !v->p2p && v->stuck_func == 0) ar_enq = v->stuck_seq;
+  if (v->stuck && !v->p2p && v->stuck_func == 1) ag_enq = v->stuck_seq;
+  int total = o->tp ? o->tp * o->pp * o->dp : o->ranks;
   fprintf(f,
           "{\"commId\":\"0x%016" PRIx64 "\",\"commName\":\"%s\",\"rank\":%d,\"nranks\":%d,"
           "\"nNodes\":%d,\"abi\":5,\"cudaDev\":%d,\"gpuUuid\":\"GPU-%08x\",\"initAgoMs\":812345.2,"
           "\"sinceProgressMs\":%.1f,\"droppedEvents\":0,\"staleHandles\":0,"
           "\"seq\":[{\"func\":\"AllReduce\",\"lastEnqueued\":%" PRId64 ",\"lastCompleted\":%" PRId64
           "},{\"func\":\"AllGather\",\"lastEnqueued\":%" PRId64 ",\"lastCompleted\":%" PRId64
-          "}],\"p2p\":{\"enqueued\":0,\"completed\":0},\"inflight\":",
-          id, name, v->rank, o->ranks, (o->ranks + 7) / 8, v->rank % 8, (unsigned)v->rank,
+          "}],\"p2p\":{\"enqueued\":%d,\"completed\":0},\"inflight\":",
+          v->id, v->name, v->rank, v->nranks, (total + 7) / 8, v->grank % 8, (unsigned)v->grank,
           v->stuck ? v->since_ms : -(double)v->t_end / 1e6, ar_enq, v->ar_done, ag_enq,
-          v->ag_done);
+          v->ag_done, v->stuck && v->p2p ? 1 : 0);
   if (v->stuck) print_inflight(f, o, v);
   else fputs("[]", f);
   fputs(",\"open\":[],\"ring\":", f);
@@ -270,8 +345,12 @@ static double stall_ms(const opts *o, int rank) {
 static rank_view view_of(const opts *o, int rank, int comm) {
   rank_view v;
   memset(&v, 0, sizeof(v));
-  v.rank = rank;
+  v.rank = v.grank = rank;
   v.comm = comm;
+  v.nranks = o->ranks;
+  v.id = 0x6b8b4567327b23c6ull ^ ((uint64_t)comm * 0x9e3779b97f4a7c15ull);
+  if (comm == 0) snprintf(v.name, sizeof(v.name), "default_pg");
+  else snprintf(v.name, sizeof(v.name), "pg_%d", comm);
   v.ar_done = comm == 0 ? SEQ_AR - 1 : 5000 + comm;
   v.ag_done = comm == 0 ? SEQ_AG - 1 : 40;
   v.ring_cap = o->ring;
@@ -295,8 +374,127 @@ static rank_view view_of(const opts *o, int rank, int comm) {
   return v;
 }
 
+/* ---- 3-D parallel jobs ---- */
+
+enum { K_TP, K_PP, K_DP };
+
+static int world(const opts *o) { return o->tp ? o->tp * o->pp * o->dp : o->ranks; }
+
+static void coords(const opts *o, int g, int *t, int *p, int *d) {
+  *t = g % o->tp;
+  *p = (g / o->tp) % o->pp;
+  *d = g / (o->tp * o->pp);
+}
+
+static int grank(const opts *o, int t, int p, int d) { return (d * o->pp + p) * o->tp + t; }
+
+static void coll_wait(rank_view *v, double since) {
+  v->stuck = 1;
+  v->stuck_seq = v->ar_done + 1;
+  v->wait_peer = (v->rank + v->nranks - 1) % v->nranks;
+  v->wait_step = 6;
+  v->since_ms = since;
+}
+
+static void p2p_wait(rank_view *v, int dir, int peer, double since) {
+  v->stuck = 1;
+  v->p2p = dir; /* 1 Send, 2 Recv */
+  v->p2p_peer = v->wait_peer = peer;
+  v->wait_send = dir == 1;
+  v->since_ms = since;
+}
+
+/* The dead link from comm rank `from` to `to` of a ring, seen from rank v. */
+static void link_end(rank_view *v, int from, int to) {
+  coll_wait(v, 305000.0);
+  v->wait_channel = 1;
+  v->wait_step = 4;
+  v->wait_send = v->rank == from;
+  v->wait_peer = v->rank == from ? to : from;
+}
+
+static int in_dead_host(const opts *o, int g) { return g / 8 == o->victim / 8; }
+
+static rank_view view3d(const opts *o, int g, int kind) {
+  int t, p, d, tv, pv, dv;
+  coords(o, g, &t, &p, &d);
+  coords(o, o->victim, &tv, &pv, &dv);
+  rank_view v;
+  memset(&v, 0, sizeof(v));
+  v.grank = g;
+  v.comm = kind;
+  v.ring_cap = o->ring;
+  static const char *const kname[] = {"tp", "pp", "dp"};
+  int a = kind == K_TP ? p : t, b = kind == K_DP ? p : d;
+  v.rank = kind == K_TP ? t : kind == K_PP ? p : d;
+  v.nranks = kind == K_TP ? o->tp : kind == K_PP ? o->pp : o->dp;
+  snprintf(v.name, sizeof(v.name), "%s_%c%d_%c%d", kname[kind], kind == K_TP ? 'p' : 't', a,
+           kind == K_DP ? 'p' : 'd', b);
+  v.id = 0x3d00000000000000ull | ((uint64_t)kind << 40) | ((uint64_t)a << 20) | (uint64_t)b;
+  v.ar_done = 5000 + 100 * kind;
+  v.ag_done = 40;
+  int hung = o->scenario != SC_HEALTHY && o->scenario != SC_STRAGGLER;
+  v.t_end = hung ? -(int64_t)(300100.0 * 1e6) - 2 * OP_NS : -5000 * (int64_t)OP_NS;
+  if (o->scenario == SC_STRAGGLER && g == o->victim) v.lag_ns = 2000 * (int64_t)OP_NS;
+  int W = (tv + 1) % o->tp, D2 = (dv + 1) % o->dp;
+  switch (o->scenario) {
+  case SC_JOB_ROOT:
+  case SC_CRASHED:
+  case SC_VANISHED:
+    if (kind == K_PP && t == tv && d == dv && p == pv + 1) p2p_wait(&v, 2, pv, 300100.0);
+    if (kind == K_PP && t == tv && d == dv && p == pv - 1) p2p_wait(&v, 1, pv, 300100.0);
+    if (kind == K_DP && t == tv && (p == pv + 1 || p == pv - 1) && d != dv) coll_wait(&v, 300200.0);
+    if (kind == K_TP && p == pv && d == dv && t != tv) coll_wait(&v, 300150.0);
+    break;
+  case SC_JOB_DEADLOCK: /* V waits in tp on W, W in dp on X, X in tp on Y, Y in dp on V */
+    if (kind == K_TP && p == pv && d == dv && t != W) coll_wait(&v, 300100.0);
+    if (kind == K_DP && t == W && p == pv && d != D2) coll_wait(&v, 300100.0);
+    if (kind == K_TP && p == pv && d == D2 && t != tv) coll_wait(&v, 300100.0);
+    if (kind == K_DP && t == tv && p == pv && d != dv) coll_wait(&v, 300100.0);
+    break;
+  case SC_P2P_MISMATCH: /* stage pv-1 sends to pv; pv receives from pv+1; pv+1 from pv */
+    if (kind == K_PP && t == tv && d == dv && p == pv - 1) p2p_wait(&v, 1, pv, 300100.0);
+    if (kind == K_PP && t == tv && d == dv && p == pv) p2p_wait(&v, 2, pv + 1, 300100.0);
+    if (kind == K_PP && t == tv && d == dv && p == pv + 1) p2p_wait(&v, 2, pv, 300100.0);
+    break;
+  case SC_DEAD_LINK:
+    if (kind == K_DP && t == tv && p == pv) {
+      int from = (dv + o->dp - 1) % o->dp;
+      if (d == dv || d == from) link_end(&v, from, dv);
+      else coll_wait(&v, 300100.0);
+    }
+    break;
+  case SC_DEAD_HOST: /* every dp ring through the victim's host has a dead link at it */
+    if (kind == K_DP) {
+      int hd = -1; /* the ring position of this ring's rank on the victim's host */
+      for (int k = 0; k < o->dp; k++)
+        if (in_dead_host(o, grank(o, t, p, k))) hd = k;
+      if (hd < 0) break;
+      /* Half of the rings break before the host, half after it: only the host is common. */
+      int before = (t + p) % 2 == 0;
+      int from = before ? (hd + o->dp - 1) % o->dp : hd, to = before ? hd : (hd + 1) % o->dp;
+      if (d == from || d == to) link_end(&v, from, to);
+      else coll_wait(&v, 300100.0);
+    }
+    break;
+  default: break;
+  }
+  return v;
+}
+
+static int stuck3d(const opts *o, int g) {
+  for (int k = K_TP; k <= K_DP; k++)
+    if (view3d(o, g, k).stuck) return 1;
+  return 0;
+}
+
 static const char *reason_of(const opts *o, int rank) {
-  if (o->scenario == SC_HEALTHY || o->scenario == SC_WRAPPED) return "signal";
+  if (o->scenario == SC_HEALTHY || o->scenario == SC_WRAPPED || o->scenario == SC_STRAGGLER)
+    return "signal";
+  if (o->tp) {
+    if (o->scenario == SC_CRASHED && rank == o->victim) return "postmortem";
+    return stuck3d(o, rank) ? "stall" : "peer";
+  }
   int first = o->scenario == SC_NET_STALL ? o->victim : (o->victim + 1) % o->ranks;
   return rank == first ? "stall" : "peer";
 }
@@ -322,7 +520,7 @@ static void print_threads(FILE *f, const opts *o, int rank) {
   static const char *const progress[] = {"epoll_wait", "ncclProxyProgress", "start_thread"};
   static const char *const wd[] = {"wd_bt_collect", "wd_watchdog_main", "start_thread"};
   int pid = 10000 + rank;
-  int is_busy = rank == o->victim && (o->scenario == SC_NOT_ENTERED);
+  int is_busy = rank == o->victim && (o->scenario == SC_NOT_ENTERED || o->scenario == SC_JOB_ROOT);
   fprintf(f, "{\"asked\":3,\"answered\":3,\"list\":[{\"tid\":%d,\"name\":\"python\","
              "\"status\":\"ok\",",
           pid);
@@ -353,9 +551,9 @@ static void print_header(FILE *f, const opts *o, int rank, uint64_t wall, uint64
           "\"unreachedTimeoutMs\":0,\"dumpDir\":\"dumps\",\"ringSize\":%d,\"proxyRingSize\":%d,"
           "\"maxEvents\":65536,\"signal\":\"SIGUSR1\",\"backtraceSignal\":\"SIGRTMIN+3\","
           "\"action\":\"dump\",\"eventMask\":\"0x65f\",\"backtrace\":true,\"peerDumps\":true,"
-          "\"maxDumps\":32},\"env\":{\"RANK\":\"%d\",\"WORLD_SIZE\":\"%d\"},"
+          "\"maxDumps\":32},\"env\":{\"RANK\":\"%d\",\"LOCAL_RANK\":\"%d\",\"WORLD_SIZE\":\"%d\"},"
           "\"strings\":[\"\",\"AllReduce\",\"AllGather\",\"ncclFloat32\",\"Ring\",\"Simple\"],",
-          o->ring, o->ring, rank, o->ranks);
+          o->ring, o->ring, rank, rank % 8, world(o));
 }
 
 static int write_rank(const opts *o, int rank) {
@@ -374,15 +572,18 @@ static int write_rank(const opts *o, int rank) {
   setvbuf(f, buf, _IOFBF, sizeof(buf));
   print_header(f, o, rank, wall, mono);
   fputs("\"comms\":[", f);
-  for (int c = 0; c < o->comms; c++) {
+  for (int c = 0; c < (o->tp ? 3 : o->comms); c++) {
     if (c) fputc(',', f);
-    rank_view v = view_of(o, rank, c);
+    rank_view v = o->tp ? view3d(o, rank, c) : view_of(o, rank, c);
     print_comm(f, o, &v);
   }
   fputs("],\"detached\":{\"open\":[],\"ring\":{\"capacity\":0,\"written\":0,\"torn\":0,"
-        "\"lost\":0,\"records\":[]}},\"threads\":",
+        "\"lost\":0,\"records\":[]}}",
         f);
-  print_threads(f, o, rank);
+  if (strcmp(reason_of(o, rank), "postmortem") != 0) { /* a ring file holds no stacks */
+    fputs(",\"threads\":", f);
+    print_threads(f, o, rank);
+  }
   fputs(",\"modules\":[{\"path\":\"/usr/lib/libtrain.so\",\"start\":\"0x7f0000000000\","
         "\"end\":\"0x7f0000100000\",\"offset\":\"0x0\"}]}\n",
         f);
@@ -401,34 +602,89 @@ static void write_trigger(const opts *o) {
 /* ---- command line ---- */
 
 static int usage(void) {
-  fprintf(stderr, "usage: gen_dumps OUTDIR --ranks N --scenario healthy|missing-rank|"
-                  "not-entered|mismatch|network-stall|wrapped [--ring R] [--comms C] "
-                  "[--victim K]\n");
+  fprintf(stderr, "usage: gen_dumps OUTDIR --ranks=N --scenario=healthy|missing-rank|"
+                  "not-entered|mismatch|network-stall|wrapped [--ring=R] [--comms=C] "
+                  "[--victim=K]\n"
+                  "       gen_dumps OUTDIR --layout=TPxPPxDP --scenario=healthy|job-root|"
+                  "job-deadlock|p2p-mismatch|dead-link|dead-host|straggler|crashed|vanished "
+                  "[--ring=R] [--victim=G]\n");
   return 2;
 }
 
 static int parse_scenario(const char *s) {
-  for (size_t i = 0; i < sizeof(g_scenarios) / sizeof(g_scenarios[0]); i++)
-    if (strcmp(s, g_scenarios[i]) == 0) return (int)i;
+  for (int i = 0; i < SC_COUNT; i++)
+    if (strcmp(s, g_scenarios[i]) == 0) return i;
   return -1;
 }
 
+static int parse_int(const char *opt, const char *v, int *out) {
+  char *end;
+  long x = strtol(v, &end, 10);
+  if (end == v || *end || x < 0 || x > 1 << 24) {
+    fprintf(stderr, "gen_dumps: --%s=%s: expected a count\n", opt, v);
+    return -1;
+  }
+  *out = (int)x;
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, opts *o) {
+  static const struct option longopts[] = {
+      {"ranks", required_argument, NULL, 'n'},  {"scenario", required_argument, NULL, 's'},
+      {"ring", required_argument, NULL, 'r'},   {"comms", required_argument, NULL, 'c'},
+      {"victim", required_argument, NULL, 'v'}, {"layout", required_argument, NULL, 'l'},
+      {NULL, 0, NULL, 0}};
   o->ranks = 0;
   o->scenario = -1;
   o->ring = 2000;
   o->comms = 1;
   o->victim = -1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-    if (a[0] != '-') o->out = a;
-    else if (!val) return -1;
-    else if (strcmp(a, "--ranks") == 0) o->ranks = atoi(argv[++i]);
-    else if (strcmp(a, "--scenario") == 0) o->scenario = parse_scenario(argv[++i]);
-    else if (strcmp(a, "--ring") == 0) o->ring = atoi(argv[++i]);
-    else if (strcmp(a, "--comms") == 0) o->comms = atoi(argv[++i]);
-    else if (strcmp(a, "--victim") == 0) o->victim = atoi(argv[++i]);
-    else return -1;
+  int c, idx;
+  opterr = 0;
+  while ((c = getopt_long(argc, argv, "", longopts, &idx)) != -1) {
+    int rc = 0;
+    switch (c) {
+    case 'n': rc = parse_int("ranks", optarg, &o->ranks); break;
+    case 'r': rc = parse_int("ring", optarg, &o->ring); break;
+    case 'c': rc = parse_int("comms", optarg, &o->comms); break;
+    case 'v': rc = parse_int("victim", optarg, &o->victim); break;
+    case 's':
+      if ((o->scenario = parse_scenario(optarg)) < 0) {
+        fprintf(stderr, "gen_dumps: --scenario=%s: unknown scenario\n", optarg);
+        rc = -1;
+      }
+      break;
+    case 'l':
+      if (sscanf(optarg, "%dx%dx%d", &o->tp, &o->pp, &o->dp) != 3 || o->tp < 1 || o->pp < 1 ||
+          o->dp < 1 || o->tp * o->pp * o->dp > 1 << 20) {
+        fprintf(stderr, "gen_dumps: --layout=%s: expected TPxPPxDP, e.g. 2x4x4\n", optarg);
+        rc = -1;
+      }
+      break;
+    default:
+      fprintf(stderr, "gen_dumps: %s: unknown option or missing value\n", argv[optind - 1]);
+      rc = -1;
+    }
+    if (rc) return -1;
+  }
+  if (optind == argc - 1) o->out = argv[optind];
+  if (o->tp) {
+    o->ranks = world(o);
+    int three_d = o->scenario == SC_HEALTHY || o->scenario >= SC_JOB_ROOT;
+    if (!three_d || o->tp < 2 || o->pp < 3 || o->dp < 3) {
+      fprintf(stderr, "gen_dumps: --layout needs a 3-D scenario and TP >= 2, PP >= 3, DP >= 3\n");
+      return -1;
+    }
+    if (o->victim < 0) o->victim = grank(o, 0, o->pp / 2, o->dp / 2);
+    int t, p, d;
+    if (o->victim < o->ranks) coords(o, o->victim, &t, &p, &d);
+    if (o->victim >= o->ranks || p == 0 || p == o->pp - 1) {
+      fprintf(stderr, "gen_dumps: --victim must be a rank of an inner pipeline stage\n");
+      return -1;
+    }
+  } else if (o->scenario >= SC_JOB_ROOT) {
+    fprintf(stderr, "gen_dumps: --scenario=%s needs --layout\n", g_scenarios[o->scenario]);
+    return -1;
   }
   if (!o->out || o->ranks < 2 || o->scenario < 0 || o->ring < 16 || o->comms < 1) return -1;
   if (o->victim < 0) o->victim = o->ranks > 3 ? 3 : o->ranks - 1;
@@ -444,9 +700,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   for (int r = 0; r < o.ranks; r++) {
-    if (o.scenario == SC_MISSING && r == o.victim) continue;
+    if ((o.scenario == SC_MISSING || o.scenario == SC_VANISHED) && r == o.victim) continue;
     if (write_rank(&o, r) != 0) return 1;
   }
-  if (o.scenario != SC_HEALTHY && o.scenario != SC_WRAPPED) write_trigger(&o);
+  if (o.scenario != SC_HEALTHY && o.scenario != SC_WRAPPED && o.scenario != SC_STRAGGLER)
+    write_trigger(&o);
   return 0;
 }
