@@ -33,6 +33,7 @@ typedef struct wd_config {
   int python;                    /* NCCL_WATCHDOG_PYTHON: Python stacks in dumps, default 1 */
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
+  char hostname[64];             /* NCCL_WATCHDOG_HOSTNAME: host name in dumps and file names */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).

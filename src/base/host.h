@@ -4,7 +4,11 @@
 
 #include <stddef.h>
 
-/* Short host name (up to the first dot), "unknown" when it cannot be read. */
+/* Short host name (up to the first dot), "unknown" when it cannot be read; the override when
+ * one is set. */
 void wd_hostname(char *out, size_t len);
+/* NCCL_WATCHDOG_HOSTNAME: containers whose host name is a pod id, and tests that simulate
+ * several hosts on one machine. Set at process start, before any thread reads it; "" clears. */
+void wd_hostname_override(const char *name);
 
 #endif

@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/gpu.h"
+#include "base/host.h"
 #include "events/store.h"
 #include "flightrec/record.h"
 #include "flightrec/strtab.h"
@@ -36,11 +37,11 @@ static void on_fork_child(void) {
 
 static void config_warn(const char *msg) { WD_WARN("%s", msg); }
 
-static const char *env_get(const char *name) { return getenv(name); }
-
 static int process_start(void) {
   wd_config_defaults(&config);
-  wd_config_load(&config, env_get, config_warn);
+  /* NULL: the real environment, so misspelt NCCL_WATCHDOG_* variables are named. */
+  wd_config_load(&config, NULL, config_warn);
+  wd_hostname_override(config.hostname);
   char desc[1024];
   wd_config_describe(&config, desc, sizeof(desc));
   WD_INFO("nccl-watchdog %s: %s", WD_VERSION, desc);

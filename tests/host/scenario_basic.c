@@ -171,6 +171,27 @@ static void bad_config(const char *path) {
   unsetenv("NCCL_WATCHDOG_TIMEOUT");
 }
 
+/* A misspelt variable (NCCL_WATCHDOG_TIMOUT): one WARN naming it, read from the real environment
+ * (the plugin once passed its own lookup function, which skipped this check). */
+static void typo(const char *path) {
+  setenv("NCCL_WATCHDOG_TIMOUT", "5m", 1);
+  wdh_plugin p;
+  if (wdh_load(&p, path, 0) != 0) {
+    WDH_CHECK(0, "load");
+    return;
+  }
+  wdh_log_clear();
+  wdh_comm c;
+  WDH_CHECK(wdh_comm_init(&c, &p, 44, "typo", 1, 1, 0) == ncclSuccess, "init with a typo");
+  WDH_CHECK(wdh_log_contains(NCCL_LOG_WARN, "unknown variable") == 1 &&
+                wdh_log_contains(NCCL_LOG_WARN, "NCCL_WATCHDOG_TIMOUT") == 1,
+            "expected one WARN naming NCCL_WATCHDOG_TIMOUT, got %d",
+            wdh_log_contains(NCCL_LOG_WARN, "NCCL_WATCHDOG_TIMOUT"));
+  wdh_comm_finalize(&c);
+  wdh_unload(&p);
+  unsetenv("NCCL_WATCHDOG_TIMOUT");
+}
+
 static void disabled(const char *path, const char *dir) {
   setenv("NCCL_WATCHDOG_ENABLE", "0", 1);
   wdh_plugin p;
@@ -199,6 +220,7 @@ int main(void) {
   char *dir = wdh_scenario_dir("basic", "2s", "50ms");
   for (int v = 6; v >= 4; v--) one_version(path, v, dir);
   bad_config(path);
+  typo(path);
   setenv("NCCL_WATCHDOG_TIMEOUT", "2s", 1);
   disabled(path, dir);
   return wdh_scenario_end("scenario_basic", dir);

@@ -139,11 +139,111 @@ static int case_deadlock(const char *az) {
   return wdh_scenario_end("jobdeadlock", dir);
 }
 
+/* A dead link, played through four processes on two simulated hosts (NCCL_WATCHDOG_HOSTNAME):
+ * every process is in "dp" and "pp". In pp, process 1 (hosta) sends to process 2 (hostb) and
+ * process 2 receives from 1: both post their halves and both wait in the network, the send in
+ * SendWait, the receive in RecvWait (net.cc: the proxy's isend/irecv never complete). Processes 0
+ * and 3 then wait in the next dp AllReduce, which 1 and 2 never enter. The job verdict: the link
+ * between rank 1 on hosta and rank 2 on hostb, reached from dp. */
+#define LDP 0xd1d1d1d1ull
+#define LPP 0xb1b1b1b1ull
+
+static void link_main(int r, int fd) {
+  char g[8];
+  snprintf(g, sizeof g, "%d", r);
+  setenv("RANK", g, 1);
+  setenv("NCCL_WATCHDOG_HOSTNAME", r < 2 ? "hosta" : "hostb", 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm dp, pp;
+  wdh_comm_init(&dp, &p, LDP, "dp", 2, 4, r);
+  wdh_comm_init(&pp, &p, LPP, "pp", 2, 4, r);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&dp, NULL, &cfg, 4);
+  wdh_run_ops(&pp, NULL, &cfg, 2);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  if (r == 1 || r == 2) {
+    wdh_op_cfg_default(&cfg);
+    cfg.kind = r == 1 ? WDH_OP_SEND : WDH_OP_RECV;
+    cfg.peer = r == 1 ? 2 : 1;
+    cfg.n_channels = 1;
+    cfg.hang_channel = 0;
+    cfg.hang_step = 1;
+    wdh_op op;
+    wdh_op_enqueue(&pp, &cfg, &op);
+    wdh_op_proxy(&op);
+    wdh_op_finish(&op);
+  } else {
+    wdh_sleep_ms(300); /* they reach dp after the link died */
+    hang_in(&dp);
+  }
+  for (;;) pause();
+}
+
+static int case_deadlink(const char *az) {
+  char *dir = wdh_scenario_dir("joblink", "1s", "100ms");
+  setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  pid_t pids[4];
+  WDH_CHECK(wdh_fork_ranks(4, link_main, pids) == 4, "ranks not ready");
+  WDH_CHECK(wdh_wait_dumps(dir, "stall", 4, 10000) >= 4, "stall dumps");
+  wdh_sleep_ms(500);
+  wdh_kill_ranks(pids, 4);
+  char cmd[2048], first[4096] = "", line[4096];
+  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
+  FILE *f = popen(cmd, "r");
+  int n = 0, linkline = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    if (n++ == 0) snprintf(first, sizeof first, "%s", line);
+    if (strstr(line, "dead link between rank 1 (host hosta) and rank 2 (host hostb) on channel 0"))
+      linkline = 1;
+    fputs(line, stderr);
+  }
+  if (f) pclose(f);
+  WDH_CHECK(strncmp(first, "JOB: root cause rank ", 21) == 0, "first line: %s", first);
+  WDH_CHECK(strstr(first, "dead_link") != NULL, "the root is not the dead link: %s", first);
+  WDH_CHECK(strstr(first, "of pp (global rank 1 on host hosta") ||
+                strstr(first, "of pp (global rank 2 on host hostb"),
+            "the root is not an end of the link: %s", first);
+  WDH_CHECK(strstr(first, "ranks 0,3 of dp wait in AllReduce") != NULL, "chain from dp: %s", first);
+  WDH_CHECK(linkline, "no line names both ends of the link, their hosts and the channel");
+  snprintf(cmd, sizeof cmd, "'%s' -q --json '%s' > '%s/report.json'", az, dir, dir);
+  WDH_CHECK(system(cmd) == 0, "analyzer --json");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/report.json", dir);
+  cJSON *j = wdh_json_load(path);
+  WDH_CHECK(j != NULL, "no JSON report");
+  int ends = 0;
+  cJSON *c;
+  cJSON *comms = j ? cJSON_GetObjectItem(j, "comms") : NULL;
+  cJSON_ArrayForEach(c, comms) {
+    cJSON *s;
+    cJSON_ArrayForEach(s, cJSON_GetObjectItem(c, "suspects")) {
+      const char *reason = wdh_jstr(s, "reason");
+      if (!reason || strcmp(reason, "dead_link")) continue;
+      int rank = (int)wdh_jnum(s, "rank", -1);
+      const char *host = wdh_jstr(s, "host");
+      WDH_CHECK(rank == 1 || rank == 2, "dead_link end %d", rank);
+      WDH_CHECK(host && !strcmp(host, rank == 1 ? "hosta" : "hostb"), "host of %d: %s", rank,
+                host ? host : "(none)");
+      WDH_CHECK(wdh_jnum(s, "linkPeer", -1) == 3 - rank, "linkPeer of %d", rank);
+      WDH_CHECK(wdh_jnum(s, "globalRank", -1) == rank, "globalRank of %d", rank);
+      ends++;
+    }
+  }
+  WDH_CHECK(ends == 2, "%d dead_link ends, expected 2", ends);
+  wdh_json_free(j);
+  unlink(path);
+  return wdh_scenario_end("joblink", dir);
+}
+
 int main(void) {
   if (!wdh_plugin_path()) return 77;
   const char *az = getenv("WDH_ANALYZER");
   if (!az || access(az, X_OK) != 0) return 77;
   int rc = case_root(az);
   rc |= case_deadlock(az);
+  rc |= case_deadlink(az);
   return rc;
 }

@@ -73,33 +73,48 @@ static void who_text(const wd_az_result *res, const wd_az_comm *c, const wd_az_s
  * communicators: that host's network is the likelier cause than any one rank. */
 static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job);
 
+typedef struct host_pid {
+  wd_az_str host;
+  int pid;
+} host_pid;
+
+static int cmp_host_pid(const void *a, const void *b) {
+  const host_pid *x = a, *y = b;
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+static int network_culprit(const wd_az_suspect *s) {
+  return s->culprit && s->cr && (s->reason == WD_AZ_DEAD_LINK || s->reason == WD_AZ_NETWORK_STALL);
+}
+
 static void host_verdict(const wd_az_result *res, wd_az_job *job) {
+  size_t n = 0;
+  for (size_t i = 0; i < res->ncomms; i++)
+    for (int k = 0; res->comms[i].verdict == WD_AZ_HANG && k < res->comms[i].nsus; k++)
+      n += network_culprit(&res->comms[i].sus[k]);
+  if (n < 2) return;
+  host_pid *v = malloc(n * sizeof(*v));
+  if (!v) return;
+  n = 0;
+  for (size_t i = 0; i < res->ncomms; i++)
+    for (int k = 0; res->comms[i].verdict == WD_AZ_HANG && k < res->comms[i].nsus; k++) {
+      const wd_az_suspect *s = &res->comms[i].sus[k];
+      if (!network_culprit(s)) continue;
+      const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
+      v[n++] = (host_pid){d->host, d->pid};
+    }
+  qsort(v, n, sizeof(*v), cmp_host_pid);
   wd_az_str best = 0;
   int best_n = 0;
-  for (size_t i = 0; i < res->ncomms; i++) {
-    const wd_az_comm *c = &res->comms[i];
-    for (int k = 0; c->verdict == WD_AZ_HANG && k < c->nsus; k++) {
-      const wd_az_suspect *s = &c->sus[k];
-      if (!s->culprit || !s->cr ||
-          (s->reason != WD_AZ_DEAD_LINK && s->reason != WD_AZ_NETWORK_STALL))
-        continue;
-      wd_az_str h = wd_az_dump_of(res->set, s->cr)->host;
-      int n = 0; /* distinct processes of host h among such suspects */
-      int pids[64], np = 0;
-      for (size_t j = 0; j < res->ncomms; j++)
-        for (int m = 0; res->comms[j].verdict == WD_AZ_HANG && m < res->comms[j].nsus; m++) {
-          const wd_az_suspect *t = &res->comms[j].sus[m];
-          if (!t->culprit || !t->cr || (t->reason != WD_AZ_DEAD_LINK && t->reason != WD_AZ_NETWORK_STALL))
-            continue;
-          const wd_az_dump *d = wd_az_dump_of(res->set, t->cr);
-          if (d->host != h) continue;
-          int seen = 0;
-          for (int q = 0; q < np; q++) seen |= pids[q] == d->pid;
-          if (!seen && np < 64) pids[np++] = d->pid, n++;
-        }
-      if (n > best_n) best = h, best_n = n;
-    }
+  for (size_t i = 0; i < n;) { /* distinct processes per host */
+    size_t j = i;
+    int procs = 0;
+    for (; j < n && v[j].host == v[i].host; j++) procs += j == i || v[j].pid != v[j - 1].pid;
+    if (procs > best_n) best = v[i].host, best_n = procs;
+    i = j;
   }
+  free(v);
   if (best_n < 2) return;
   job->host = best;
   job->host_nprocs = best_n;
@@ -164,24 +179,23 @@ void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
   index_free(&ix);
 }
 
-static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job) {
-  /* Start where most ranks wait: the symptom on-call sees first (dp waiting on pp, say). */
-  const wd_az_comm *c = NULL;
-  for (size_t i = 0; i < res->ncomms; i++)
-    if (res->comms[i].verdict == WD_AZ_HANG && next_culprit(ix, &res->comms[i]) &&
-        (!c || res->comms[i].nwaiting > c->nwaiting))
-      c = &res->comms[i];
-  if (!c) return;
-  job->found = 1;
+/* The chain from communicator c: its culprit, the communicator that culprit waits in, ... */
+static void chain_from(const wait_index *ix, const wd_az_comm *c, wd_az_job *job) {
   uint32_t seen[WD_AZ_CHAIN];
   int nseen = 0;
   const wd_az_crank *who = NULL;
+  job->nlinks = 0;
+  job->deadlock = 0;
+  job->root = NULL;
   while (c && job->nlinks < WD_AZ_CHAIN) {
     const wd_az_suspect *s = next_culprit(ix, c);
+    /* The rank that led here is itself a culprit of c (an end of a dead link): the root. */
+    for (int i = 0; who && i < c->nsus; i++)
+      if (c->sus[i].culprit && c->sus[i].cr == who) s = &c->sus[i];
     if (!s) break;
     job->links[job->nlinks++] = (wd_az_link){c, who, s};
     job->root = s;
-    if (!s->cr) break; /* no dump: it cannot tell us where it waits */
+    if (!s->cr || s->cr == who) break; /* no dump, or the root itself */
     for (int i = 0; i < nseen; i++)
       if (seen[i] == s->cr->dump) {
         job->deadlock = 1;
@@ -195,6 +209,29 @@ static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job
     /* A culprit waiting in its own communicator (a dead link, a p2p mismatch) is the root. */
     c = next == c ? NULL : next;
   }
+}
+
+static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job) {
+  /* The longest chain explains the most: start from every hung communicator (the symptom
+   * on-call sees first, dp waiting on pp, is where the longest one starts); on a tie, the one
+   * where most ranks wait. */
+  wd_az_job *try = malloc(sizeof(*try));
+  if (!try) return;
+  for (size_t i = 0; i < res->ncomms; i++) {
+    const wd_az_comm *c = &res->comms[i];
+    if (c->verdict != WD_AZ_HANG || !next_culprit(ix, c)) continue;
+    chain_from(ix, c, try);
+    if (!job->found || try->nlinks > job->nlinks ||
+        (try->nlinks == job->nlinks && c->nwaiting > job->links[0].comm->nwaiting)) {
+      job->found = 1;
+      job->nlinks = try->nlinks;
+      job->deadlock = try->deadlock;
+      job->root = try->root;
+      memcpy(job->links, try->links, sizeof(job->links));
+    }
+  }
+  free(try);
+  if (!job->found) return;
   /* "JOB: root cause R: reason detail; now: frames. Chain: ranks W of A wait in OP for rank x
    * (global rank ..) -> which waits in B OP for rank y (..)." */
   char *p = job->line;
@@ -240,6 +277,10 @@ static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job
     } else {
       op_text(l->comm, l->who, op, sizeof op);
       PUT(" -> which waits in %s %s", cn, op);
+      if (l->who && l->on->cr == l->who) { /* itself the culprit there (a dead link, say) */
+        PUT(": %s", wd_az_reason_name(l->on->reason));
+        continue;
+      }
     }
     short_who(res, l->on, w, sizeof w);
     PUT(" for rank %d %s", l->on->rank, w);

@@ -522,9 +522,9 @@ static void link_suspect(const wd_az_set *set, wd_az_comm *c, const wd_az_crank 
   s->link_channel = op->wait.channel;
   char secs[32], osecs[32];
   wd_az_fmt(s->detail, sizeof(s->detail),
-            "its %s to rank %d on channel %d has waited %s s in %s while rank %d (host %s) has "
+            "its %s rank %d on channel %d has waited %s s in %s while rank %d (host %s) has "
             "waited %s s in %s for it: the link between host %s and host %s carries nothing",
-            op->wait.is_send ? "send" : "receive", other->rank, op->wait.channel,
+            op->wait.is_send ? "send to" : "receive from", other->rank, op->wait.channel,
             wd_az_secs(op->wait.since_ms, secs, sizeof secs),
             op->wait.state ? wd_az_s(op->wait.state) : wd_az_s(op->wait.type), other->rank,
             wd_az_s(wd_az_dump_of(set, other)->host),
