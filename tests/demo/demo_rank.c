@@ -2,10 +2,13 @@
  * One rank of the simulated job that `make demo` runs (tests/demo/run-demo.sh).
  *
  *   demo_rank PLUGIN RANK NRANKS DUMP_DIR [HANG_RANK] [HANG_SEQ]
- *       plays NCCL for one rank: an application thread enqueues AllReduces, a proxy thread drives
- *       their network steps. HANG_RANK stops calling the collective after HANG_SEQ-1 (it is
- *       "stuck in its data loader"); the others enter AllReduce #HANG_SEQ and wait forever for
- *       data from the missing rank. Exits once the dumps have settled (or after 25 s).
+ *       plays NCCL for one rank of a job of 2 pipeline stages x 2 data-parallel replicas (rank =
+ *       2 * replica + stage): each step, stage 0 sends its activations to stage 1 of its replica
+ *       (communicator pp_d<replica>), then both all-reduce their gradients with the same stage of
+ *       the other replica (dp_p<stage>). An application thread enqueues, a proxy thread drives the
+ *       network steps. HANG_RANK (a stage 0) stops after step HANG_SEQ-1 ("stuck in its data
+ *       loader"): its stage 1 waits in the Recv, and the other replica waits in both AllReduces.
+ *       Exits once the dumps have settled (or after 25 s).
  *   demo_rank --summary DUMP_DIR
  *       one line per dump: file, reason, rank, and what it says.
  */
@@ -18,7 +21,8 @@
 
 #include "nccl_host.h"
 
-#define DEMO_COMM_ID 0x5eed00d5c0ffee01ull
+#define PP_ID 0x5eed00d5c0ff0e00ull /* + replica */
+#define DP_ID 0x5eed00d5c0ffd000ull /* + stage */
 
 /* Names that show up in the dump's backtraces: that is the point of the demo. */
 __attribute__((noinline)) static void demo_data_loader_wait(unsigned ms) {
@@ -26,8 +30,9 @@ __attribute__((noinline)) static void demo_data_loader_wait(unsigned ms) {
   __asm__ volatile("" ::: "memory");
 }
 
+/* A body of its own (slices): identical functions would be folded into one symbol. */
 __attribute__((noinline)) static void demo_stream_synchronize(unsigned ms) {
-  wdh_sleep_ms(ms);
+  for (unsigned i = 0; i < ms; i += 10) wdh_sleep_ms(10);
   __asm__ volatile("" ::: "memory");
 }
 
@@ -41,38 +46,60 @@ static int settled(const char *dir, int *last, uint64_t *since) {
   return n > 0 && now - *since > 1500000000ull;
 }
 
+/* The next pipeline transfer of this step: stage 0 sends to stage 1, stage 1 receives. */
+static void p2p_cfg(wdh_op_cfg *cfg, int stage) {
+  wdh_op_cfg_default(cfg);
+  cfg->kind = stage == 0 ? WDH_OP_SEND : WDH_OP_RECV;
+  cfg->peer = 1 - stage;
+  cfg->n_channels = 1;
+  cfg->count = 1 << 20;
+}
+
 static int rank_main(const char *plugin, int rank, int nranks, const char *dir, int hang_rank,
                      int hang_seq) {
+  (void)nranks; /* the layout is fixed: 2 x 2 */
   wdh_plugin p;
   if (wdh_load(&p, plugin, 0) != 0) return 2;
-  wdh_comm c;
+  int stage = rank % 2, replica = rank / 2;
+  wdh_comm pp, dp;
   char name[32];
-  snprintf(name, sizeof(name), "demo_pg");
-  wdh_comm_init(&c, &p, DEMO_COMM_ID, name, nranks, nranks, rank);
+  snprintf(name, sizeof(name), "pp_d%d", replica);
+  wdh_comm_init(&pp, &p, PP_ID + (uint64_t)replica, name, 2, 2, stage);
+  snprintf(name, sizeof(name), "dp_p%d", stage);
+  wdh_comm_init(&dp, &p, DP_ID + (uint64_t)stage, name, 2, 2, replica);
   wdh_proxy *px = wdh_proxy_create();
-  wdh_op_cfg cfg;
+  wdh_op_cfg cfg, pcfg;
   wdh_op_cfg_default(&cfg);
   cfg.count = 4 << 20;
+  p2p_cfg(&pcfg, stage);
   for (int s = 0; s < hang_seq; s++) {
-    wdh_run_ops(&c, px, &cfg, 1);
-    wdh_sleep_ms(5); /* the "forward/backward" between two AllReduces */
+    wdh_run_ops(&pp, px, &pcfg, 1);
+    wdh_sleep_ms(5); /* the "forward/backward" */
+    wdh_run_ops(&dp, px, &cfg, 1);
   }
+  wdh_op op;
   if (rank == hang_rank) {
-    printf("rank %d (pid %d): completed AllReduce #0..#%d, now stuck in its data loader: it "
-           "never calls AllReduce #%d\n",
+    printf("rank %d (pid %d): completed step #0..#%d, now stuck in its data loader: it never "
+           "sends step #%d's activations to stage 1\n",
            rank, (int)getpid(), hang_seq - 1, hang_seq);
-    fflush(stdout);
-  } else {
-    /* The ring's recv from the missing rank never completes. */
-    cfg.hang_channel = 0;
-    cfg.hang_step = 0;
-    wdh_op op;
-    wdh_op_enqueue(&c, &cfg, &op);
+  } else if (replica == hang_rank / 2) {
+    /* Stage 1 of the stuck replica: its Recv from stage 0 never gets data. */
+    pcfg.hang_channel = 0;
+    wdh_op_enqueue(&pp, &pcfg, &op);
     wdh_proxy_submit(px, &op);
-    printf("rank %d (pid %d): entered AllReduce #%d, waiting for data that never comes\n", rank,
-           (int)getpid(), hang_seq);
-    fflush(stdout);
+    printf("rank %d (pid %d): posted step #%d's Recv from stage 0 (rank %d), waiting for data "
+           "that never comes\n", rank, (int)getpid(), hang_seq, hang_rank);
+  } else {
+    /* The other replica: its pipeline transfer completes, its gradient AllReduce waits for the
+     * same stage of the stuck replica. */
+    wdh_run_ops(&pp, px, &pcfg, 1);
+    cfg.hang_channel = 0;
+    wdh_op_enqueue(&dp, &cfg, &op);
+    wdh_proxy_submit(px, &op);
+    printf("rank %d (pid %d): entered step #%d's gradient AllReduce on dp_p%d, waiting for rank "
+           "%d\n", rank, (int)getpid(), hang_seq, stage, stage + 2 * (1 - replica));
   }
+  fflush(stdout);
   int last = -1;
   uint64_t since = wdh_now_ns(), end = since + 25000000000ull;
   while (!settled(dir, &last, &since) && wdh_now_ns() < end) {
@@ -84,7 +111,8 @@ static int rank_main(const char *plugin, int rank, int nranks, const char *dir, 
   /* A scheduler would kill the hung job; here every rank leaves cleanly (finalize with an op
    * still in flight, as on NCCL's abort path) so that the demo can go on. */
   wdh_proxy_destroy(px);
-  wdh_comm_finalize(&c);
+  wdh_comm_finalize(&dp);
+  wdh_comm_finalize(&pp);
   wdh_unload(&p);
   return 0;
 }
@@ -106,30 +134,23 @@ static int summary(const char *dir) {
       continue;
     }
     const char *reason = wdh_jstr(j, "reason");
-    int rank = (int)wdh_jnum(j, "comms.0.rank", -1);
+    const char *grank = wdh_jstr(j, "env.RANK");
+    int rank = grank ? atoi(grank) : -1;
     char what[512] = "";
     if (reason && !strcmp(reason, "stall")) {
       const char *func = wdh_jstr(j, "trigger.stalls.0.func");
+      const char *comm = wdh_jstr(j, "trigger.stalls.0.commName");
       const char *wait = wdh_jstr(j, "trigger.stalls.0.waitingOn");
-      snprintf(what, sizeof(what), "its watchdog fired: %s #%.0f, no progress for %.1f s (%s)",
-               func ? func : "?", wdh_jnum(j, "trigger.stalls.0.seq", -1),
+      snprintf(what, sizeof(what), "its watchdog fired: %s on %s, no progress for %.1f s (%s)",
+               func ? func : "?", comm ? comm : "?",
                wdh_jnum(j, "trigger.stalls.0.sinceProgressMs", 0) / 1000.0, wait ? wait : "?");
     } else if (reason && !strcmp(reason, "peer")) {
-      snprintf(what, sizeof(what), "dumped on the trigger of pid %.0f (rank %.0f)",
+      snprintf(what, sizeof(what), "dumped on the trigger of pid %.0f; nothing in flight: %s",
                wdh_jnum(j, "trigger.origin.pid", -1),
-               wdh_jnum(j, "trigger.origin.stalls.0.rank", -1));
-      double enq = -1, done = -1;
-      cJSON *s;
-      cJSON_ArrayForEach(s, (cJSON *)wdh_jpath(j, "comms.0.seq")) {
-        const char *f = wdh_jstr(s, "func");
-        if (f && !strcmp(f, "AllReduce")) {
-          enq = wdh_jnum(s, "lastEnqueued", -1);
-          done = wdh_jnum(s, "lastCompleted", -1);
-        }
-      }
-      size_t len = strlen(what);
-      snprintf(what + len, sizeof(what) - len,
-               "; its last AllReduce enqueued #%.0f, completed #%.0f", enq, done);
+               cJSON_GetArraySize((cJSON *)wdh_jpath(j, "comms.0.inflight")) +
+                       cJSON_GetArraySize((cJSON *)wdh_jpath(j, "comms.1.inflight"))
+                   ? "no"
+                   : "yes");
     } else {
       snprintf(what, sizeof(what), "%s dump", reason ? reason : "?");
     }

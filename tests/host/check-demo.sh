@@ -12,19 +12,22 @@ took=$(( $(date +%s) - start ))
 [ "$rc" -eq 0 ] || { echo "check-demo: run-demo.sh exited $rc"; exit 1; }
 [ "$took" -le 30 ] || { echo "check-demo: the demo took ${took}s (budget 30s)"; exit 1; }
 if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
-  printf '%s\n' "$out" | grep -Eq 'rank 2 +not_entered' ||
-    { echo "check-demo: the analyzer did not name rank 2 (not_entered)"; exit 1; }
+  # The first line of the report names the root across communicators: global rank 2, its host.
+  printf '%s\n' "$out" | grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b' ||
+    { echo "check-demo: the report's first line does not name global rank 2 on node-b as the root"; exit 1; }
+  printf '%s\n' "$out" | grep '^JOB:' | grep -q 'Chain: rank 0 of dp_p1 waits in AllReduce' ||
+    { echo "check-demo: the job verdict does not start from dp_p1"; exit 1; }
   # With Debian's python3, rank 2 is a Python program: the report names its line.
   if [ -x /usr/bin/python3 ] && [ -e "$build/lib/libwdpyhost.so" ]; then
-    printf '%s\n' "$out" | grep -q 'Python: demo_rank.py:[0-9]* in wait_for_data_loader' ||
-      { echo "check-demo: the report does not name rank 2's Python frame"; exit 1; }
+    printf '%s\n' "$out" | grep '^JOB:' | grep -q 'now in Python demo_rank.py:[0-9]* in wait_for_data_loader' ||
+      { echo "check-demo: the first line does not name rank 2's Python frame"; exit 1; }
   fi
   # Part 2: rank 2 SIGKILLed, named from its ring file.
   part2=$(printf '%s\n' "$out" | sed -n '/== part 2/,$p')
-  printf '%s\n' "$part2" | grep -Eq 'rank 2 +died +died \(only its post-mortem ring file is left\)' ||
+  printf '%s\n' "$part2" | grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b.*: died: only its post-mortem ring file is left' ||
     { echo "check-demo: part 2: the analyzer did not name the SIGKILLed rank 2 (died) from its ring file"; exit 1; }
-  [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 1 ] ||
-    { echo "check-demo: part 2: expected exactly rank 2's ring file in demo-rings"; exit 1; }
+  [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 2 ] ||
+    { echo "check-demo: part 2: expected exactly rank 2's two ring files in demo-rings"; exit 1; }
 fi
 n=$(ls "$build/demo-dumps" | grep -Ec -- '-(stall|peer)\.json$')
 [ "$n" -ge 4 ] || { echo "check-demo: only $n dumps in $build/demo-dumps"; exit 1; }

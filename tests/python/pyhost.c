@@ -18,27 +18,54 @@ __attribute__((visibility("default"))) int pyhost_start(const char *plugin_path)
   return 0;
 }
 
-/* One rank of a job (the demo): init its communicator, then one AllReduce per call, the proxy
+/* One rank of a job (the demo): each call inits one more communicator of this process (the
+ * plugin is loaded by the first) and returns its index; then one operation per call, the proxy
  * part on the calling thread. */
+#define PYHOST_COMMS 4
+static wdh_comm g_comms[PYHOST_COMMS];
+static int g_ncomms, g_loaded;
+
 __attribute__((visibility("default"))) int pyhost_rank_init(const char *plugin_path,
                                                             unsigned long long comm_id,
                                                             const char *name, int rank, int nranks) {
-  if (wdh_load(&g_plugin, plugin_path, 0) != 0) return -1;
-  if (wdh_comm_init(&g_comm, &g_plugin, comm_id, name, nranks, nranks, rank) != 0 || !g_comm.ctx)
-    return -1;
-  return 0;
+  if (g_ncomms == PYHOST_COMMS) return -1;
+  if (!g_loaded && wdh_load(&g_plugin, plugin_path, 0) != 0) return -1;
+  g_loaded = 1;
+  wdh_comm *c = &g_comms[g_ncomms];
+  if (wdh_comm_init(c, &g_plugin, comm_id, name, nranks, nranks, rank) != 0 || !c->ctx) return -1;
+  return g_ncomms++;
 }
 
-__attribute__((visibility("default"))) int pyhost_allreduce(unsigned long long count) {
+static int run(int comm, const wdh_op_cfg *cfg) {
+  if (comm < 0 || comm >= g_ncomms) return -1;
+  wdh_op op;
+  return wdh_op_run(&g_comms[comm], cfg, &op);
+}
+
+__attribute__((visibility("default"))) int pyhost_allreduce(int comm, unsigned long long count) {
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
   cfg.count = (size_t)count;
-  wdh_op op;
-  return wdh_op_run(&g_comm, &cfg, &op);
+  return run(comm, &cfg);
+}
+
+/* A pipeline Send to (send 1) or Recv from (send 0) peer. */
+__attribute__((visibility("default"))) int pyhost_p2p(int comm, int send, int peer,
+                                                      unsigned long long count) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.kind = send ? WDH_OP_SEND : WDH_OP_RECV;
+  cfg.peer = peer;
+  cfg.n_channels = 1;
+  cfg.count = (size_t)count;
+  return run(comm, &cfg);
 }
 
 __attribute__((visibility("default"))) int pyhost_finish(void) {
-  wdh_comm_finalize(&g_comm);
+  if (g_ncomms == 0 && g_comm.ctx) wdh_comm_finalize(&g_comm); /* pyhost_start's */
+  for (int i = g_ncomms - 1; i >= 0; i--) wdh_comm_finalize(&g_comms[i]);
+  g_ncomms = 0;
+  g_loaded = 0;
   wdh_unload(&g_plugin);
   return (int)wdh_failures();
 }

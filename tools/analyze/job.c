@@ -5,27 +5,56 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* For each dump: the hung communicator its process waits in, and its rank there. Built once, so
- * following the chain costs O(1) per step whatever the job's size. */
+/* For each process: the hung communicator it waits in, and its rank there. A process may leave
+ * several dumps (a stall dump, then an abort dump at finalize holding fewer communicators), so
+ * dumps are folded to their process, (host, pid), first. Built once: following the chain costs
+ * O(1) per step whatever the job's size. */
 typedef struct wait_index {
-  const wd_az_comm **comm;
+  uint32_t *proc;            /* dump index -> the first dump index of the same process */
+  const wd_az_comm **comm;   /* by process */
   const wd_az_crank **who;
 } wait_index;
 
+static const wd_az_set *g_sort_set;
+
+static int cmp_dump_proc(const void *a, const void *b) {
+  const wd_az_dump *x = &g_sort_set->dumps[*(const uint32_t *)a];
+  const wd_az_dump *y = &g_sort_set->dumps[*(const uint32_t *)b];
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+  return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
+}
+
 static int index_build(const wd_az_result *res, wait_index *ix) {
   size_t n = res->set->ndumps + 1;
+  ix->proc = calloc(n, sizeof(*ix->proc));
   ix->comm = calloc(n, sizeof(*ix->comm));
   ix->who = calloc(n, sizeof(*ix->who));
-  if (!ix->comm || !ix->who) return -1;
+  uint32_t *order = calloc(n, sizeof(*order));
+  if (!ix->proc || !ix->comm || !ix->who || !order) {
+    free(order);
+    return -1;
+  }
+  for (uint32_t d = 0; d < res->set->ndumps; d++) order[d] = d;
+  g_sort_set = res->set;
+  qsort(order, res->set->ndumps, sizeof(*order), cmp_dump_proc);
+  for (size_t i = 0; i < res->set->ndumps; i++) {
+    const wd_az_dump *x = &res->set->dumps[order[i]];
+    const wd_az_dump *y = i ? &res->set->dumps[order[i - 1]] : NULL;
+    ix->proc[order[i]] = y && x->host == y->host && x->pid == y->pid ? ix->proc[order[i - 1]] : order[i];
+  }
+  free(order);
   for (size_t i = 0; i < res->ncomms; i++) {
     const wd_az_comm *c = &res->comms[i];
     if (c->verdict != WD_AZ_HANG) continue;
     for (int k = 0; k < c->nwaiting; k++) {
       int r = c->waiting[k];
       const wd_az_crank *cr = r >= 0 && r < c->nranks ? c->by_rank[r] : NULL;
-      if (cr && cr->dump < res->set->ndumps && !ix->comm[cr->dump]) {
-        ix->comm[cr->dump] = c;
-        ix->who[cr->dump] = cr;
+      if (!cr || cr->dump >= res->set->ndumps) continue;
+      uint32_t p = ix->proc[cr->dump];
+      if (!ix->comm[p]) {
+        ix->comm[p] = c;
+        ix->who[p] = cr;
       }
     }
   }
@@ -33,13 +62,14 @@ static int index_build(const wd_az_result *res, wait_index *ix) {
 }
 
 static void index_free(wait_index *ix) {
+  free(ix->proc);
   free(ix->comm);
   free(ix->who);
 }
 
 static const wd_az_comm *waiting_in(const wait_index *ix, uint32_t d, const wd_az_crank **who) {
-  *who = ix->who[d];
-  return ix->comm[d];
+  *who = ix->who[ix->proc[d]];
+  return ix->comm[ix->proc[d]];
 }
 
 /* The culprit to follow: one that is itself waiting in another hung communicator explains the
@@ -197,13 +227,13 @@ static void chain_from(const wait_index *ix, const wd_az_comm *c, wd_az_job *job
     job->root = s;
     if (!s->cr || s->cr == who) break; /* no dump, or the root itself */
     for (int i = 0; i < nseen; i++)
-      if (seen[i] == s->cr->dump) {
+      if (seen[i] == ix->proc[s->cr->dump]) {
         job->deadlock = 1;
         job->root = NULL;
         break;
       }
     if (job->deadlock) break;
-    seen[nseen++] = s->cr->dump;
+    seen[nseen++] = ix->proc[s->cr->dump];
     who = NULL;
     const wd_az_comm *next = waiting_in(ix, s->cr->dump, &who);
     /* A culprit waiting in its own communicator (a dead link, a p2p mismatch) is the root. */
