@@ -516,6 +516,22 @@ static void test_quoting(void) {
                          "NCCL_WATCHDOG_ACTION=\"a\\\"b\\x0a%s\" is not an action (expected dump or abort); using dump");
 }
 
+/* The host name names files: only safe characters, one WARN otherwise. */
+static void test_hostname(void) {
+  wd_config c;
+  reset();
+  put("NCCL_WATCHDOG_HOSTNAME", "node-a17.rack_3");
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_STRING_EQUAL(c.hostname, "node-a17.rack_3");
+  CU_ASSERT_EQUAL(nwarn, 0);
+  reset();
+  put("NCCL_WATCHDOG_HOSTNAME", "../etc");
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_STRING_EQUAL(c.hostname, "");
+  CU_ASSERT_EQUAL(nwarn, 1);
+  CU_ASSERT_PTR_NOT_NULL(nwarn ? strstr(warns[0], "NCCL_WATCHDOG_HOSTNAME") : NULL);
+}
+
 static void test_describe(void) {
   wd_config c;
   char line[1024];
@@ -527,7 +543,8 @@ static void test_describe(void) {
            "ring_size=8192 proxy_ring_size=8192 max_events=65536 signal=SIGUSR1 "
            "backtrace_signal=SIGRTMIN+3 action=dump event_mask=0x65f backtrace=1 "
            "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
-           "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1", (unsigned)geteuid());
+           "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system)",
+           (unsigned)geteuid());
   CU_ASSERT_STRING_EQUAL(line, want);
   /* Ring files can be turned off. */
   reset();
@@ -814,6 +831,7 @@ int main(void) {
   CU_add_test(l, "all bad at once", test_all_bad_at_once);
   CU_add_test(l, "quoting", test_quoting);
   CU_add_test(l, "describe", test_describe);
+  CU_add_test(l, "hostname", test_hostname);
   CU_pSuite f = CU_add_suite("file", NULL, NULL);
   CU_add_test(f, "file", test_file);
   CU_add_test(f, "missing file", test_file_missing);

@@ -14,6 +14,9 @@
 
 #include <cjson/cJSON.h>
 
+#include <time.h>
+
+#include "job.h"
 #include "load.h"
 #include "ringfile.h"
 #include "report.h"
@@ -23,7 +26,7 @@
 enum { EXIT_OK = 0, EXIT_OUTPUT = 1, EXIT_USAGE = 2, EXIT_NO_DUMP = 3 };
 
 typedef struct args {
-  int json, verbose, quiet;
+  int json, verbose, quiet, timings;
   const char *trace;
   const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
   wd_az_opts opts;
@@ -43,6 +46,7 @@ static void usage(FILE *f) {
           "                     (default: the timeout recorded in each dump)\n"
           "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
           "                     a straggler (default 500)\n"
+          "  --timings          time of each phase (load, analyze, job verdict, report) on stderr\n"
           "  -v, --verbose      one line per rank in the report\n"
           "  -q, --quiet        do not list skipped files on stderr\n"
           "  -h, --help         this text;  -V, --version: the version\n"
@@ -68,12 +72,13 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
-  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG };
+  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
       {"stall-ms", required_argument, NULL, O_STALL},
       {"straggler-ms", required_argument, NULL, O_STRAG},
+      {"timings", no_argument, NULL, O_TIMINGS},
       {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -86,6 +91,7 @@ static int parse_args(int argc, char **argv, args *a) {
     case O_TRACE: a->trace = optarg; break;
     case O_SALVAGE: a->salvage = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
+    case O_TIMINGS: a->timings = 1; break;
     case O_STALL:
       if (parse_ms("--stall-ms", optarg, &a->opts.stall_ms) != 0) return -1;
       break;
@@ -113,9 +119,16 @@ static int parse_args(int argc, char **argv, args *a) {
   return 0;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static int run(const args *a) {
   wd_az_set set;
   memset(&set, 0, sizeof(set));
+  double t0 = now_s();
   for (int i = 0; i < a->ninputs; i++) wd_az_load_path(&set, a->inputs[i], a->quiet);
   wd_az_load_release();
   int rc = EXIT_OK;
@@ -125,12 +138,19 @@ static int run(const args *a) {
     rc = EXIT_NO_DUMP;
     goto out;
   }
+  double t1 = now_s();
   wd_az_select(&set, a->opts.all_dumps);
   wd_az_result res;
   if (wd_az_analyze(&set, &a->opts, &res) != 0) {
     fprintf(stderr, "nccl-watchdog-analyze: out of memory\n");
     rc = EXIT_OUTPUT;
     goto out;
+  }
+  double t2 = now_s(), t3 = t2;
+  if (a->timings) { /* the reports compute it again: once more here, to time it alone */
+    wd_az_job job;
+    wd_az_job_verdict(&res, &job);
+    t3 = now_s();
   }
   if (a->json) rc = wd_az_report_json(stdout, &res) == 0 ? EXIT_OK : EXIT_OUTPUT;
   else wd_az_report_text(stdout, &res, a->verbose);
@@ -141,6 +161,10 @@ static int run(const args *a) {
     rc = EXIT_OUTPUT;
   }
   if (fflush(stdout) != 0) rc = EXIT_OUTPUT;
+  if (a->timings)
+    fprintf(stderr, "timings: load %.3f s, analyze %.3f s, job verdict %.3f s, report %.3f s "
+                    "(%zu dumps, %zu communicators)\n",
+            t1 - t0, t2 - t1, t3 - t2, now_s() - t3, set.ndumps, res.ncomms);
   wd_az_result_free(&res);
 out:
   wd_az_set_free(&set);
