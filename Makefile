@@ -3,7 +3,9 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build test demo bench test-asan test-tsan test-release fuzz lint clean
+PREFIX ?= /usr/local
+
+.PHONY: all deps build test demo bench test-asan test-tsan test-release fuzz lint clean install package
 
 all: build
 
@@ -20,6 +22,15 @@ test: build
 
 demo: build
 	@tests/demo/run-demo.sh $(BUILD)
+
+# The plugin, its generic-name link, the analyzer, pkg-config and CMake package files, man pages
+# and the example configuration under $(PREFIX) (DESTDIR honoured, as cmake --install does).
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+# A .deb (and a tarball) for cluster admins: $(BUILD)/nccl-watchdog_<version>_<arch>.deb
+package: build
+	@cd $(BUILD) && cpack -G DEB && cpack -G TGZ
 
 bench: build
 	@bench/run-bench.sh $(BUILD)

@@ -633,7 +633,7 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"ranks", required_argument, NULL, 'n'},  {"scenario", required_argument, NULL, 's'},
       {"ring", required_argument, NULL, 'r'},   {"comms", required_argument, NULL, 'c'},
       {"victim", required_argument, NULL, 'v'}, {"layout", required_argument, NULL, 'l'},
-      {NULL, 0, NULL, 0}};
+      {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
   o->ranks = 0;
   o->scenario = -1;
   o->ring = 2000;
@@ -644,6 +644,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   while ((c = getopt_long(argc, argv, "", longopts, &idx)) != -1) {
     int rc = 0;
     switch (c) {
+    case 'V': printf("gen_dumps %s\n", WD_VERSION); exit(0);
     case 'n': rc = parse_int("ranks", optarg, &o->ranks); break;
     case 'r': rc = parse_int("ring", optarg, &o->ring); break;
     case 'c': rc = parse_int("comms", optarg, &o->comms); break;
