@@ -19,6 +19,9 @@
 #include "dump/dumpfile.h"
 
 #define WD_TRIGGER_PREFIX "trigger-"
+/* Not ".json": the dump directory's *.json files are dumps only (tools that glob them, schema
+ * validators). The content is still JSON. */
+#define WD_TRIGGER_SUFFIX ".trigger"
 
 
 typedef struct wd_trig_name {
@@ -28,7 +31,7 @@ typedef struct wd_trig_name {
 
 static int trigger_name(char *out, size_t len, const void *arg, unsigned seq) {
   const wd_trig_name *t = arg;
-  int n = snprintf(out, len, WD_TRIGGER_PREFIX "%s-%d-%u.json", t->host, t->pid, seq);
+  int n = snprintf(out, len, WD_TRIGGER_PREFIX "%s-%d-%u" WD_TRIGGER_SUFFIX, t->host, t->pid, seq);
   return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
@@ -50,9 +53,10 @@ int wd_trigger_post(const char *dir, const char *host, int pid, const char *json
 
 static int is_trigger(const wd_trigger_watch *w, const char *name) {
   size_t n = strlen(name);
-  if (n >= sizeof(w->seen[0]) || n <= sizeof(WD_TRIGGER_PREFIX) - 1 + 5) return 0;
+  size_t sfx = sizeof(WD_TRIGGER_SUFFIX) - 1;
+  if (n >= sizeof(w->seen[0]) || n <= sizeof(WD_TRIGGER_PREFIX) - 1 + sfx) return 0;
   if (strncmp(name, WD_TRIGGER_PREFIX, sizeof(WD_TRIGGER_PREFIX) - 1) != 0) return 0;
-  if (strcmp(name + n - 5, ".json") != 0) return 0;
+  if (strcmp(name + n - sfx, WD_TRIGGER_SUFFIX) != 0) return 0;
   return strncmp(name, w->self_prefix, strlen(w->self_prefix)) != 0;
 }
 

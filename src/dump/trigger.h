@@ -8,7 +8,7 @@
 #include "base/config.h"
 
 /* Trigger files let one rank's stall make every rank dump. Posted as
- * <dir>/trigger-<host>-<pid>-<n>.json (written atomically, like a dump). */
+ * <dir>/trigger-<host>-<pid>-<n>.trigger (written atomically, like a dump). */
 int wd_trigger_post(const char *dir, const char *host, int pid, const char *json, char *name_out,
                     size_t name_len);
 

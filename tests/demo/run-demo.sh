@@ -88,7 +88,7 @@ cat <<EOF
 What happened:
   * Ranks 0, 1 and 3 each had an operation on the network with no progress for 2 s: rank 3 its
     Recv from stage 0 on pp_d1, ranks 0 and 1 their gradient AllReduce on dp_p0 and dp_p1. Their
-    watchdogs each wrote a 'stall' dump and dropped a trigger file (trigger-*.json) in the
+    watchdogs each wrote a 'stall' dump and dropped a trigger file (trigger-*.trigger) in the
     shared dump directory.
   * Rank $HANG_RANK had nothing in flight, so its own watchdog saw nothing wrong. It noticed the
     trigger files and wrote a 'peer' dump: its main thread is in its data loader wait (with

@@ -43,7 +43,7 @@ class Checker:
     def load(self):
         names = sorted(os.listdir(self.dump_dir)) if os.path.isdir(self.dump_dir) else []
         for name in names:
-            if name.startswith("trigger-") and name.endswith(".json"):
+            if name.startswith("trigger-") and name.endswith(".trigger"):
                 self.triggers.append(name)
                 continue
             m = DUMP_RE.match(name)

@@ -61,12 +61,12 @@ def skip_case(n=2, skip=1, seq=20):
         if r == skip:
             files[f"h-1-{pid}-0001-peer.json"] = dump(
                 pid, r, "peer", [comm(r, n, seq - 1, seq - 1)],
-                {"file": "trigger-h-1-1000-1.json", "origin": {"stalls": [stall(0, n, seq)]}})
+                {"file": "trigger-h-1-1000-1.trigger", "origin": {"stalls": [stall(0, n, seq)]}})
         else:
             files[f"h-1-{pid}-0001-stall.json"] = dump(
                 pid, r, "stall", [comm(r, n, seq, seq - 1, [coll(seq)])],
                 {"stalls": [stall(r, n, seq)]})
-    files["trigger-h-1-1000-1.json"] = {"host": "h-1", "pid": 1000, "stalls": []}
+    files["trigger-h-1-1000-1.trigger"] = {"host": "h-1", "pid": 1000, "stalls": []}
     return manifest("skip", n, skip, seq), files
 
 

@@ -5,6 +5,7 @@
  * naming the trigger. The hanging process writes no peer dump for its own trigger.
  */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,24 @@ int main(int argc, char **argv) {
   wdh_free_paths(paths, n < 16 ? n : 16);
   for (int r = 0; r < NPROC; r++)
     WDH_CHECK(from[r] == (r == HANG_RANK ? 0 : 1), "rank %d wrote %d peer dumps", r, from[r]);
+
+  /* *.json in the dump directory is dumps only: every one validates against the dump schema,
+   * and the trigger file is there under its own extension. */
+  int njson = 0, ntrig = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (len > 8 && !strcmp(e->d_name + len - 8, ".trigger")) ntrig++;
+    if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    WDH_CHECK(wdh_validate_dump(path) == 0, "%s in the dump directory is not a dump", e->d_name);
+    njson++;
+  }
+  if (d) closedir(d);
+  WDH_CHECK(njson == NPROC, "%d *.json files, expected the %d dumps", njson, NPROC);
+  WDH_CHECK(ntrig >= 1, "no *.trigger file");
 
   return wdh_scenario_end("scenario_trigger", dir);
 }

@@ -588,11 +588,11 @@ static void test_triggers(void) {
 
   f.in.reason = "peer";
   f.in.signo = 0;
-  f.in.peer_trigger = "trigger-node003-4567-1.json";
+  f.in.peer_trigger = "trigger-node003-4567-1.trigger";
   f.in.peer_trigger_json = "{\"host\":\"node003\",\"pid\":4567,\"stalls\":[],\"dump\":\"x.json\"}";
   d = render_parse(&f.in);
   t = get(d, "trigger");
-  CU_ASSERT(streq(gets(t, "file"), "trigger-node003-4567-1.json"));
+  CU_ASSERT(streq(gets(t, "file"), "trigger-node003-4567-1.trigger"));
   CU_ASSERT(streq(gets(get(t, "origin"), "host"), "node003"));
   CU_ASSERT_EQUAL(getn(get(t, "origin"), "pid"), 4567);
   cJSON_Delete(d);
@@ -751,7 +751,7 @@ static void test_write_and_validate(void) {
     CU_ASSERT_EQUAL_FATAL(wd_dump_write(&f.in, dir, path2, sizeof(path2)), 0);
     f.in.reason = "peer";
     f.in.signo = 0;
-    f.in.peer_trigger = "trigger-node003-4567-1.json";
+    f.in.peer_trigger = "trigger-node003-4567-1.trigger";
     f.in.peer_trigger_json = "{\"host\":\"node003\",\"pid\":4567,\"stalls\":[]}";
     CU_ASSERT_EQUAL_FATAL(wd_dump_write(&f.in, dir, path3, sizeof(path3)), 0);
     char cmd[6 * PATH_MAX + 64];

@@ -310,7 +310,7 @@ static void test_trigger_cheap_poll(void) {
   /* Place a trigger, then set the directory mtime back to what the watch stored: a poll that
    * only stats sees no change and must not find it. */
   char path[PATH_MAX * 2];
-  pathf(path, sizeof(path), "%s/trigger-x-9-1.json", dir);
+  pathf(path, sizeof(path), "%s/trigger-x-9-1.trigger", dir);
   FILE *f = fopen(path, "w");
   fclose(f);
   struct timespec ts[2] = {{100000, 0}, {100000, 0}};
@@ -322,7 +322,7 @@ static void test_trigger_cheap_poll(void) {
   struct timespec ts2[2] = {{200000, 0}, {200000, 0}};
   CU_ASSERT_EQUAL(utimensat(AT_FDCWD, dir, ts2, 0), 0);
   CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 1);
-  CU_ASSERT_STRING_EQUAL(name, "trigger-x-9-1.json");
+  CU_ASSERT_STRING_EQUAL(name, "trigger-x-9-1.trigger");
   CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 0);
   CU_ASSERT_EQUAL(w.mtime_sec, 200000);
 }
@@ -335,7 +335,7 @@ static void test_trigger_history(void) {
   CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
   struct timespec old[2] = {{1000000, 0}, {1000000, 0}};
   for (int i = 0; i < WD_TRIGGER_SEEN + 64; i++) {
-    pathf(path, sizeof(path), "%s/trigger-old-%d-1.json", dir, 1000 + i);
+    pathf(path, sizeof(path), "%s/trigger-old-%d-1.trigger", dir, 1000 + i);
     FILE *f = fopen(path, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fclose(f);

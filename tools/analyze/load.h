@@ -18,7 +18,7 @@ int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t
  * quiet, reported on stderr as "skipped PATH: REASON". Returns 0 when a dump was added. */
 int wd_az_load_file(wd_az_set *set, const char *path, int quiet);
 
-/* A file, or a directory whose *.json dumps and *.ring files (trigger-*.json and hidden files
+/* A file, or a directory whose *.json dumps and *.ring files (trigger-*.trigger and hidden files
  * excluded) are loaded in name order; a ring file is decoded into a "postmortem" dump. Returns -1 when path cannot be opened at all, else 0. */
 int wd_az_load_path(wd_az_set *set, const char *path, int quiet);
 

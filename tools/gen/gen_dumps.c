@@ -543,7 +543,7 @@ static void print_header(FILE *f, const opts *o, int rank, uint64_t wall, uint64
   if (strcmp(reason, "signal") == 0)
     fputs("\"trigger\":{\"signal\":\"SIGUSR1\",\"senderPid\":0},", f);
   else if (strcmp(reason, "peer") == 0)
-    fputs("\"trigger\":{\"file\":\"trigger-node000-10000-1.json\",\"origin\":{}},", f);
+    fputs("\"trigger\":{\"file\":\"trigger-node000-10000-1.trigger\",\"origin\":{}},", f);
   else
     fputs("\"trigger\":{\"stalls\":[]},", f);
   fprintf(f,
@@ -592,7 +592,7 @@ static int write_rank(const opts *o, int rank) {
 
 static void write_trigger(const opts *o) {
   char path[4096];
-  snprintf(path, sizeof(path), "%s/trigger-node000-10000-1.json", o->out);
+  snprintf(path, sizeof(path), "%s/trigger-node000-10000-1.trigger", o->out);
   FILE *f = fopen(path, "w");
   if (!f) return;
   fputs("{\"host\":\"node000\",\"pid\":10000,\"stalls\":[],\"dump\":\"x.json\"}\n", f);
