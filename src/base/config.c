@@ -314,7 +314,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -341,6 +341,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_TERM_DUMP] = "NCCL_WATCHDOG_TERM_DUMP",
     [K_PYTHON] = "NCCL_WATCHDOG_PYTHON",
     [K_HOSTNAME] = "NCCL_WATCHDOG_HOSTNAME",
+    [K_COMPRESS] = "NCCL_WATCHDOG_COMPRESS",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -454,6 +455,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_TERM_DUMP] = "1/0, true/false, yes/no, on/off",
     [K_PYTHON] = "1/0, true/false, yes/no, on/off",
     [K_HOSTNAME] = "a host name of letters, digits, '-', '_' and '.'",
+    [K_COMPRESS] = "off or gzip",
 };
 
 /* The value a key has now, as the "using ..." part of a warning. */
@@ -493,6 +495,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_KEEP_RINGS: snprintf(buf, len, "%d", cfg->keep_rings); break;
   case K_TERM_DUMP: snprintf(buf, len, "%d", cfg->term_dump); break;
   case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
+  case K_COMPRESS: snprintf(buf, len, "%s", cfg->compress ? "gzip" : "off"); break;
   case K_HOSTNAME: snprintf(buf, len, "%s", cfg->hostname[0] ? cfg->hostname : "the system's"); break;
   default: buf[0] = '\0'; break;
   }
@@ -632,6 +635,18 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
         why = reason;
       } else {
         memcpy(cfg->ring_dir, val, n + 1);
+      }
+      break;
+    }
+    case K_COMPRESS: {
+      char v[16] = "";
+      if (wd_trim_copy(val, v, sizeof v) == 0 && (!strcasecmp(v, "off") || !strcasecmp(v, "none") || !strcmp(v, "0")))
+        cfg->compress = 0;
+      else if (!strcasecmp(v, "gzip") || !strcasecmp(v, "gz"))
+        cfg->compress = 1;
+      else {
+        snprintf(reason, sizeof reason, "is not a compression (expected off or gzip)");
+        why = reason;
       }
       break;
     }
@@ -909,12 +924,12 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            "%s proxy_ring_size=%" PRIu32 "%s max_events=%" PRIu32
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
-           " keep_rings=%d term_dump=%d python=%d hostname=%s",
+           " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
            cfg->backtrace == WD_BACKTRACE_ALL ? "all" : cfg->backtrace ? "1" : "0", btwait, cfg->peer_dumps, cfg->max_dumps,
            cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
-           cfg->hostname[0] ? cfg->hostname : "(system)");
+           cfg->hostname[0] ? cfg->hostname : "(system)", cfg->compress ? "gzip" : "off");
 }

@@ -34,6 +34,7 @@ typedef struct wd_config {
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
   char hostname[64];             /* NCCL_WATCHDOG_HOSTNAME: host name in dumps and file names */
+  int compress;                  /* NCCL_WATCHDOG_COMPRESS: 0 off (default), 1 gzip (*.json.gz) */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).

@@ -212,11 +212,12 @@ typedef struct wd_dump_name {
   char host[64];
   int pid;
   char reason[32];
+  const char *ext;
 } wd_dump_name;
 
 static int dump_name(char *out, size_t len, const void *arg, unsigned seq) {
   const wd_dump_name *d = arg;
-  int n = snprintf(out, len, "%s-%d-%04u-%s.json", d->host, d->pid, seq, d->reason);
+  int n = snprintf(out, len, "%s-%d-%04u-%s%s", d->host, d->pid, seq, d->reason, d->ext);
   return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
@@ -229,7 +230,13 @@ static int join_path(char *out, size_t len, const char *dir, const char *name) {
 
 int wd_dumpfile_write(const char *dir, const char *host, int pid, unsigned seq, const char *reason,
                       const char *data, size_t len, char *path_out, size_t path_len) {
-  if (!dir || !*dir || (!data && len)) {
+  return wd_dumpfile_write_ext(dir, host, pid, seq, reason, ".json", data, len, path_out, path_len);
+}
+
+int wd_dumpfile_write_ext(const char *dir, const char *host, int pid, unsigned seq,
+                          const char *reason, const char *ext, const char *data, size_t len,
+                          char *path_out, size_t path_len) {
+  if (!dir || !*dir || (!data && len) || !ext) {
     errno = EINVAL;
     return -1;
   }
@@ -237,6 +244,7 @@ int wd_dumpfile_write(const char *dir, const char *host, int pid, unsigned seq, 
   wd_file_sanitize(d.host, sizeof(d.host), host, "unknown");
   wd_file_sanitize(d.reason, sizeof(d.reason), reason, "dump");
   d.pid = pid;
+  d.ext = ext;
   char name[256];
   if (wd_file_write_new(dir, dump_name, &d, seq, data ? data : "", len, name, sizeof(name)) != 0)
     return -1;

@@ -19,6 +19,10 @@ int wd_dumpdir_resolve(const wd_config *cfg, char *out, size_t len);
 int wd_dumpfile_write(const char *dir, const char *host, int pid, unsigned seq, const char *reason,
                       const char *data, size_t len, char *path_out, size_t path_len);
 
+/* The same with another extension than ".json" (".json.gz" for a compressed dump). */
+int wd_dumpfile_write_ext(const char *dir, const char *host, int pid, unsigned seq,
+                          const char *reason, const char *ext, const char *data, size_t len,
+                          char *path_out, size_t path_len);
 /* Copy s keeping only [A-Za-z0-9._-] (others become '_'); "" becomes dflt. */
 void wd_file_sanitize(char *out, size_t len, const char *s, const char *dflt);
 

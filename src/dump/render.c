@@ -16,6 +16,7 @@
 #include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "dump/dumpfile.h"
 #include "dump/forest.h"
@@ -845,12 +846,48 @@ char *wd_dump_render(const wd_dump_input *in) {
   return out;
 }
 
+/* gzip format (zlib's deflate with a gzip wrapper: windowBits 15 + 16), so `zcat` and Python's
+ * gzip read it as well as the analyzer. Returns a malloc'ed buffer, NULL on failure. */
+static char *gzip_buffer(const char *data, size_t len, size_t *out_len) {
+  z_stream z;
+  memset(&z, 0, sizeof z);
+  if (deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) return NULL;
+  uLong cap = deflateBound(&z, (uLong)len) + 32;
+  char *out = malloc(cap);
+  if (!out) {
+    deflateEnd(&z);
+    return NULL;
+  }
+  z.next_in = (Bytef *)(uintptr_t)data;
+  z.avail_in = (uInt)len;
+  z.next_out = (Bytef *)out;
+  z.avail_out = (uInt)cap;
+  int rc = deflate(&z, Z_FINISH);
+  *out_len = z.total_out;
+  deflateEnd(&z);
+  if (rc != Z_STREAM_END) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
 int wd_dump_write(const wd_dump_input *in, const char *dir, char *path_out, size_t path_len) {
   if (!in || !dir) return -1;
   wd_sb doc;
   if (render_doc(in, &doc)) return -1;
-  int rc = wd_dumpfile_write(dir, in->host, in->pid, in->dump_seq, in->reason ? in->reason : "dump",
-                             doc.p, doc.len, path_out, path_len);
+  const char *reason = in->reason ? in->reason : "dump";
+  int rc;
+  char *gz = NULL;
+  size_t gz_len = 0;
+  /* Compression on request; should it fail (memory), the dump is written plain, never lost. */
+  if (in->cfg && in->cfg->compress && doc.len < UINT32_MAX && (gz = gzip_buffer(doc.p, doc.len, &gz_len)))
+    rc = wd_dumpfile_write_ext(dir, in->host, in->pid, in->dump_seq, reason, ".json.gz", gz, gz_len,
+                               path_out, path_len);
+  else
+    rc = wd_dumpfile_write(dir, in->host, in->pid, in->dump_seq, reason, doc.p, doc.len, path_out,
+                           path_len);
+  free(gz);
   wd_sb_free(&doc);
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <zlib.h>
 
 #define DUMP_FORMAT "nccl-watchdog-dump"
 #define DUMP_VERSION 1
@@ -538,7 +539,60 @@ struct cJSON *wd_az_parse_file(const char *path) {
 
 void wd_az_parse_free(void) { arena_reset(); }
 
+static int gz_name(const char *path) {
+  size_t n = strlen(path);
+  return n > 3 && strcmp(path + n - 3, ".gz") == 0;
+}
+
+/* A compressed dump (NCCL_WATCHDOG_COMPRESS=gzip), through zlib, bounded like a plain one. */
+static char *read_gz(const char *path, size_t *len, char *why, size_t why_len) {
+  gzFile g = gzopen(path, "rb");
+  if (!g) {
+    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    return NULL;
+  }
+  size_t cap = 1 << 20, n = 0;
+  char *buf = malloc(cap + 1);
+  while (buf) {
+    if (n == cap) {
+      if (cap >= WD_AZ_MAX_FILE) {
+        snprintf(why, why_len, "more than 1 GiB uncompressed");
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      char *nb = realloc(buf, cap * 2 + 1);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    int r = gzread(g, buf + n, (unsigned)(cap - n));
+    if (r < 0) {
+      int e;
+      snprintf(why, why_len, "corrupt gzip data: %s", gzerror(g, &e));
+      free(buf);
+      buf = NULL;
+      break;
+    }
+    if (r == 0) break;
+    n += (size_t)r;
+  }
+  if (!buf && !why[0]) snprintf(why, why_len, "out of memory");
+  gzclose(g);
+  if (buf) {
+    buf[n] = '\0';
+    *len = n;
+  }
+  return buf;
+}
+
 static char *read_all(const char *path, size_t *len, char *why, size_t why_len) {
+  why[0] = '\0';
+  if (gz_name(path)) return read_gz(path, len, why, why_len);
   FILE *f = fopen(path, "rb");
   if (!f) {
     snprintf(why, why_len, "cannot open: %s", strerror(errno));
@@ -586,7 +640,8 @@ int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
 static int dump_name(const char *name) {
   size_t n = strlen(name);
   return name[0] != '.' && strncmp(name, "trigger-", 8) != 0 &&
-         ((n > 5 && strcmp(name + n - 5, ".json") == 0) || (n > 5 && strcmp(name + n - 5, ".ring") == 0));
+         ((n > 5 && strcmp(name + n - 5, ".json") == 0) || (n > 8 && strcmp(name + n - 8, ".json.gz") == 0) ||
+          (n > 5 && strcmp(name + n - 5, ".ring") == 0));
 }
 
 static int cmp_str(const void *a, const void *b) {

@@ -1,0 +1,131 @@
+/*
+ * Compressed dumps (NCCL_WATCHDOG_COMPRESS=gzip): a hang gives one `*-stall.json.gz` and no plain
+ * dump; it is gzip (zlib reads it), its content is a valid dump naming the stalled AllReduce, and
+ * the analyzer reads it as it reads a plain one.
+ */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "nccl_host.h"
+
+/* The first name in dir ending with suffix (malloc'ed path), NULL when none. */
+static char *find_suffix(const char *dir, const char *suffix, int *count) {
+  char *found = NULL;
+  size_t sl = strlen(suffix);
+  *count = 0;
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    size_t n = strlen(e->d_name);
+    if (e->d_name[0] == '.' || n < sl || strcmp(e->d_name + n - sl, suffix) != 0) continue;
+    (*count)++;
+    if (!found && (found = malloc(strlen(dir) + n + 2)) != NULL)
+      sprintf(found, "%s/%s", dir, e->d_name);
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+static char *gunzip(const char *path, size_t *len) {
+  gzFile g = gzopen(path, "rb");
+  if (!g) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  int r;
+  while (buf && (r = gzread(g, buf + n, (unsigned)(cap - n))) > 0) {
+    n += (size_t)r;
+    if (n == cap) {
+      char *nb = realloc(buf, 2 * cap + 1);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  gzclose(g);
+  if (buf) buf[n] = '\0';
+  *len = n;
+  return buf;
+}
+
+int main(void) {
+  const char *path = wdh_plugin_path();
+  if (!path) return 77;
+  char *dir = wdh_scenario_dir("compress", "300ms", "50ms");
+  setenv("NCCL_WATCHDOG_COMPRESS", "gzip", 1);
+  setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  wdh_plugin p;
+  WDH_CHECK(wdh_load(&p, path, 0) == 0, "load");
+  wdh_comm c;
+  wdh_comm_init(&c, &p, 0x6a6a6a6aull, "gz", 1, 2, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&c, NULL, &cfg, 20);
+  cfg.hang_channel = 0;
+  wdh_op op;
+  wdh_op_run(&c, &cfg, &op);
+  int n = 0;
+  char *gz = NULL;
+  for (int i = 0; i < 100 && !gz; i++) {
+    wdh_sleep_ms(50);
+    gz = find_suffix(dir, "-stall.json.gz", &n);
+  }
+  WDH_CHECK(gz != NULL, "no *-stall.json.gz in %s", dir);
+  wdh_sleep_ms(300);
+  free(gz);
+  gz = find_suffix(dir, "-stall.json.gz", &n);
+  WDH_CHECK(n == 1, "%d compressed stall dumps, expected 1", n);
+  int plain = 0;
+  free(find_suffix(dir, ".json", &plain));
+  WDH_CHECK(plain == 0, "%d plain *.json dumps besides the compressed one", plain);
+
+  size_t len = 0;
+  char *text = gz ? gunzip(gz, &len) : NULL;
+  WDH_CHECK(text && len > 100, "not gzip, or empty: %s", gz ? gz : "(none)");
+  cJSON *j = text ? cJSON_Parse(text) : NULL;
+  WDH_CHECK(j != NULL, "the decompressed dump is not JSON");
+  const char *func = j ? wdh_jstr(j, "trigger.stalls.0.func") : NULL;
+  WDH_CHECK(func && !strcmp(func, "AllReduce"), "stall func %s", func ? func : "(none)");
+  WDH_CHECK(j && wdh_jnum(j, "trigger.stalls.0.seq", -1) == 20, "stall seq");
+  cJSON_Delete(j);
+  if (text) { /* the content validates against the dump schema */
+    char plainpath[1024];
+    snprintf(plainpath, sizeof plainpath, "%s/.decompressed", dir);
+    FILE *f = fopen(plainpath, "w");
+    if (f) {
+      fwrite(text, 1, len, f);
+      fclose(f);
+      WDH_CHECK(wdh_validate_dump(plainpath) == 0, "the decompressed dump does not validate");
+      unlink(plainpath);
+    }
+  }
+  free(text);
+
+  const char *az = getenv("WDH_ANALYZER");
+  if (az && access(az, X_OK) == 0) {
+    char cmd[2048], out[1024];
+    snprintf(out, sizeof out, "%s/.report", dir);
+    snprintf(cmd, sizeof cmd, "'%s' -q --json '%s' > '%s'", az, dir, out);
+    WDH_CHECK(system(cmd) == 0, "analyzer");
+    cJSON *r = wdh_json_load(out);
+    WDH_CHECK(r && wdh_jnum(r, "dumpsUsed", -1) == 1, "the analyzer did not use the compressed dump");
+    const char *sf = r ? wdh_jstr(r, "comms.0.stuck.func") : NULL;
+    WDH_CHECK(sf && !strcmp(sf, "AllReduce"), "analyzer: stuck func %s", sf ? sf : "(none)");
+    wdh_json_free(r);
+    unlink(out);
+  }
+  free(gz);
+  wdh_op_resume(&op);
+  wdh_comm_finalize(&c);
+  wdh_unload(&p);
+  unsetenv("NCCL_WATCHDOG_COMPRESS");
+  return wdh_scenario_end("compress", dir);
+}
