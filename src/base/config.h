@@ -35,11 +35,16 @@ typedef struct wd_config {
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
   char hostname[64];             /* NCCL_WATCHDOG_HOSTNAME: host name in dumps and file names */
   int compress;                  /* NCCL_WATCHDOG_COMPRESS: 0 off (default), 1 gzip (*.json.gz) */
+  uint64_t metrics_ns;           /* NCCL_WATCHDOG_METRICS: Prometheus file interval, 10 s, 0 = off */
+  char metrics_dir[WD_PATH_MAX]; /* NCCL_WATCHDOG_METRICS_DIR: empty = the ring directory */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).
  * See docs/architecture.md for why each bit is there. */
 #define WD_DEFAULT_EVENT_MASK 0x65f
+
+#define WD_METRICS_MIN_NS (100ull * 1000000ull)       /* 100 ms */
+#define WD_METRICS_MAX_NS (3600ull * 1000000000ull)   /* 1 h */
 
 /* Called once per rejected value with a complete sentence. */
 typedef void (*wd_config_warn_fn)(const char *msg);

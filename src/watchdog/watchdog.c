@@ -30,6 +30,7 @@
 #include "stacks/backtrace.h"
 #include "watchdog/collect.h"
 #include "watchdog/fatal.h"
+#include "watchdog/metrics.h"
 #include "watchdog/signals.h"
 #include "watchdog/stall.h"
 
@@ -48,6 +49,7 @@ static struct {
   unsigned nauto_dumps;   /* stall and peer dumps attempted, against NCCL_WATCHDOG_MAX_DUMPS */
   unsigned nsignal_dumps; /* snapshot dumps attempted, against the same cap */
   int episode; /* a stall episode is in progress: one dump per episode */
+  unsigned nepisodes; /* stall episodes so far (metrics) */
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   int warned_max;
   wd_trigger_watch watch;
@@ -136,9 +138,11 @@ static void wd_post_trigger(const wd_stall *st, uint32_t n, const char *dump_pat
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
+  int metrics_due = wd_metrics_due(now);
   pthread_mutex_lock(&wd_store.lock);
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
     n += wd_scan_context(ctx, now, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
+    wd_metrics_note(ctx, now, metrics_due);
     /* What a decoder needs besides the records, should the process die before the next poll. */
     wd_context_refresh_file(ctx);
     /* Keep a quarter of the pool free so the hot path does not have to grow it. */
@@ -156,6 +160,8 @@ static void wd_check_stalls(uint64_t now) {
   }
   wd_pool_reserve(&wd_store.detached, wd_pool_nslots(&wd_store.detached) / 4);
   pthread_mutex_unlock(&wd_store.lock);
+  /* Counted before this poll's dump: the next file shows it (within one interval). */
+  if (metrics_due) wd_metrics_flush(now, wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps);
   if (n == 0) {
     if (wd_wd.episode) WD_INFO("progress resumed: stall episode over");
     wd_wd.episode = 0;
@@ -163,6 +169,7 @@ static void wd_check_stalls(uint64_t now) {
   }
   if (wd_wd.episode) return;
   wd_wd.episode = 1;
+  wd_wd.nepisodes++;
   /* Most stalled first. */
   for (uint32_t i = 1; i < n; i++)
     for (uint32_t j = i; j > 0 && stalls[j].since_progress_ns > stalls[j - 1].since_progress_ns; j--) {
@@ -313,7 +320,9 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
   wd_wd.last_dump_ns = 0;
+  wd_wd.nepisodes = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
+  wd_metrics_open(cfg, wd_wd.host, (int)getpid());
   wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
   if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");
   if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps)
@@ -378,6 +387,8 @@ void wd_watchdog_stop(void) {
       WD_WARN("watchdog thread did not stop within 10 s; keeping the plugin loaded");
       pthread_detach(wd_wd.thread);
       wd_pin_library();
+    } else {
+      wd_metrics_close(); /* the thread is gone: nothing writes the file any more */
     }
     wd_wd.running = 0;
   }

@@ -1,0 +1,229 @@
+/* Live health metrics in Prometheus text format (metrics.h). */
+#include "watchdog/metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "flightrec/strtab.h"
+
+#define WD_M_FUNCS 32 /* functions kept per communicator in one file */
+
+typedef struct wd_m_func {
+  uint8_t func;
+  int64_t enq, done;
+} wd_m_func;
+
+/* One communicator's counters, copied under the store lock. */
+typedef struct wd_m_row {
+  uint64_t comm_id;
+  char name[128];
+  int rank, nranks;
+  int64_t inflight;
+  uint64_t since_ns, dropped;
+  int64_t p2p_enq, p2p_done;
+  int nfuncs;
+  wd_m_func funcs[WD_M_FUNCS];
+} wd_m_row;
+
+static struct {
+  int on;
+  uint64_t interval_ns, next_ns;
+  char dir[WD_PATH_MAX];
+  char path[WD_PATH_MAX + 96];
+  char labels[256]; /* host="..",pid="..",rank=".." */
+  wd_m_row *rows;
+  size_t nrows, cap;
+  int warned;
+} wd_m;
+
+/* Prometheus label values escape backslash, double quote and newline. */
+static void label_value(char *out, size_t len, const char *s) {
+  size_t o = 0;
+  for (; s && *s && o + 3 < len; s++) {
+    if (*s == '\\' || *s == '"') out[o++] = '\\', out[o++] = *s;
+    else if (*s == '\n') out[o++] = '\\', out[o++] = 'n';
+    else out[o++] = *s;
+  }
+  out[o] = '\0';
+}
+
+void wd_metrics_open(const wd_config *cfg, const char *host, int pid) {
+  memset(&wd_m, 0, sizeof wd_m);
+  const char *dir = cfg->metrics_dir[0] ? cfg->metrics_dir : cfg->ring_dir;
+  if (!cfg->metrics_ns || !dir[0]) return;
+  snprintf(wd_m.dir, sizeof wd_m.dir, "%s", dir);
+  snprintf(wd_m.path, sizeof wd_m.path, "%s/nccl-watchdog-%s-%d.prom", dir, host, pid);
+  char h[160], r[32];
+  label_value(h, sizeof h, host);
+  /* The job's global rank, when the launcher says (torchrun, SLURM via the framework). */
+  const char *g = getenv("RANK");
+  label_value(r, sizeof r, g && *g ? g : "");
+  snprintf(wd_m.labels, sizeof wd_m.labels, "host=\"%s\",pid=\"%d\",rank=\"%s\"", h, pid, r);
+  wd_m.interval_ns = cfg->metrics_ns;
+  wd_m.on = 1;
+}
+
+int wd_metrics_due(uint64_t now) {
+  if (!wd_m.on || now < wd_m.next_ns) return 0;
+  wd_m.next_ns = now + wd_m.interval_ns;
+  wd_m.nrows = 0;
+  return 1;
+}
+
+void wd_metrics_note(wd_context *ctx, uint64_t now, int due) {
+  if (!wd_m.on) return;
+  /* New ring records since the last poll: the communicator made progress. */
+  uint64_t t = atomic_load_explicit(&ctx->ring.head, memory_order_relaxed) +
+               atomic_load_explicit(&ctx->proxy_ring.head, memory_order_relaxed);
+  if (t != ctx->seen_tickets || !ctx->active_ns) ctx->active_ns = now;
+  ctx->seen_tickets = t;
+  if (!due || ctx->retired_ns) return;
+  if (wd_m.nrows == wd_m.cap) {
+    size_t cap = wd_m.cap ? 2 * wd_m.cap : 16;
+    wd_m_row *r = realloc(wd_m.rows, cap * sizeof(*r));
+    if (!r) return;
+    wd_m.rows = r;
+    wd_m.cap = cap;
+  }
+  wd_m_row *row = &wd_m.rows[wd_m.nrows++];
+  memset(row, 0, sizeof(*row));
+  row->comm_id = ctx->comm_id;
+  snprintf(row->name, sizeof row->name, "%s", ctx->name);
+  row->rank = ctx->rank;
+  row->nranks = ctx->nranks;
+  row->since_ns = now - ctx->active_ns;
+  row->dropped = atomic_load_explicit(&ctx->dropped, memory_order_relaxed);
+  row->p2p_enq = atomic_load_explicit(&ctx->p2p_enq, memory_order_relaxed);
+  row->p2p_done = atomic_load_explicit(&ctx->p2p_done, memory_order_relaxed);
+  if (row->p2p_enq > row->p2p_done) row->inflight += row->p2p_enq - row->p2p_done;
+  for (int f = 0; f < WD_NSTR; f++) {
+    int64_t e = atomic_load_explicit(&ctx->seq_enq[f], memory_order_relaxed);
+    if (e < 0) continue;
+    int64_t d = atomic_load_explicit(&ctx->seq_done[f], memory_order_relaxed);
+    if (e > d) row->inflight += e - d;
+    if (row->nfuncs < WD_M_FUNCS) row->funcs[row->nfuncs++] = (wd_m_func){(uint8_t)f, e, d};
+  }
+}
+
+/* `name{labels,comm labels} ` for one communicator. */
+static void comm_sample(FILE *b, const char *name, const wd_m_row *r) {
+  char n[300];
+  label_value(n, sizeof n, r->name);
+  fprintf(b, "%s{%s,comm=\"0x%016" PRIx64 "\",comm_name=\"%s\",comm_rank=\"%d\",nranks=\"%d\"", name,
+               wd_m.labels, r->comm_id, n, r->rank, r->nranks);
+}
+
+static void family(FILE *b, const char *name, const char *type, const char *help) {
+  fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void render(FILE *b, uint64_t now, unsigned stalls, unsigned dumps) {
+  (void)now;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  family(b, "nccl_watchdog_info", "gauge", "The plugin is loaded in this process (value 1).");
+  fprintf(b, "nccl_watchdog_info{%s,version=\"%s\"} 1\n", wd_m.labels, WD_VERSION);
+  family(b, "nccl_watchdog_last_update_timestamp_seconds", "gauge",
+         "When this file was written (a stale file is a process that stopped writing).");
+  fprintf(b, "nccl_watchdog_last_update_timestamp_seconds{%s} %lld.%03ld\n", wd_m.labels,
+               (long long)wall.tv_sec, wall.tv_nsec / 1000000);
+  family(b, "nccl_watchdog_metrics_interval_seconds", "gauge", "How often this file is rewritten.");
+  fprintf(b, "nccl_watchdog_metrics_interval_seconds{%s} %.3f\n", wd_m.labels,
+               (double)wd_m.interval_ns / 1e9);
+  family(b, "nccl_watchdog_stalls_detected_total", "counter", "Stall episodes this process detected.");
+  fprintf(b, "nccl_watchdog_stalls_detected_total{%s} %u\n", wd_m.labels, stalls);
+  family(b, "nccl_watchdog_dumps_written_total", "counter", "Dumps this process wrote (any reason).");
+  fprintf(b, "nccl_watchdog_dumps_written_total{%s} %u\n", wd_m.labels, dumps);
+
+  family(b, "nccl_watchdog_ops_enqueued_total", "counter",
+         "Operations enqueued per communicator and function (p2p: Send and Recv together).");
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    const wd_m_row *r = &wd_m.rows[i];
+    for (int k = 0; k < r->nfuncs; k++) {
+      comm_sample(b, "nccl_watchdog_ops_enqueued_total", r);
+      fprintf(b, ",func=\"%s\"} %" PRId64 "\n", wd_str(r->funcs[k].func), r->funcs[k].enq + 1);
+    }
+    comm_sample(b, "nccl_watchdog_ops_enqueued_total", r);
+    fprintf(b, ",func=\"p2p\"} %" PRId64 "\n", r->p2p_enq > 0 ? r->p2p_enq : 0);
+  }
+  family(b, "nccl_watchdog_ops_completed_total", "counter",
+         "Operations completed per communicator and function.");
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    const wd_m_row *r = &wd_m.rows[i];
+    for (int k = 0; k < r->nfuncs; k++) {
+      comm_sample(b, "nccl_watchdog_ops_completed_total", r);
+      fprintf(b, ",func=\"%s\"} %" PRId64 "\n", wd_str(r->funcs[k].func), r->funcs[k].done + 1);
+    }
+    comm_sample(b, "nccl_watchdog_ops_completed_total", r);
+    fprintf(b, ",func=\"p2p\"} %" PRId64 "\n", r->p2p_done > 0 ? r->p2p_done : 0);
+  }
+  family(b, "nccl_watchdog_ops_inflight", "gauge", "Operations enqueued and not completed.");
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    comm_sample(b, "nccl_watchdog_ops_inflight", &wd_m.rows[i]);
+    fprintf(b, "} %" PRId64 "\n", wd_m.rows[i].inflight);
+  }
+  family(b, "nccl_watchdog_seconds_since_progress", "gauge",
+         "Seconds since the communicator last recorded an event (poll resolution).");
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    comm_sample(b, "nccl_watchdog_seconds_since_progress", &wd_m.rows[i]);
+    fprintf(b, "} %.3f\n", (double)wd_m.rows[i].since_ns / 1e9);
+  }
+  family(b, "nccl_watchdog_events_dropped_total", "counter",
+         "Events not recorded because the communicator's event pool was full.");
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    comm_sample(b, "nccl_watchdog_events_dropped_total", &wd_m.rows[i]);
+    fprintf(b, "} %" PRIu64 "\n", wd_m.rows[i].dropped);
+  }
+}
+
+static int write_file(const char *data, size_t len) {
+  char tmp[sizeof wd_m.path + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", wd_m.path);
+  /* World-readable: node_exporter runs as another user; nothing here is private. */
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ENOENT && mkdir(wd_m.dir, 0700) == 0)
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  int ok = close(fd) == 0 && off == len;
+  if (ok && rename(tmp, wd_m.path) == 0) return 0; /* readers see the old file or the new one */
+  unlink(tmp);
+  return -1;
+}
+
+void wd_metrics_flush(uint64_t now, unsigned stall_episodes, unsigned dumps) {
+  if (!wd_m.on) return;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *b = open_memstream(&text, &len);
+  if (b) {
+    render(b, now, stall_episodes, dumps);
+    if (fclose(b) != 0) len = 0;
+  }
+  if (!text || !len || write_file(text, len) != 0) {
+    if (!wd_m.warned) WD_WARN("cannot write the metrics file %s: %s", wd_m.path, strerror(errno));
+    wd_m.warned = 1;
+  }
+  free(text);
+}
+
+void wd_metrics_close(void) {
+  if (wd_m.on) unlink(wd_m.path);
+  free(wd_m.rows);
+  memset(&wd_m, 0, sizeof wd_m);
+}
