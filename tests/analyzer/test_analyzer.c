@@ -419,6 +419,26 @@ static void test_trace(void) {
   CU_ASSERT_EQUAL(procs, 4);
   CU_ASSERT_TRUE(open > 0); /* the stalled operations of ranks 0-2 */
   CU_ASSERT_EQUAL(negative, 0);
+  /* Markers: one dump marker per process, the stall the watchdog detected; a counter track of
+   * completed seqs per communicator rank that climbs. */
+  int dumps = 0, stalls = 0, counters = 0, climbs = 1;
+  double last = -1;
+  cJSON_ArrayForEach(e, ev) {
+    const char *name = sget(e, "name");
+    dumps += !strncmp(name, "dump (", 6);
+    stalls += !strcmp(name, "stall detected");
+    if (strcmp(sget(e, "ph"), "C") || nget(e, "pid") != 1) continue;
+    counters++;
+    double v = nget(cJSON_GetObjectItem(e, "args"), "AllReduce");
+    if (v != -999 && last >= 0 && v < last) climbs = 0;
+    if (v != -999) last = v;
+  }
+  CU_ASSERT_EQUAL(dumps, 4);
+  CU_ASSERT_EQUAL(stalls, 1); /* the one stall dump of the not-entered scenario */
+  CU_ASSERT_TRUE(counters > 5);
+  CU_ASSERT_TRUE(climbs);
+  const cJSON *other = cJSON_GetObjectItem(t, "otherData");
+  CU_ASSERT_TRUE(nget(other, "slices") > 0);
   cJSON_Delete(t);
 }
 

@@ -28,6 +28,7 @@ enum { EXIT_OK = 0, EXIT_OUTPUT = 1, EXIT_USAGE = 2, EXIT_NO_DUMP = 3 };
 typedef struct args {
   int json, verbose, quiet, timings;
   const char *trace;
+  const char *html;
   const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
   wd_az_opts opts;
   int ninputs;
@@ -39,6 +40,7 @@ static void usage(FILE *f) {
           "usage: nccl-watchdog-analyze [options] DUMP_DIR|DUMP_FILE|RING_FILE...\n"
           "  --json             machine-readable report on stdout (schema: docs/analyzer.md)\n"
           "  --trace=FILE       also write a Chrome/Perfetto trace of every rank's rings\n"
+          "  --html=FILE        also write a self-contained HTML report (charts per rank)\n"
           "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
@@ -72,13 +74,14 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
-  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS };
+  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
       {"stall-ms", required_argument, NULL, O_STALL},
       {"straggler-ms", required_argument, NULL, O_STRAG},
       {"timings", no_argument, NULL, O_TIMINGS},
+      {"html", required_argument, NULL, O_HTML},
       {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
@@ -89,6 +92,7 @@ static int parse_args(int argc, char **argv, args *a) {
     switch (c) {
     case O_JSON: a->json = 1; break;
     case O_TRACE: a->trace = optarg; break;
+    case O_HTML: a->html = optarg; break;
     case O_SALVAGE: a->salvage = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
     case O_TIMINGS: a->timings = 1; break;
@@ -154,6 +158,15 @@ static int run(const args *a) {
   }
   if (a->json) rc = wd_az_report_json(stdout, &res) == 0 ? EXIT_OK : EXIT_OUTPUT;
   else wd_az_report_text(stdout, &res, a->verbose);
+  if (a->html) {
+    FILE *hf = fopen(a->html, "w");
+    int bad = !hf || wd_az_report_html(hf, &res) != 0;
+    if (hf && fclose(hf) != 0) bad = 1;
+    if (bad) {
+      fprintf(stderr, "nccl-watchdog-analyze: could not write %s: %s\n", a->html, strerror(errno));
+      rc = EXIT_OUTPUT;
+    }
+  }
   errno = 0;
   if (a->trace && wd_az_trace_write(&set, a->trace) != 0) {
     fprintf(stderr, "nccl-watchdog-analyze: could not write trace %s: %s\n", a->trace,

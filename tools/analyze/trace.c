@@ -19,6 +19,7 @@ typedef struct tw {
   uint64_t flow_id;
   int *named;            /* tracks already named in this process */
   size_t nnamed, cap_named;
+  size_t nslices, nzero; /* complete events, and those of zero length (coarse clock) */
 } tw;
 
 /* Coll/P2p starts of one op ring, for drawing flow arrows to their ProxyOps. */
@@ -171,6 +172,8 @@ static void map_free(slotmap *m) {
 /* ---- events ---- */
 
 static void complete(tw *w, int tid, const cJSON *start, int64_t t_end, int open) {
+  w->nslices++;
+  w->nzero += t_end == rt(start);
   char name[128];
   event_name(start, name, sizeof(name));
   sep(w);
@@ -252,6 +255,22 @@ static void on_start(tw *w, const ring_ctx *rc, slotmap *m, const cJSON *r, int 
   }
 }
 
+/* A counter track per communicator rank: the last completed sequence number of each function,
+ * so a rank that falls behind shows as a line that stops climbing. */
+static void seq_counter(tw *w, const ring_ctx *rc, const cJSON *start, int64_t t) {
+  const char *func = rstr(start, "func");
+  double seq = rnum(start, "seq", -1);
+  if (!func || seq < 0) return;
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"C\",\"name\":");
+  char name[300];
+  snprintf(name, sizeof name, "completed seq, %s", rc->label);
+  put_str(w->f, name);
+  fprintf(w->f, ",\"pid\":%d,\"ts\":%.3f,\"args\":{", w->pid, ts_us(w, t));
+  put_str(w->f, func);
+  fprintf(w->f, ":%.0f}}", seq);
+}
+
 static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
   const cJSON *r, *recs = cJSON_GetObjectItemCaseSensitive(ring, "records");
   int n = cJSON_GetArraySize(recs);
@@ -272,6 +291,7 @@ static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
     } else if (strcmp(ph, "stop") == 0) {
       const cJSON **start = map_at(&m, rslot(r));
       if (*start) complete(w, track_of(w, rc, *start), *start, rt(r), 0);
+      if (*start && !rc->proxy && has_type(*start, "Coll")) seq_counter(w, rc, *start, rt(r));
       *start = NULL;
     }
   }
@@ -319,6 +339,37 @@ static void emit_dump(tw *w, const wd_az_dump *d, const cJSON *root) {
   ring_ctx rc = {i + 1, "detached (PXN)", 1, &ps};
   emit_ring(w, cJSON_GetObjectItemCaseSensitive(det, "ring"), &rc);
   free(ps.v);
+  /* Markers on the process: the stall the watchdog detected, and the dump itself (ts 0 of the
+   * dump's own axis is its wall time). */
+  const cJSON *stalls = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "trigger"), "stalls");
+  const cJSON *st;
+  cJSON_ArrayForEach(st, stalls) {
+    double since = rnum(st, "sinceProgressMs", 0);
+    sep(w);
+    fprintf(w->f, "{\"ph\":\"i\",\"s\":\"p\",\"name\":\"stall detected\",\"pid\":%d,\"tid\":0,"
+                  "\"ts\":%.3f,\"args\":{",
+            w->pid, ts_us(w, 0));
+    fprintf(w->f, "\"func\":");
+    put_str(w->f, rstr(st, "func") ? rstr(st, "func") : "?");
+    fprintf(w->f, ",\"seq\":%.0f,\"commName\":", rnum(st, "seq", -1));
+    put_str(w->f, rstr(st, "commName") ? rstr(st, "commName") : "");
+    fprintf(w->f, ",\"sinceProgressMs\":%.1f,\"waitingOn\":", since);
+    put_str(w->f, rstr(st, "waitingOn") ? rstr(st, "waitingOn") : "");
+    fputs("}}", w->f);
+    /* Where progress stopped: the start of the wait, on the same axis. */
+    sep(w);
+    fprintf(w->f, "{\"ph\":\"i\",\"s\":\"p\",\"name\":\"last progress\",\"pid\":%d,\"tid\":0,"
+                  "\"ts\":%.3f}",
+            w->pid, ts_us(w, -(int64_t)(since * 1e6)));
+  }
+  char dn[96];
+  snprintf(dn, sizeof dn, "dump (%s)", wd_az_s(d->reason) && *wd_az_s(d->reason) ? wd_az_s(d->reason) : "?");
+  sep(w);
+  fprintf(w->f, "{\"ph\":\"i\",\"s\":\"p\",\"name\":");
+  put_str(w->f, dn);
+  fprintf(w->f, ",\"pid\":%d,\"tid\":0,\"ts\":%.3f,\"args\":{\"file\":", w->pid, ts_us(w, 0));
+  put_str(w->f, d->path);
+  fputs("}}", w->f);
 }
 
 static uint64_t base_time(const wd_az_set *set) {
@@ -354,9 +405,16 @@ int wd_az_trace_write(const wd_az_set *set, const char *path) {
     wd_az_parse_free();
   }
   wd_az_load_release();
+  /* The default coarse clock ticks every 1-4 ms: most operations start and stop on one tick. */
+  int coarse = w.nslices && w.nzero * 2 > w.nslices;
+  const char *note = "most slices have zero length: the dumps were recorded with the coarse "
+                     "clock (NCCL_WATCHDOG_CLOCK=coarse, 1-4 ms ticks); for a timeline, run with "
+                     "NCCL_WATCHDOG_CLOCK=precise";
   fprintf(f, "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"tool\":\"nccl-watchdog-analyze\","
-             "\"baseWallNs\":\"0x%016" PRIx64 "\"}}\n",
-          w.base_ns);
+             "\"baseWallNs\":\"0x%016" PRIx64 "\",\"zeroLengthSlices\":%zu,\"slices\":%zu%s%s%s}}\n",
+          w.base_ns, w.nzero, w.nslices, coarse ? ",\"clockNote\":\"" : "", coarse ? note : "",
+          coarse ? "\"" : "");
+  if (coarse) fprintf(stderr, "nccl-watchdog-analyze: trace %s: %s\n", path, note);
   free(w.named);
   return fclose(f) == 0 ? 0 : -1;
 }

@@ -545,7 +545,10 @@ static void print_header(FILE *f, const opts *o, int rank, uint64_t wall, uint64
   else if (strcmp(reason, "peer") == 0)
     fputs("\"trigger\":{\"file\":\"trigger-node000-10000-1.trigger\",\"origin\":{}},", f);
   else
-    fputs("\"trigger\":{\"stalls\":[]},", f);
+    fprintf(f, "\"trigger\":{\"stalls\":[{\"commId\":\"0x6b8b4567327b23c6\",\"commName\":\"%s\","
+               "\"rank\":%d,\"nranks\":%d,\"type\":\"Coll\",\"func\":\"AllReduce\",\"seq\":%d,"
+               "\"sinceProgressMs\":300100.0,\"waitingOn\":\"ProxyStep 6 of 8 in RecvWait\"}]},",
+            o->tp ? "dp" : "default_pg", rank, o->ranks, SEQ_AR);
   fprintf(f,
           "\"config\":{\"enable\":true,\"timeoutMs\":300000,\"pollMs\":1000,"
           "\"unreachedTimeoutMs\":0,\"dumpDir\":\"dumps\",\"ringSize\":%d,\"proxyRingSize\":%d,"
