@@ -314,7 +314,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -344,6 +344,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_COMPRESS] = "NCCL_WATCHDOG_COMPRESS",
     [K_METRICS] = "NCCL_WATCHDOG_METRICS",
     [K_METRICS_DIR] = "NCCL_WATCHDOG_METRICS_DIR",
+    [K_TRIGGER_POLL] = "NCCL_WATCHDOG_TRIGGER_POLL",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -461,6 +462,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_COMPRESS] = "off or gzip",
     [K_METRICS] = "0 (off), 10s, 1m",
     [K_METRICS_DIR] = "a directory",
+    [K_TRIGGER_POLL] = "0 (5 polls), 5s, 30s",
 };
 
 /* The value a key has now, as the "using ..." part of a warning. */
@@ -500,6 +502,10 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_KEEP_RINGS: snprintf(buf, len, "%d", cfg->keep_rings); break;
   case K_TERM_DUMP: snprintf(buf, len, "%d", cfg->term_dump); break;
   case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
+  case K_TRIGGER_POLL:
+    if (cfg->trigger_poll_ns == 0) snprintf(buf, len, "0 (5 polls)");
+    else wd_fmt_duration(cfg->trigger_poll_ns, buf, len);
+    break;
   case K_METRICS:
     if (cfg->metrics_ns == 0) snprintf(buf, len, "0 (off)");
     else wd_fmt_duration(cfg->metrics_ns, buf, len);
@@ -651,6 +657,10 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       }
       break;
     }
+    case K_TRIGGER_POLL:
+      why = wd_check_duration(val, WD_POLL_MIN_NS, WD_TRIGGER_POLL_MAX_NS, 1, &cfg->trigger_poll_ns,
+                              reason, sizeof reason);
+      break;
     case K_METRICS:
       why = wd_check_duration(val, WD_METRICS_MIN_NS, WD_METRICS_MAX_NS, 1, &cfg->metrics_ns, reason,
                               sizeof reason);
@@ -946,14 +956,16 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
   if (wd_round_to[1] && wd_round_to[1] == cfg->proxy_ring_size)
     snprintf(proxy_note, sizeof proxy_note, " (rounded up from %" PRIu64 ")", wd_round_from[1]);
   pthread_mutex_unlock(&wd_round_lock);
-  char metrics[32] = "0";
+  char metrics[32] = "0", trig[32] = "5 polls";
+  if (cfg->trigger_poll_ns) wd_fmt_duration(cfg->trigger_poll_ns, trig, sizeof trig);
   if (cfg->metrics_ns) wd_fmt_duration(cfg->metrics_ns, metrics, sizeof metrics);
   snprintf(buf, (size_t)len,
            "enable=%d timeout=%s poll=%s unreached_timeout=%s dump_dir=%s ring_size=%" PRIu32
            "%s proxy_ring_size=%" PRIu32 "%s max_events=%" PRIu32
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
-           " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s",
+           " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s"
+           " trigger_poll=%s",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
@@ -961,5 +973,5 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
            cfg->hostname[0] ? cfg->hostname : "(system)", cfg->compress ? "gzip" : "off", metrics,
-           cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)");
+           cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig);
 }

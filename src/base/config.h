@@ -37,12 +37,14 @@ typedef struct wd_config {
   int compress;                  /* NCCL_WATCHDOG_COMPRESS: 0 off (default), 1 gzip (*.json.gz) */
   uint64_t metrics_ns;           /* NCCL_WATCHDOG_METRICS: Prometheus file interval, 10 s, 0 = off */
   char metrics_dir[WD_PATH_MAX]; /* NCCL_WATCHDOG_METRICS_DIR: empty = the ring directory */
+  uint64_t trigger_poll_ns;      /* NCCL_WATCHDOG_TRIGGER_POLL: shared-FS trigger check, 0 = 5 polls */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).
  * See docs/architecture.md for why each bit is there. */
 #define WD_DEFAULT_EVENT_MASK 0x65f
 
+#define WD_TRIGGER_POLL_MAX_NS (600ull * 1000000000ull) /* 10 min */
 #define WD_METRICS_MIN_NS (100ull * 1000000ull)       /* 100 ms */
 #define WD_METRICS_MAX_NS (3600ull * 1000000000ull)   /* 1 h */
 

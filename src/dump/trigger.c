@@ -1,14 +1,12 @@
 /*
- * Trigger files: one rank's stall makes every rank of the job dump. A trigger is written like a
- * dump (dumpfile.c); watchers stat the directory once a poll and read a trigger they have not
- * answered yet.
+ * Trigger episodes (trigger.h): one file per stall episode of the whole job, created with O_EXCL
+ * semantics; each process stats one name, the next episode's; a node's poller relays episodes to
+ * node-local memory.
  */
 #include "dump/trigger.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,167 +14,158 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dump/dumpfile.h"
+#define WD_EPISODE_MAX 1000000 /* a job dump directory never holds more episodes than this */
 
-#define WD_TRIGGER_PREFIX "trigger-"
-/* Not ".json": the dump directory's *.json files are dumps only (tools that glob them, schema
- * validators). The content is still JSON. */
-#define WD_TRIGGER_SUFFIX ".trigger"
-
-
-typedef struct wd_trig_name {
-  char host[64];
-  int pid;
-} wd_trig_name;
-
-static int trigger_name(char *out, size_t len, const void *arg, unsigned seq) {
-  const wd_trig_name *t = arg;
-  int n = snprintf(out, len, WD_TRIGGER_PREFIX "%s-%d-%u" WD_TRIGGER_SUFFIX, t->host, t->pid, seq);
+static int episode_path(char *out, size_t len, const char *dir, unsigned k) {
+  int n = snprintf(out, len, "%s/episode-%u.trigger", dir, k);
   return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
-static atomic_uint wd_trigger_seq;
+static int relay_path(char *out, size_t len, const wd_trigger_watch *w, unsigned k) {
+  int n = snprintf(out, len, "%s/trigger-%s-%u.trigger", w->relay_dir, w->job, k);
+  return n > 0 && (size_t)n < len ? 0 : -1;
+}
 
-int wd_trigger_post(const char *dir, const char *host, int pid, const char *json, char *name_out,
-                    size_t name_len) {
-  if (!dir || !*dir) {
-    errno = EINVAL;
+/* FNV-1a of the dump directory: every rank of a job names it the same way. */
+static void job_key(const char *dir, char *out, size_t len) {
+  uint64_t h = 1469598103934665603ull;
+  for (const unsigned char *p = (const unsigned char *)dir; *p; p++) h = (h ^ *p) * 1099511628211ull;
+  snprintf(out, len, "%016llx", (unsigned long long)h);
+}
+
+/* Whole file (at most len-1 bytes, NUL-terminated); 0, or -1 when it cannot be opened or was
+ * modified before not_before (when given). */
+static int read_file_since(const char *path, char *buf, size_t len, const wd_trigger_watch *not_before) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  if (not_before && (fstat(fd, &st) != 0 || st.st_mtim.tv_sec < not_before->start_sec ||
+                     (st.st_mtim.tv_sec == not_before->start_sec &&
+                      st.st_mtim.tv_nsec < not_before->start_nsec))) {
+    close(fd);
     return -1;
   }
-  wd_trig_name t;
-  wd_file_sanitize(t.host, sizeof(t.host), host, "unknown");
-  t.pid = pid;
-  unsigned seq = atomic_fetch_add(&wd_trigger_seq, 1) + 1;
-  const char *data = json ? json : "{}";
-  return wd_file_write_new(dir, trigger_name, &t, seq, data, strlen(data), name_out, name_len);
-}
-
-static int is_trigger(const wd_trigger_watch *w, const char *name) {
-  size_t n = strlen(name);
-  size_t sfx = sizeof(WD_TRIGGER_SUFFIX) - 1;
-  if (n >= sizeof(w->seen[0]) || n <= sizeof(WD_TRIGGER_PREFIX) - 1 + sfx) return 0;
-  if (strncmp(name, WD_TRIGGER_PREFIX, sizeof(WD_TRIGGER_PREFIX) - 1) != 0) return 0;
-  if (strcmp(name + n - sfx, WD_TRIGGER_SUFFIX) != 0) return 0;
-  return strncmp(name, w->self_prefix, strlen(w->self_prefix)) != 0;
-}
-
-static int seen(const wd_trigger_watch *w, const char *name) {
-  unsigned n = w->nseen < WD_TRIGGER_SEEN ? w->nseen : WD_TRIGGER_SEEN;
-  for (unsigned i = 0; i < n; i++)
-    if (strcmp(w->seen[i], name) == 0) return 1;
-  return 0;
-}
-
-static void remember(wd_trigger_watch *w, const char *name) {
-  char *slot = w->seen[w->nseen % WD_TRIGGER_SEEN];
-  size_t n = strnlen(name, sizeof(w->seen[0]) - 1); /* is_trigger() admits shorter names only */
-  memcpy(slot, name, n);
-  slot[n] = 0;
-  w->nseen++;
-}
-
-/* Directory mtime, or -1 when it cannot be read. */
-static int dir_mtime(const char *dir, int64_t *sec, int64_t *nsec) {
-  struct stat st;
-  if (stat(dir, &st) != 0) return -1;
-  *sec = st.st_mtim.tv_sec;
-  *nsec = st.st_mtim.tv_nsec;
-  return 0;
-}
-
-/* First trigger in dir not answered yet (copied to name), 1; 0 when none. */
-/*
- * A directory whose mtime is this recent is scanned again on the next poll even when its mtime
- * did not move: on file systems with coarse timestamps a second trigger can land within the same
- * tick as the first.
- */
-#define WD_MTIME_SLACK_SEC 2
-
-static int scan(wd_trigger_watch *w, char *name, size_t len) {
-  DIR *d = opendir(w->dir);
-  if (!d) return 0;
-  int found = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL) {
-    if (!is_trigger(w, de->d_name) || seen(w, de->d_name)) continue;
-    /* A trigger older than the watch, or older than the newest one taken by more than the
-     * slack, is history (a previous incarnation of the job, or a burst already answered): never
-     * answer it, even once its name has left the ring of seen names. */
-    struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
-    if (st.st_mtim.tv_sec < w->floor_sec ||
-        (st.st_mtim.tv_sec == w->floor_sec && st.st_mtim.tv_nsec < w->floor_nsec))
-      continue; /* not remembered by name: that would push recent names out of the ring */
-    /* Triggers of the same burst (within the slack of the newest taken) are still returned:
-     * readdir order is not age order. */
-    if (st.st_mtim.tv_sec - WD_MTIME_SLACK_SEC > w->floor_sec) {
-      w->floor_sec = st.st_mtim.tv_sec - WD_MTIME_SLACK_SEC;
-      w->floor_nsec = st.st_mtim.tv_nsec;
-    }
-    snprintf(name, len, "%s", de->d_name);
-    found = 1;
-    break;
+  size_t n = 0;
+  while (buf && n + 1 < len) {
+    ssize_t r = read(fd, buf + n, len - 1 - n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    n += (size_t)r;
   }
-  closedir(d);
-  return found;
+  if (buf && len) buf[n] = '\0';
+  close(fd);
+  return 0;
 }
 
-void wd_trigger_watch_init(wd_trigger_watch *w, const char *dir, const char *host, int pid) {
-  memset(w, 0, sizeof(*w));
-  snprintf(w->dir, sizeof(w->dir), "%s", dir ? dir : "");
-  char h[64];
-  wd_file_sanitize(h, sizeof(h), host, "unknown");
-  snprintf(w->self_prefix, sizeof(w->self_prefix), WD_TRIGGER_PREFIX "%s-%d-", h, pid);
-  if (dir_mtime(w->dir, &w->mtime_sec, &w->mtime_nsec) != 0) {
-    w->mtime_sec = -1;
+static int read_file(const char *path, char *buf, size_t len) { return read_file_since(path, buf, len, NULL); }
+
+/* Creates path with data, atomically and only if it does not exist: the content goes to a
+ * private temporary first, then link() publishes it (EEXIST: someone else was first). */
+static int create_exclusive(const char *path, const char *data) {
+  char tmp[WD_PATH_MAX + 96];
+  const char *slash = strrchr(path, '/');
+  int dl = slash ? (int)(slash - path) : 0;
+  snprintf(tmp, sizeof tmp, "%.*s/.%s.%d.tmp", dl, path, slash ? slash + 1 : path, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  size_t len = strlen(data), off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, data + off, len - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+  int ok = off == len && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  int rc = ok ? link(tmp, path) : -1;
+  int err = ok ? errno : EIO;
+  unlink(tmp);
+  errno = err;
+  return rc;
+}
+
+/* Tell the node's other processes (best effort: they still see it on their own stall). */
+static void relay(wd_trigger_watch *w, unsigned k, const char *content) {
+  char path[WD_PATH_MAX + 96];
+  const char *data = content ? content : "{}";
+  if (!w->relay_dir[0] || relay_path(path, sizeof path, w, k) != 0) return;
+  if (create_exclusive(path, data) == 0) return;
+  if (errno == ENOENT && mkdir(w->relay_dir, 0700) == 0) {
+    create_exclusive(path, data);
     return;
   }
-  /* The directory's own mtime, not this host's clock: on a shared file system the server stamps
-   * both, so skew between nodes cannot hide a new trigger. */
-  w->floor_sec = w->mtime_sec;
-  w->floor_nsec = w->mtime_nsec;
-  DIR *d = opendir(w->dir);
-  if (!d) return;
-  struct dirent *de;
-  while ((de = readdir(d)) != NULL)
-    if (is_trigger(w, de->d_name) && !seen(w, de->d_name)) remember(w, de->d_name);
-  closedir(d);
+  /* A stale file of an earlier incarnation under this name: replace it. */
+  struct stat st;
+  if (errno == EEXIST && lstat(path, &st) == 0 &&
+      (st.st_mtim.tv_sec < w->start_sec ||
+       (st.st_mtim.tv_sec == w->start_sec && st.st_mtim.tv_nsec < w->start_nsec)) &&
+      unlink(path) == 0)
+    create_exclusive(path, data);
 }
 
-
-int wd_trigger_poll(wd_trigger_watch *w, char *name_out, size_t name_len, char *content,
-                    size_t content_len) {
-  if (!w || !w->dir[0]) return 0;
-  int64_t sec, nsec;
-  if (dir_mtime(w->dir, &sec, &nsec) != 0) return 0;
+void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char *relay_dir,
+                           int poller, uint64_t shared_every_ns) {
+  memset(w, 0, sizeof(*w));
+  snprintf(w->dir, sizeof w->dir, "%s/triggers", dump_dir ? dump_dir : "");
+  snprintf(w->relay_dir, sizeof w->relay_dir, "%s", relay_dir ? relay_dir : "");
+  job_key(dump_dir ? dump_dir : "", w->job, sizeof w->job);
+  w->poller = poller || !w->relay_dir[0];
+  /* Relay files live in node memory across jobs that reuse a dump directory: one written before
+   * this watch started belongs to an earlier incarnation, whatever its episode number. */
   struct timespec now;
-  clock_gettime(CLOCK_REALTIME, &now);
-  int changed = sec != w->mtime_sec || nsec != w->mtime_nsec;
-  int64_t age = (int64_t)now.tv_sec - sec; /* a server clock far ahead must not mean "always" */
-  int recent = age >= -WD_MTIME_SLACK_SEC && age <= WD_MTIME_SLACK_SEC;
-  if (!changed && !recent) return 0;
-  char name[256];
-  if (!scan(w, name, sizeof(name))) {
-    w->mtime_sec = sec;
-    w->mtime_nsec = nsec;
-    return 0;
+  clock_gettime(CLOCK_REALTIME_COARSE, &now); /* the clock file times come from */
+  w->start_sec = now.tv_sec - 1; /* one second of slack for a file system's coarser stamps */
+  w->start_nsec = now.tv_nsec;
+  w->shared_every_ns = shared_every_ns;
+  if (mkdir(w->dir, 0700) != 0 && errno != EEXIST) { /* posted to later; it may appear */
   }
-  /* Leave the stored mtime alone: the caller polls again for further triggers. */
-  remember(w, name);
-  if (name_out && name_len) snprintf(name_out, name_len, "%s", name);
-  if (content && content_len) {
-    size_t got = 0;
-    int dfd = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int fd = dfd >= 0 ? openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) : -1;
-    while (fd >= 0 && got + 1 < content_len) {
-      ssize_t r = read(fd, content + got, content_len - 1 - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) break;
-      got += (size_t)r;
+  /* Episodes of an earlier incarnation of the job are history: start after them. One stat per
+   * past episode, once. */
+  char path[WD_PATH_MAX + 64];
+  struct stat st;
+  unsigned k = 1;
+  while (k < WD_EPISODE_MAX && episode_path(path, sizeof path, w->dir, k) == 0 &&
+         stat(path, &st) == 0)
+    k++;
+  w->shared_checks += k;
+  w->next = k;
+}
+
+int wd_trigger_post(wd_trigger_watch *w, const char *json, char *name_out, size_t name_len,
+                    char *content, size_t content_len) {
+  char path[WD_PATH_MAX + 64];
+  if (episode_path(path, sizeof path, w->dir, w->next) != 0) return -1;
+  int rc = create_exclusive(path, json ? json : "{}");
+  if (rc != 0 && errno == ENOENT && mkdir(w->dir, 0700) == 0) rc = create_exclusive(path, json ? json : "{}");
+  w->shared_checks++;
+  int mine = rc == 0;
+  if (!mine && errno != EEXIST) return -1;
+  /* Someone else posted this episode first: the same episode, already dumped by us. */
+  if (!mine && content && content_len) read_file(path, content, content_len);
+  if (name_out && name_len) snprintf(name_out, name_len, "episode-%u.trigger", w->next);
+  relay(w, w->next, mine ? json : content);
+  w->next++;
+  return mine;
+}
+
+int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t name_len,
+                    char *content, size_t content_len) {
+  char path[WD_PATH_MAX + 96];
+  int found = 0;
+  if (w->relay_dir[0] && relay_path(path, sizeof path, w, w->next) == 0) {
+    w->node_checks++;
+    found = read_file_since(path, content, content_len, w) == 0;
+  }
+  if (!found && w->poller && now >= w->next_shared_ns) {
+    w->next_shared_ns = now + w->shared_every_ns;
+    if (episode_path(path, sizeof path, w->dir, w->next) == 0) {
+      w->shared_checks++;
+      found = read_file(path, content, content_len) == 0;
+      if (found) relay(w, w->next, content);
     }
-    content[got] = 0;
-    if (fd >= 0) close(fd);
-    if (dfd >= 0) close(dfd);
   }
+  if (!found) return 0;
+  if (name_out && name_len) snprintf(name_out, name_len, "episode-%u.trigger", w->next);
+  w->next++;
   return 1;
 }

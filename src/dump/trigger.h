@@ -1,4 +1,15 @@
-/* Trigger files: how one rank's stall makes every rank of the job dump. */
+/*
+ * Job-wide dumps without a trigger storm: one trigger per stall episode for the whole job, O(1)
+ * metadata operations per process (docs/architecture.md, "Trigger episodes").
+ *
+ * Episode k of a job is the file <dump dir>/triggers/episode-<k>.trigger, created with its full
+ * content by link() (fails with EEXIST when it exists: O_EXCL semantics), so only the first
+ * stalled rank posts it. A process watches only for the next episode it has not answered: one
+ * stat of one name, no directory listing. Only one process per node (the poller: LOCAL_RANK 0,
+ * or any process that has no node-local relay directory) stats the shared file system, at its
+ * own longer interval, and relays what it finds to the node-local relay directory (memory),
+ * where the node's other processes stat it every poll.
+ */
 #ifndef WD_TRIGGER_H
 #define WD_TRIGGER_H
 
@@ -7,29 +18,34 @@
 
 #include "base/config.h"
 
-/* Trigger files let one rank's stall make every rank dump. Posted as
- * <dir>/trigger-<host>-<pid>-<n>.trigger (written atomically, like a dump). */
-int wd_trigger_post(const char *dir, const char *host, int pid, const char *json, char *name_out,
-                    size_t name_len);
-
-#define WD_TRIGGER_SEEN 256
-
 typedef struct wd_trigger_watch {
-  char dir[WD_PATH_MAX];
-  char self_prefix[128]; /* "trigger-<host>-<pid>-": our own triggers are ignored */
-  int64_t mtime_sec, mtime_nsec;
-  int64_t floor_sec, floor_nsec; /* triggers older than this are history: the watch's start,
-                                    then the newest trigger taken minus a slack */
-  unsigned nseen;
-  char seen[WD_TRIGGER_SEEN][128]; /* ring of names already answered */
+  char dir[WD_PATH_MAX];       /* <dump dir>/triggers */
+  char relay_dir[WD_PATH_MAX]; /* node-local (ring directory), "" = none */
+  char job[20];                /* hash of the dump directory: names this job's relay files */
+  int poller;                  /* stats the shared directory */
+  uint64_t shared_every_ns, next_shared_ns;
+  unsigned next;               /* the next episode, the first not answered yet */
+  int64_t start_sec, start_nsec; /* when the watch started: older relay files are stale */
+  uint64_t shared_checks;      /* metadata operations on the shared file system */
+  uint64_t node_checks;        /* ... and on the node-local relay */
 } wd_trigger_watch;
 
-/* Start watching dir; triggers already present are treated as seen. */
-void wd_trigger_watch_init(wd_trigger_watch *w, const char *dir, const char *host, int pid);
-/* One cheap stat of the directory; when it changed, look for a trigger not seen yet. Returns 1
- * and its name (and its content, up to content_len-1 bytes, NUL-terminated) when one is found,
- * 0 otherwise. Each trigger is returned once; call again until it returns 0. */
-int wd_trigger_poll(wd_trigger_watch *w, char *name_out, size_t name_len, char *content,
-                    size_t content_len);
+/* Start watching: episodes already in the directory are history (never answered); the first
+ * missing one is the next. poller: this process polls the shared directory (else only the relay,
+ * when relay_dir is set). */
+void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char *relay_dir,
+                           int poller, uint64_t shared_every_ns);
+
+/* This process stalled: post episode w->next with json as its content. Returns 1 when this
+ * process posted it, 0 when another process had (its content copied to content), -1 on error.
+ * Either way the episode counts as answered (w->next moves on) and is relayed on this node. */
+int wd_trigger_post(wd_trigger_watch *w, const char *json, char *name_out, size_t name_len,
+                    char *content, size_t content_len);
+
+/* One check for episode w->next (relay every call; the shared directory when this process is
+ * the poller and its interval has passed). Returns 1 with the episode's name and content (up to
+ * content_len-1 bytes, NUL-terminated) when it exists (w->next moves on), else 0. */
+int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t name_len,
+                    char *content, size_t content_len);
 
 #endif

@@ -51,6 +51,8 @@ static struct {
   int episode; /* a stall episode is in progress: one dump per episode */
   unsigned nepisodes; /* stall episodes so far (metrics) */
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
+  uint64_t peer_dump_ns; /* when it last answered a job episode (peer dump): its own stall soon
+                            after is the same episode, already dumped */
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -129,9 +131,11 @@ static void wd_post_trigger(const wd_stall *st, uint32_t n, const char *dump_pat
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
   if (text == NULL) return;
-  char name[256];
-  if (wd_trigger_post(wd_wd.dir, wd_wd.host, (int)getpid(), text, name, sizeof(name)) != 0)
-    WD_WARN("could not post a trigger file in %s: %s", wd_wd.dir, strerror(errno));
+  char name[64], other[1024];
+  int rc = wd_trigger_post(&wd_wd.watch, text, name, sizeof(name), other, sizeof(other));
+  if (rc == 1) WD_INFO("posted %s: every process of the job dumps for this episode", name);
+  else if (rc == 0) WD_INFO("%s was posted by another process first: same episode, dumped once", name);
+  else WD_WARN("could not post a trigger in %s: %s", wd_wd.watch.dir, strerror(errno));
   free(text);
 }
 
@@ -170,6 +174,16 @@ static void wd_check_stalls(uint64_t now) {
   if (wd_wd.episode) return;
   wd_wd.episode = 1;
   wd_wd.nepisodes++;
+  /* This process answered the job's episode (a peer dump) moments ago: its own stall is part of
+   * the same episode, and the analyzer has its state already. One dump per process per episode. */
+  if (wd_wd.peer_dump_ns && now - wd_wd.peer_dump_ns < wd_wd.cfg->timeout_ns + wd_wd.watch.shared_every_ns) {
+    WD_WARN("stall on comm 0x%llx \"%s\" rank %d: %s seq %lld made no progress for %.1f s; "
+            "already dumped for the job's stall episode %.1f s ago, not dumping again",
+            (unsigned long long)stalls[0].comm_id, stalls[0].comm_name, stalls[0].rank,
+            wd_str(stalls[0].func), (long long)stalls[0].seq,
+            (double)stalls[0].since_progress_ns / 1e9, (double)(now - wd_wd.peer_dump_ns) / 1e9);
+    return;
+  }
   /* Most stalled first. */
   for (uint32_t i = 1; i < n; i++)
     for (uint32_t j = i; j > 0 && stalls[j].since_progress_ns > stalls[j - 1].since_progress_ns; j--) {
@@ -207,19 +221,20 @@ static void wd_check_signal(void) {
 /* In a large job many ranks stall at once and each posts a trigger: a process answers the
  * first and lets the others of the same burst go (one dump per process per episode is what the
  * analyzer needs), so 1,000 stalled ranks do not make every rank write 1,000 dumps. */
-static void wd_check_triggers(void) {
-  char name[256], content[8192];
-  for (int i = 0; i < 64 && wd_trigger_poll(&wd_wd.watch, name, sizeof(name), content, sizeof(content)) == 1; i++) {
-    uint64_t now = wd_now_ns();
-    if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_wd.cfg->timeout_ns) {
-      WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
-              (double)(now - wd_wd.last_dump_ns) / 1e9);
-      continue;
-    }
-    wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
-    char path[WD_PATH_MAX + 64];
-    if (wd_dump("peer", &extra, path, sizeof(path)) == 0)
-      WD_WARN("another process reported a stall (%s): dump %s", name, path);
+static void wd_check_triggers(uint64_t now) {
+  char name[64], content[8192];
+  if (wd_trigger_poll(&wd_wd.watch, now, name, sizeof(name), content, sizeof(content)) != 1) return;
+  if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_wd.cfg->timeout_ns) {
+    WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
+            (double)(now - wd_wd.last_dump_ns) / 1e9);
+    wd_wd.peer_dump_ns = now;
+    return;
+  }
+  wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
+  char path[WD_PATH_MAX + 64];
+  if (wd_dump("peer", &extra, path, sizeof(path)) == 0) {
+    wd_wd.peer_dump_ns = now;
+    WD_WARN("another process reported a stall (%s): dump %s", name, path);
   }
 }
 
@@ -303,7 +318,7 @@ static void *wd_main(void *arg) {
     now = wd_now_ns();
     if (now >= next) {
       next = now + poll_ns;
-      if (wd_wd.cfg->peer_dumps && wd_wd.dumps_ok) wd_check_triggers();
+      if (wd_wd.cfg->peer_dumps && wd_wd.dumps_ok) wd_check_triggers(now);
       wd_check_stalls(now);
     }
   }
@@ -325,8 +340,15 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_metrics_open(cfg, wd_wd.host, (int)getpid());
   wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
   if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");
-  if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps)
-    wd_trigger_watch_init(&wd_wd.watch, wd_wd.dir, wd_wd.host, (int)getpid());
+  wd_wd.peer_dump_ns = 0;
+  if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps) {
+    /* One process per node polls the shared directory (LOCAL_RANK 0, or every process when the
+     * launcher does not say); the others read the node-local relay in the ring directory. */
+    const char *lr = getenv("LOCAL_RANK");
+    int poller = !lr || !*lr || atoi(lr) == 0;
+    uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;
+    wd_trigger_watch_init(&wd_wd.watch, wd_wd.dir, cfg->ring_dir, poller, every);
+  }
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wd_wd.wake_fd < 0) {
     WD_WARN("eventfd failed: %s", strerror(errno));

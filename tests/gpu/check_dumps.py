@@ -42,10 +42,10 @@ class Checker:
     # ---- loading and checks every dump must pass
     def load(self):
         names = sorted(os.listdir(self.dump_dir)) if os.path.isdir(self.dump_dir) else []
+        tdir = os.path.join(self.dump_dir, "triggers")  # one episode-<k>.trigger per stall episode
+        if os.path.isdir(tdir):
+            self.triggers = sorted(n for n in os.listdir(tdir) if n.endswith(".trigger"))
         for name in names:
-            if name.startswith("trigger-") and name.endswith(".trigger"):
-                self.triggers.append(name)
-                continue
             m = DUMP_RE.match(name)
             if not m or name.startswith("."):
                 continue

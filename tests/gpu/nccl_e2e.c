@@ -1093,10 +1093,15 @@ static void l_census(launcher *l) {
   memset(l->first_dump_ns, 0, sizeof(l->first_dump_ns));
   l->foreign_dumps = l->trigger_files = 0;
   if (!d) return;
+  char tdir[sizeof(l->dumps) + 16];
+  snprintf(tdir, sizeof tdir, "%s/triggers", l->dumps); /* episode-<k>.trigger, one per episode */
+  DIR *td = opendir(tdir);
+  struct dirent *te;
+  while (td && (te = readdir(td)) != NULL) l->trigger_files += strstr(te->d_name, ".trigger") != NULL && te->d_name[0] != '.';
+  if (td) closedir(td);
   while ((e = readdir(d)) != NULL) {
     long pid;
     int reason;
-    if (strncmp(e->d_name, "trigger-", 8) == 0) l->trigger_files++;
     if (parse_dump_name(e->d_name, &pid, &reason) != 0) continue;
     int r = rank_of_pid(l, pid);
     if (r < 0) {

@@ -144,7 +144,7 @@ int main(void) {
             wdh_list_dumps(dir, "stall", NULL, 0));
   WDH_CHECK(wdh_list_dumps(dir, "peer", NULL, 0) == 0, "a peer dump for our own trigger");
   char cmd[4200];
-  snprintf(cmd, sizeof(cmd), "ls %s | grep -q '^trigger-.*\\.trigger$'", dir);
+  snprintf(cmd, sizeof(cmd), "ls %s/triggers | grep -q '^episode-1\\.trigger$'", dir);
   WDH_CHECK(system(cmd) == 0, "no trigger file in %s", dir);
 
   /* Progress resumes: the op completes, traffic goes on, no new dump. */

@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
     for (int r = 0; r < NPROC; r++)
       if (pids[r] == pid) from[r]++;
     const char *file = wdh_jstr(j, "trigger.file");
-    WDH_CHECK(file && !strncmp(file, "trigger-", 8), "trigger.file %s", file ? file : "(none)");
+    WDH_CHECK(file && !strcmp(file, "episode-1.trigger"), "trigger.file %s", file ? file : "(none)");
     WDH_CHECK(wdh_jnum(j, "trigger.origin.pid", -1) == pids[HANG_RANK], "origin pid %g",
               wdh_jnum(j, "trigger.origin.pid", -1));
     WDH_CHECK(wdh_jnum(j, "trigger.origin.stalls.0.seq", -1) == 10, "origin stall seq %g",
@@ -136,7 +136,6 @@ int main(int argc, char **argv) {
   struct dirent *e;
   while (d && (e = readdir(d)) != NULL) {
     size_t len = strlen(e->d_name);
-    if (len > 8 && !strcmp(e->d_name + len - 8, ".trigger")) ntrig++;
     if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -145,7 +144,13 @@ int main(int argc, char **argv) {
   }
   if (d) closedir(d);
   WDH_CHECK(njson == NPROC, "%d *.json files, expected the %d dumps", njson, NPROC);
-  WDH_CHECK(ntrig >= 1, "no *.trigger file");
+  /* One trigger for the episode, in its own directory. */
+  char tdir[1024];
+  snprintf(tdir, sizeof tdir, "%s/triggers", dir);
+  d = opendir(tdir);
+  while (d && (e = readdir(d)) != NULL) ntrig += e->d_name[0] != '.';
+  if (d) closedir(d);
+  WDH_CHECK(ntrig == 1, "%d trigger files, expected 1 (episode-1.trigger)", ntrig);
 
   return wdh_scenario_end("scenario_trigger", dir);
 }

@@ -10,6 +10,7 @@ import ctypes
 import glob
 import json
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -105,9 +106,7 @@ def main():
                 ok_busy += 1
         if os.getpid() not in by_tid:
             fail("%s: the main thread is not matched" % path)
-    for f in glob.glob(os.path.join(dumps, "*")):
-        os.unlink(f)
-    os.rmdir(dumps)
+    shutil.rmtree(dumps)
     print("PASS: %d snapshots of a busy Python process, both threads' stacks in every one "
           "(blocked %d, busy %d)" % (rounds, ok_blocked, ok_busy))
     return 0

@@ -240,118 +240,96 @@ static void test_dir_resolution(void) {
   CU_ASSERT_EQUAL(chdir(cwd), 0);
 }
 
+/* Trigger episodes (trigger.h): history is never answered, one episode per job however many
+ * ranks post it, found with one stat of one name, relayed on the node. */
 static void test_triggers(void) {
-  char dir[PATH_MAX + 16], name[256], content[256], pre[PATH_MAX * 2];
-  pathf(dir, sizeof(dir), "%s/trig", g_tmp);
-  CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
-  /* Present before the watch starts: never answered. */
-  CU_ASSERT_EQUAL(wd_trigger_post(dir, "old", 5, "{\"old\":1}", name, sizeof(name)), 0);
-  pathf(pre, sizeof(pre), "%s", name);
-  /* Unrelated files are ignored too. */
-  pathf(content, sizeof(content), "%s/node-1-0001-stall.json", dir);
-  FILE *f = fopen(content, "w");
-  fclose(f);
-
-  wd_trigger_watch w;
-  wd_trigger_watch_init(&w, dir, "me", 100);
-  CU_ASSERT_STRING_EQUAL(w.self_prefix, "trigger-me-100-");
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), content, sizeof(content)), 0);
-
-  /* Our own trigger is ignored. */
-  CU_ASSERT_EQUAL(wd_trigger_post(dir, "me", 100, "{\"mine\":1}", name, sizeof(name)), 0);
-  CU_ASSERT(strncmp(name, "trigger-me-100-", 15) == 0);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), content, sizeof(content)), 0);
-
-  /* Another process's trigger is returned once, with its content. */
-  char posted[256];
-  CU_ASSERT_EQUAL(wd_trigger_post(dir, "peer", 200, "{\"host\":\"peer\"}", posted, sizeof(posted)), 0);
-  CU_ASSERT(strncmp(posted, "trigger-peer-200-", 17) == 0);
-  struct stat st;
-  pathf(pre, sizeof(pre), "%s/%s", dir, posted);
-  CU_ASSERT_EQUAL(stat(pre, &st), 0);
-  CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
-  memset(name, 0, sizeof(name));
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), content, sizeof(content)), 1);
-  CU_ASSERT_STRING_EQUAL(name, posted);
-  CU_ASSERT_STRING_EQUAL(content, "{\"host\":\"peer\"}");
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), content, sizeof(content)), 0);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), content, sizeof(content)), 0);
-
-  /* Two at once: one per call. Content is cut to the buffer. */
-  char a[256], b[256];
-  CU_ASSERT_EQUAL(wd_trigger_post(dir, "peer", 201, "{\"n\":1}", a, sizeof(a)), 0);
-  CU_ASSERT_EQUAL(wd_trigger_post(dir, "other", 202, "{\"n\":2}", b, sizeof(b)), 0);
-  char n1[256], n2[256], small[4];
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, n1, sizeof(n1), small, sizeof(small)), 1);
-  CU_ASSERT_EQUAL(strlen(small), 3);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, n2, sizeof(n2), NULL, 0), 1);
-  CU_ASSERT(strcmp(n1, n2) != 0);
-  CU_ASSERT((!strcmp(n1, a) && !strcmp(n2, b)) || (!strcmp(n1, b) && !strcmp(n2, a)));
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, n1, sizeof(n1), NULL, 0), 0);
-
-  /* A second watcher (another rank) started now ignores all of them. */
-  wd_trigger_watch w2;
-  wd_trigger_watch_init(&w2, dir, "late", 300);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w2, n1, sizeof(n1), NULL, 0), 0);
-  /* A missing directory is not an error. */
-  pathf(pre, sizeof(pre), "%s/none", g_tmp);
-  wd_trigger_watch w3;
-  wd_trigger_watch_init(&w3, pre, "x", 1);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w3, n1, sizeof(n1), NULL, 0), 0);
-}
-
-/* When the directory mtime did not move and is old, poll does not read the directory. */
-static void test_trigger_cheap_poll(void) {
-  char dir[PATH_MAX + 16], name[256];
-  pathf(dir, sizeof(dir), "%s/trig2", g_tmp);
-  CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
-  wd_trigger_watch w;
-  wd_trigger_watch_init(&w, dir, "me", 1);
-  /* Place a trigger, then set the directory mtime back to what the watch stored: a poll that
-   * only stats sees no change and must not find it. */
-  char path[PATH_MAX * 2];
-  pathf(path, sizeof(path), "%s/trigger-x-9-1.trigger", dir);
-  FILE *f = fopen(path, "w");
-  fclose(f);
-  struct timespec ts[2] = {{100000, 0}, {100000, 0}};
-  CU_ASSERT_EQUAL(utimensat(AT_FDCWD, dir, ts, 0), 0);
-  w.mtime_sec = 100000;
-  w.mtime_nsec = 0;
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 0);
-  /* Once the directory changes, it is found. */
-  struct timespec ts2[2] = {{200000, 0}, {200000, 0}};
-  CU_ASSERT_EQUAL(utimensat(AT_FDCWD, dir, ts2, 0), 0);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 1);
-  CU_ASSERT_STRING_EQUAL(name, "trigger-x-9-1.trigger");
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 0);
-  CU_ASSERT_EQUAL(w.mtime_sec, 200000);
-}
-
-/* Triggers of an earlier incarnation of the job (more of them than the watch remembers by name)
- * are never answered; a new one still is. */
-static void test_trigger_history(void) {
-  char dir[PATH_MAX + 16], name[256], path[PATH_MAX * 2];
-  pathf(dir, sizeof(dir), "%s/trig3", g_tmp);
-  CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0700), 0);
-  struct timespec old[2] = {{1000000, 0}, {1000000, 0}};
-  for (int i = 0; i < WD_TRIGGER_SEEN + 64; i++) {
-    pathf(path, sizeof(path), "%s/trigger-old-%d-1.trigger", dir, 1000 + i);
+  char dump[PATH_MAX + 16], relay[PATH_MAX + 16], name[64], content[256], path[PATH_MAX * 2];
+  pathf(dump, sizeof(dump), "%s/trig", g_tmp);
+  pathf(relay, sizeof(relay), "%s/trig-relay", g_tmp);
+  CU_ASSERT_EQUAL_FATAL(mkdir(dump, 0700), 0);
+  /* An earlier incarnation of the job left episodes 1 and 2. */
+  pathf(path, sizeof(path), "%s/triggers", dump);
+  CU_ASSERT_EQUAL_FATAL(mkdir(path, 0700), 0);
+  for (int k = 1; k <= 2; k++) {
+    pathf(path, sizeof(path), "%s/triggers/episode-%d.trigger", dump, k);
     FILE *f = fopen(path, "w");
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     fclose(f);
-    CU_ASSERT_EQUAL(utimensat(AT_FDCWD, path, old, 0), 0);
   }
-  wd_trigger_watch w;
-  wd_trigger_watch_init(&w, dir, "me", 7);
-  int answered = 0;
-  for (int i = 0; i < WD_TRIGGER_SEEN + 64; i++)
-    answered += wd_trigger_poll(&w, name, sizeof(name), NULL, 0);
-  CU_ASSERT_EQUAL(answered, 0);
-  char posted[256];
-  CU_ASSERT_EQUAL(wd_trigger_post(dir, "peer", 8, "{}", posted, sizeof(posted)), 0);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 1);
-  CU_ASSERT_STRING_EQUAL(name, posted);
-  CU_ASSERT_EQUAL(wd_trigger_poll(&w, name, sizeof(name), NULL, 0), 0);
+  wd_trigger_watch a, b;
+  wd_trigger_watch_init(&a, dump, "", 1, 0);
+  wd_trigger_watch_init(&b, dump, "", 1, 0);
+  CU_ASSERT_EQUAL(a.next, 3);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&a, 1, name, sizeof(name), content, sizeof(content)), 0);
+
+  /* b stalls: it posts episode 3; a finds it once, with its content. */
+  CU_ASSERT_EQUAL(wd_trigger_post(&b, "{\"host\":\"b\"}", name, sizeof(name), NULL, 0), 1);
+  CU_ASSERT_STRING_EQUAL(name, "episode-3.trigger");
+  struct stat st;
+  pathf(path, sizeof(path), "%s/triggers/episode-3.trigger", dump);
+  CU_ASSERT_EQUAL(stat(path, &st), 0);
+  CU_ASSERT_EQUAL(st.st_mode & 0777, 0600);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&a, 2, name, sizeof(name), content, sizeof(content)), 1);
+  CU_ASSERT_STRING_EQUAL(name, "episode-3.trigger");
+  CU_ASSERT_STRING_EQUAL(content, "{\"host\":\"b\"}");
+  CU_ASSERT_EQUAL(wd_trigger_poll(&a, 3, name, sizeof(name), content, sizeof(content)), 0);
+
+  /* Both stall at once: one episode; the second poster gets the first one's content. */
+  CU_ASSERT_EQUAL(wd_trigger_post(&a, "{\"n\":1}", name, sizeof(name), NULL, 0), 1);
+  char small[4];
+  CU_ASSERT_EQUAL(wd_trigger_post(&b, "{\"n\":2}", name, sizeof(name), small, sizeof(small)), 0);
+  CU_ASSERT_STRING_EQUAL(small, "{\"n");
+  CU_ASSERT_STRING_EQUAL(name, "episode-4.trigger");
+  CU_ASSERT_EQUAL(a.next, 5);
+  CU_ASSERT_EQUAL(b.next, 5);
+  /* Nothing else was written in the triggers directory (no temporaries left). */
+  int nfiles = 0;
+  pathf(path, sizeof(path), "%s/triggers", dump);
+  DIR *d = opendir(path);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) nfiles += e->d_name[0] != '.' || strlen(e->d_name) > 2;
+  if (d) closedir(d);
+  CU_ASSERT_EQUAL(nfiles, 4);
+
+  /* A node: its poller relays, the other process reads only node-local memory. */
+  wd_trigger_watch p, o;
+  wd_trigger_watch_init(&p, dump, relay, 1, 1000);
+  wd_trigger_watch_init(&o, dump, relay, 0, 1000);
+  uint64_t o_shared = o.shared_checks;
+  CU_ASSERT_EQUAL(wd_trigger_post(&b, "{\"k\":5}", name, sizeof(name), NULL, 0), 1);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&o, 10, name, sizeof(name), content, sizeof(content)), 0);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&p, 10, name, sizeof(name), content, sizeof(content)), 1);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&o, 20, name, sizeof(name), content, sizeof(content)), 1);
+  CU_ASSERT_STRING_EQUAL(content, "{\"k\":5}");
+  CU_ASSERT_EQUAL(o.shared_checks, o_shared); /* never the shared file system after its start */
+  CU_ASSERT(o.node_checks >= 2);
+  /* The poller checks the shared directory at its own interval only. */
+  uint64_t before = p.shared_checks;
+  CU_ASSERT_EQUAL(wd_trigger_poll(&p, 11, name, sizeof(name), content, sizeof(content)), 0);
+  CU_ASSERT_EQUAL(p.shared_checks, before);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&p, 1010, name, sizeof(name), content, sizeof(content)), 0);
+  CU_ASSERT_EQUAL(p.shared_checks, before + 1);
+
+  /* A relay file left in node memory by an earlier job with this dump directory is stale: never
+   * answered, and replaced when the episode comes. */
+  pathf(path, sizeof(path), "%s/trigger-%s-%u.trigger", relay, o.job, o.next);
+  FILE *stale = fopen(path, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(stale);
+  fputs("{\"stale\":1}", stale);
+  fclose(stale);
+  struct timespec old[2] = {{1000000, 0}, {1000000, 0}};
+  CU_ASSERT_EQUAL(utimensat(AT_FDCWD, path, old, 0), 0);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&o, 30, name, sizeof(name), content, sizeof(content)), 0);
+  CU_ASSERT_EQUAL(wd_trigger_post(&b, "{\"k\":6}", name, sizeof(name), NULL, 0), 1);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&p, 5000, name, sizeof(name), content, sizeof(content)), 1);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&o, 40, name, sizeof(name), content, sizeof(content)), 1);
+  CU_ASSERT_STRING_EQUAL(content, "{\"k\":6}");
+
+  /* A missing dump directory is not an error. */
+  pathf(path, sizeof(path), "%s/none", g_tmp);
+  wd_trigger_watch w3;
+  wd_trigger_watch_init(&w3, path, "", 1, 0);
+  CU_ASSERT_EQUAL(wd_trigger_poll(&w3, 1, name, sizeof(name), NULL, 0), 0);
 }
 
 /* File systems without RENAME_NOREPLACE (NFS, older kernels): link() + unlink() must give the same
@@ -415,9 +393,7 @@ int main(void) {
   CU_add_test(s, "8 MB write is complete", test_large_write);
   CU_add_test(s, "link() fallback without renameat2", test_link_fallback);
   CU_add_test(s, "directory resolution and fallback", test_dir_resolution);
-  CU_add_test(s, "trigger history is never answered", test_trigger_history);
-  CU_add_test(s, "trigger files", test_triggers);
-  CU_add_test(s, "trigger poll only stats an unchanged directory", test_trigger_cheap_poll);
+  CU_add_test(s, "trigger episodes", test_triggers);
   CU_add_test(s, "host name", test_hostname);
   return wd_test_run();
 }

@@ -53,9 +53,25 @@ static double threshold(const wd_az_set *set, const wd_az_opts *o, const wd_az_c
 /* Stuck: the watchdog said so, or it reached the GPU/network and made no progress for the
  * timeout (snapshots taken by signal before the watchdog fired). Not-reached operations wait
  * for the GPU and are not stuck by themselves. */
-static int op_stuck(const wd_az_op *op, double thr) {
+static double g_first_stall_ms; /* wall time of the job's first stall dump, 0 when none */
+
+static int op_stuck_thr(const wd_az_op *op, double thr) {
   if (is(op->status, "stalled")) return 1;
   return (is(op->status, "reached") || is(op->status, "gpu_done")) && op->since_ms >= thr;
+}
+
+/* A process answers the job's stall episode with one dump (a peer dump, not its own stall dump:
+ * docs/architecture.md, "Trigger episodes"), usually before its own timeout ran out. Its
+ * operation still counts as stuck when it had stopped progressing before the watchdog of any
+ * process fired (and for a tenth of the timeout at least): it waits on the same hang. */
+static int op_stuck_in(const wd_az_set *set, const wd_az_opts *o, const wd_az_crank *cr,
+                       const wd_az_op *op) {
+  double thr = threshold(set, o, cr);
+  if (op_stuck_thr(op, thr)) return 1;
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  if (g_first_stall_ms <= 0 || is(d->reason, "stall") || op->since_ms < thr / 10) return 0;
+  if (!is(op->status, "reached") && !is(op->status, "gpu_done")) return 0;
+  return (double)d->wall_ns / 1e6 - op->since_ms <= g_first_stall_ms;
 }
 
 /* ---- text helpers ---- */
@@ -399,11 +415,10 @@ static int pick_stuck(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) 
   int nkeys = 0;
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
-    double thr = threshold(set, o, cr);
     c->ninflight += cr->nops > 0;
     for (int k = 0; k < cr->nops; k++)
       if (is_coll(&cr->ops[k]) && cr->ops[k].seq >= 0)
-        count_key(keys, &nkeys, &cr->ops[k], op_stuck(&cr->ops[k], thr));
+        count_key(keys, &nkeys, &cr->ops[k], op_stuck_in(set, o, cr, &cr->ops[k]));
   }
   const key *best = NULL;
   for (int i = 0; i < nkeys; i++) {
@@ -425,7 +440,7 @@ static void collect_waiting(const wd_az_set *set, const wd_az_opts *o, wd_az_com
     const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
     if (!op) continue;
     c->waiting[c->nwaiting++] = cr->rank;
-    if (op_stuck(op, threshold(set, o, cr)) && op->since_ms > c->stalled_ms)
+    if (op_stuck_in(set, o, cr, op) && op->since_ms > c->stalled_ms)
       c->stalled_ms = op->since_ms;
   }
 }
@@ -543,12 +558,12 @@ static int dead_link_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm
   for (int i = 0; i < c->nwaiting; i++) {
     const wd_az_crank *a = c->by_rank[c->waiting[i]];
     const wd_az_op *oa = find_op(a, c->stuck_func, c->stuck_seq);
-    if (!op_stuck(oa, threshold(set, o, a)) || !oa->wait.valid) continue;
+    if (!op_stuck_in(set, o, a, oa) || !oa->wait.valid) continue;
     int p = oa->wait.peer;
     if (p <= a->rank || p >= c->nranks || !c->by_rank[p]) continue;
     const wd_az_crank *b = c->by_rank[p];
     const wd_az_op *ob = find_op(b, c->stuck_func, c->stuck_seq);
-    if (!ob || !op_stuck(ob, threshold(set, o, b)) || !link_pair(oa, a->rank, ob, b->rank))
+    if (!ob || !op_stuck_in(set, o, b, ob) || !link_pair(oa, a->rank, ob, b->rank))
       continue;
     double ta = stall_start_ms(set, a, oa), tb = stall_start_ms(set, b, ob);
     double late = ta > tb ? ta : tb;
@@ -557,7 +572,7 @@ static int dead_link_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm
       const wd_az_crank *x = c->by_rank[c->waiting[k]];
       if (x == a || x == b) continue;
       const wd_az_op *ox = find_op(x, c->stuck_func, c->stuck_seq);
-      if (op_stuck(ox, threshold(set, o, x)) && stall_start_ms(set, x, ox) - late < STANDOUT_MS &&
+      if (op_stuck_in(set, o, x, ox) && stall_start_ms(set, x, ox) - late < STANDOUT_MS &&
           !(net_wait_on(ox, a->rank) || net_wait_on(ox, b->rank)))
         clear = 0;
     }
@@ -580,7 +595,7 @@ static void network_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm 
   for (int i = 0; i < c->nwaiting; i++) {
     const wd_az_crank *cr = c->by_rank[c->waiting[i]];
     const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
-    if (!op_stuck(op, threshold(set, o, cr))) continue;
+    if (!op_stuck_in(set, o, cr, op)) continue;
     double t = stall_start_ms(set, cr, op);
     if (n == 0 || t < t1) {
       t2 = t1;
@@ -623,7 +638,7 @@ static const wd_az_op *stuck_p2p(const wd_az_set *set, const wd_az_opts *o,
                                  const wd_az_crank *cr) {
   for (int i = 0; i < cr->nops; i++) {
     const wd_az_op *op = &cr->ops[i];
-    if ((!is_coll(op) || op->seq < 0) && op_stuck(op, threshold(set, o, cr))) return op;
+    if ((!is_coll(op) || op->seq < 0) && op_stuck_in(set, o, cr, op)) return op;
   }
   return NULL;
 }
@@ -685,7 +700,7 @@ static int p2p_links(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
     if (p <= a->rank || p >= c->nranks || !c->by_rank[p]) continue;
     const wd_az_crank *b = c->by_rank[p];
     const wd_az_op *ob = p2p_partner(b, oa, a->rank);
-    if (!ob || !op_stuck(ob, threshold(set, o, b)) || !link_pair(oa, a->rank, ob, b->rank))
+    if (!ob || !op_stuck_in(set, o, b, ob) || !link_pair(oa, a->rank, ob, b->rank))
       continue;
     link_suspect(set, c, a, oa, b, ob);
     link_suspect(set, c, b, ob, a, oa);
@@ -1072,6 +1087,13 @@ int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) 
   res->set = set;
   res->ndumps_read = set->ndumps;
   for (size_t i = 0; i < set->ndumps; i++) res->ndumps_kept += set->dumps[i].kept;
+  g_first_stall_ms = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    double t = (double)d->wall_ns / 1e6;
+    if (d->kept && is(d->reason, "stall") && (g_first_stall_ms <= 0 || t < g_first_stall_ms))
+      g_first_stall_ms = t;
+  }
   size_t n;
   size_t *idx = sorted_kept(set, &n);
   if (!idx) return -1;
