@@ -513,6 +513,14 @@ static int put_trigger(cJSON *root, const wd_dump_input *in) {
     if (add_hex(t, "commId", in->abort_comm_id) || add_num(t, "inflight", in->abort_inflight))
       return -1;
   }
+  if (in->trig_on) {
+    /* The cost of the trigger protocol so far, for scale tests and for on-call's doubts. */
+    cJSON *w = cJSON_AddObjectToObject(t, "watch");
+    if (!w || add_num(w, "nextEpisode", in->trig_next) ||
+        !cJSON_AddBoolToObject(w, "poller", in->trig_poller) ||
+        add_num(w, "sharedChecks", (double)in->trig_shared) || add_num(w, "nodeChecks", (double)in->trig_node))
+      return -1;
+  }
   if (in->peer_trigger || !strcmp(reason, "peer")) {
     if (add_str(t, "file", in->peer_trigger ? in->peer_trigger : "")) return -1;
     cJSON *origin = in->peer_trigger_json ? cJSON_Parse(in->peer_trigger_json) : NULL;

@@ -89,6 +89,10 @@ typedef struct wd_dump_input {
   const char *peer_trigger_json; /* its content (may be NULL) */
   uint64_t abort_comm_id;        /* reason "abort": the communicator finalized with ops in flight */
   uint32_t abort_inflight;       /* how many of its operations were in flight */
+  /* the job's trigger episodes as this process sees them (NULL: peer dumps off) */
+  unsigned trig_next;            /* next episode it watches for */
+  int trig_on, trig_poller;
+  uint64_t trig_shared, trig_node; /* metadata operations: shared file system, node memory */
   /* data */
   uint32_t ncomms;
   wd_comm_snap *comms;

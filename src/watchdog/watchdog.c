@@ -86,6 +86,13 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
     goto out;
   }
   in.dump_seq = ++wd_wd.ndumps;
+  if (wd_wd.cfg->peer_dumps) {
+    in.trig_on = 1;
+    in.trig_next = wd_wd.watch.next;
+    in.trig_poller = wd_wd.watch.poller;
+    in.trig_shared = wd_wd.watch.shared_checks;
+    in.trig_node = wd_wd.watch.node_checks;
+  }
   if (extra) {
     in.nstalls = extra->nstalls;
     in.stalls = extra->stalls;
