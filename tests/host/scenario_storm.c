@@ -45,6 +45,11 @@ static void rank_main(int r, int fd) {
   wdh_run_ops(&c, NULL, &cfg, 3);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
+  /* A job's ranks start together and hang long after: wait for every rank to be up (starting
+   * 1,000 processes here takes longer than the test's timeout). */
+  char go[1100];
+  snprintf(go, sizeof go, "%s/go", g_base);
+  while (access(go, F_OK) != 0) wdh_sleep_ms(20);
   if (r != 0) { /* AllReduce seq 3: waits for rank 0's data forever */
     cfg.hang_channel = 0;
     wdh_op op;
@@ -105,6 +110,10 @@ int main(void) {
   int ready = wdh_fork_ranks(g_n, rank_main, pids);
   uint64_t t_ready = wdh_now_ns();
   WDH_CHECK(ready == g_n, "%d of %d ranks ready", ready, g_n);
+  char go[1100];
+  snprintf(go, sizeof go, "%s/go", g_base);
+  FILE *gf = fopen(go, "w");
+  if (gf) fclose(gf);
   /* Every process dumps once: timeout 2 s, the trigger within 500 ms + a poll. */
   int got = wdh_wait_dumps(dir, NULL, g_n, 60000);
   uint64_t t_all = wdh_now_ns();
