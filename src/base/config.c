@@ -314,7 +314,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -345,6 +345,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_METRICS] = "NCCL_WATCHDOG_METRICS",
     [K_METRICS_DIR] = "NCCL_WATCHDOG_METRICS_DIR",
     [K_TRIGGER_POLL] = "NCCL_WATCHDOG_TRIGGER_POLL",
+    [K_PEER_RECORDS] = "NCCL_WATCHDOG_PEER_RECORDS",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -383,6 +384,7 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->term_dump = 1;
   cfg->python = 1;
   cfg->metrics_ns = 10 * WD_NS_PER_S;
+  cfg->peer_records = 512;
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room
@@ -463,6 +465,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_METRICS] = "0 (off), 10s, 1m",
     [K_METRICS_DIR] = "a directory",
     [K_TRIGGER_POLL] = "0 (5 polls), 5s, 30s",
+    [K_PEER_RECORDS] = "an integer, 0 = whole rings",
 };
 
 /* The value a key has now, as the "using ..." part of a warning. */
@@ -502,6 +505,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_KEEP_RINGS: snprintf(buf, len, "%d", cfg->keep_rings); break;
   case K_TERM_DUMP: snprintf(buf, len, "%d", cfg->term_dump); break;
   case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
+  case K_PEER_RECORDS: snprintf(buf, len, "%u", cfg->peer_records); break;
   case K_TRIGGER_POLL:
     if (cfg->trigger_poll_ns == 0) snprintf(buf, len, "0 (5 polls)");
     else wd_fmt_duration(cfg->trigger_poll_ns, buf, len);
@@ -722,6 +726,10 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
     case K_MAX_EVENTS:
       why = wd_check_uint(val, WD_MAX_EVENTS_MIN, WD_MAX_EVENTS_MAX, NULL, &u, reason, sizeof reason);
       if (!why) cfg->max_events = (uint32_t)u;
+      break;
+    case K_PEER_RECORDS:
+      why = wd_check_uint(val, 0, 1u << 20, NULL, &u, reason, sizeof reason);
+      if (!why) cfg->peer_records = (uint32_t)u;
       break;
     case K_MAX_DUMPS:
       why = wd_check_uint(val, WD_MAX_DUMPS_MIN, WD_MAX_DUMPS_MAX, NULL, &u, reason, sizeof reason);
@@ -965,7 +973,7 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
            " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s"
-           " trigger_poll=%s",
+           " trigger_poll=%s peer_records=%u",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
@@ -973,5 +981,5 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
            cfg->hostname[0] ? cfg->hostname : "(system)", cfg->compress ? "gzip" : "off", metrics,
-           cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig);
+           cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records);
 }

@@ -585,6 +585,7 @@ static int put_config(cJSON *root, const wd_config *cfg_in, const wd_dump_input 
       add_bool(o, "backtrace", cfg->backtrace) ||
       add_bool(o, "backtraceInterruptAll", cfg->backtrace == WD_BACKTRACE_ALL) || add_ms(o, "backtraceWaitMs", cfg->bt_wait_ns) ||
       add_bool(o, "peerDumps", cfg->peer_dumps) || add_num(o, "maxDumps", cfg->max_dumps) ||
+      add_num(o, "peerRecords", cfg->peer_records) ||
       add_bool(o, "gpuEvents", cfg->gpu_events) || put_blind_spots(o, cfg, in))
     return -1;
   return 0;

@@ -13,13 +13,19 @@
 #include "stacks/python.h"
 #include "watchdog/stall.h"
 
-static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out) {
+/* keep > 0: only the newest keep records (a summary); the others count as lost. */
+static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out, uint32_t keep) {
   memset(out, 0, sizeof(*out));
   out->capacity = wd_ring_capacity(r);
   out->recs = malloc(sizeof(wd_record) * out->capacity);
   if (out->recs == NULL) return -1;
   out->written = atomic_load_explicit(&r->head, memory_order_acquire);
   out->n = wd_ring_snapshot(r, out->recs, out->capacity, &out->torn, &out->lost);
+  if (keep && out->n > keep) {
+    memmove(out->recs, out->recs + (out->n - keep), sizeof(wd_record) * keep);
+    out->lost += out->n - keep;
+    out->n = keep;
+  }
   return 0;
 }
 
@@ -53,7 +59,8 @@ static uint32_t wd_collect_seqs(const _Atomic int64_t *enq, const _Atomic int64_
   return n;
 }
 
-static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now, wd_comm_snap *c) {
+static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now, uint32_t keep,
+                            wd_comm_snap *c) {
   memset(c, 0, sizeof(*c));
   c->comm_id = ctx->comm_id;
   memcpy(c->name, ctx->name, sizeof(c->name));
@@ -75,8 +82,8 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
   c->p2p_completed = atomic_load(&ctx->p2p_done);
   const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};
   wd_collect_events(pools, WD_CTX_NPOOLS, ctx, cfg, now, &c->events, &c->nevents);
-  wd_collect_ring(&ctx->ring, &c->ring);
-  wd_collect_ring(&ctx->proxy_ring, &c->proxy_ring);
+  wd_collect_ring(&ctx->ring, &c->ring, keep);
+  wd_collect_ring(&ctx->proxy_ring, &c->proxy_ring, keep);
   /* The newest record is the communicator's last sign of life (no shared per-callback stamp:
    * it would bounce one cache line between the application and proxy threads). */
   if (c->ring.n) c->last_progress_ns = c->ring.recs[c->ring.n - 1].ts_ns;
@@ -110,13 +117,16 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
   if (in->comms) {
     /* Oldest communicator first (the list is newest first). */
     uint32_t k = (uint32_t)wd_store.nctx;
+    /* A peer dump comes from a process that did not stall itself: a summary (the newest records
+     * of each ring) is what a 100,000-rank round can afford; stall dumps and snapshots are whole. */
+    uint32_t keep = reason && !strcmp(reason, "peer") ? cfg->peer_records : 0;
     for (wd_context *ctx = wd_store.contexts; ctx && k > 0; ctx = ctx->next)
-      wd_collect_comm(ctx, cfg, in->mono_ns, &in->comms[--k]);
+      wd_collect_comm(ctx, cfg, in->mono_ns, keep, &in->comms[--k]);
     in->ncomms = (uint32_t)wd_store.nctx;
   }
   const wd_pool *detached = &wd_store.detached;
   wd_collect_events(&detached, 1, NULL, cfg, in->mono_ns, &in->detached, &in->ndetached);
-  wd_collect_ring(&wd_store.detached_ring, &in->detached_ring);
+  wd_collect_ring(&wd_store.detached_ring, &in->detached_ring, 0);
   pthread_mutex_unlock(&wd_store.lock);
 
   if (with_threads) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,8 @@ static void rank_main(int r, int fd) {
 }
 
 /* Dumps in the dump directory by pid; returns the number of files, 0 per pid expected to be 1. */
+static long g_bytes;
+
 static int count_dumps(const char *dir, const pid_t *pids, int *per, int *stall, int *peer,
                        long *shared_max_nonpoller, long *shared_max_poller, long *shared_total) {
   char *paths[4096];
@@ -66,7 +69,10 @@ static int count_dumps(const char *dir, const pid_t *pids, int *per, int *stall,
   memset(per, 0, sizeof(int) * (size_t)g_n);
   *stall = *peer = 0;
   *shared_max_nonpoller = *shared_max_poller = *shared_total = 0;
+  g_bytes = 0;
   for (int i = 0; i < n && i < 4096; i++) {
+    struct stat st;
+    if (stat(paths[i], &st) == 0) g_bytes += st.st_size;
     void *j = wdh_json_load(paths[i]);
     if (!j) continue;
     pid_t pid = (pid_t)wdh_jnum(j, "pid", -1);
@@ -146,10 +152,10 @@ int main(void) {
             smax_p, run_s);
   fprintf(stderr,
           "storm: %d processes on %d nodes: ready in %.1f s, %d dumps (%d stall, %d peer) %.1f s "
-          "after ready, 1 trigger; shared-FS checks: %ld in all (max %ld per poller, %ld per "
-          "other process)\n",
+          "after ready, %.1f MB in all, 1 trigger; shared-FS checks: %ld in all (max %ld per "
+          "poller, %ld per other process) in %.1f s\n",
           g_n, g_n / PER_NODE, (double)(t_ready - t0) / 1e9, n, stall, peer,
-          (double)(t_all - t_ready) / 1e9, stotal, smax_p, smax_np);
+          (double)(t_all - t_ready) / 1e9, (double)g_bytes / 1e6, stotal, smax_p, smax_np, run_s);
   wdh_kill_ranks(pids, g_n);
   /* The analyzer names rank 0 from these dumps. */
   const char *az = getenv("WDH_ANALYZER");

@@ -210,6 +210,11 @@ static void print_culprits(FILE *f, const wd_az_result *res, const wd_az_comm *c
     char doing[2048];
     wd_az_doing_text(res->set, s->cr, doing, sizeof(doing));
     fprintf(f, "%s\n", doing);
+    /* A peer dump is a summary (the newest records of each ring): ask the process for all. */
+    const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
+    if (!strcmp(wd_az_s(d->reason), "peer") && s->cr->ring_lost > 0)
+      fprintf(f, "  (its peer dump holds the newest records only: for whole rings, kill -USR1 %d on %s)\n",
+              d->pid, wd_az_s(d->host));
     if (s->op && s->reason == WD_AZ_NETWORK_STALL) print_tree(f, s->cr, s->op, "");
     shown++;
   }
