@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -43,7 +44,8 @@ static struct {
   _Atomic int stop;
   int dumps_ok;
   int bt_ok;
-  char dir[WD_PATH_MAX];
+  char dir[WD_PATH_MAX + 72]; /* this host's subdirectory of the dump directory */
+  char base[WD_PATH_MAX];     /* the job's dump directory (triggers live there) */
   char host[64];
   unsigned ndumps;        /* dumps written, for the file sequence number */
   unsigned nauto_dumps;   /* stall and peer dumps attempted, against NCCL_WATCHDOG_MAX_DUMPS */
@@ -345,8 +347,16 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.nepisodes = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
   wd_metrics_open(cfg, wd_wd.host, (int)getpid());
-  wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.dir, sizeof(wd_wd.dir)) == 0;
+  wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.base, sizeof(wd_wd.base)) == 0;
   if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");
+  /* One subdirectory per host: no directory of a 100,000-rank job holds 100,000 entries. */
+  snprintf(wd_wd.dir, sizeof(wd_wd.dir), "%s", wd_wd.base);
+  if (wd_wd.dumps_ok) {
+    char h[64], sub[sizeof(wd_wd.dir)];
+    wd_file_sanitize(h, sizeof(h), wd_wd.host, "unknown");
+    snprintf(sub, sizeof(sub), "%s/%s", wd_wd.base, h);
+    if (mkdir(sub, 0700) == 0 || errno == EEXIST) snprintf(wd_wd.dir, sizeof(wd_wd.dir), "%s", sub);
+  }
   wd_wd.peer_dump_ns = 0;
   if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps) {
     /* One process per node polls the shared directory (LOCAL_RANK 0, or every process when the
@@ -354,7 +364,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     const char *lr = getenv("LOCAL_RANK");
     int poller = !lr || !*lr || atoi(lr) == 0;
     uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;
-    wd_trigger_watch_init(&wd_wd.watch, wd_wd.dir, cfg->ring_dir, poller, every);
+    wd_trigger_watch_init(&wd_wd.watch, wd_wd.base, cfg->ring_dir, poller, every);
   }
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wd_wd.wake_fd < 0) {

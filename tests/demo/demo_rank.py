@@ -18,7 +18,8 @@ DP_COMM_ID = 0x5eed00d5c0ffd000  # + stage (demo_rank.c: DP_ID)
 
 
 def dumps_settled(dump_dir, state):
-    n = len([f for f in os.listdir(dump_dir) if f.endswith(".json") and not f.startswith(("trigger-", "."))])
+    n = sum(1 for _, _, files in os.walk(dump_dir) for f in files  # <dump dir>/<host>/*.json
+            if f.endswith(".json") and not f.startswith("."))
     now = time.monotonic()
     if n != state["n"]:
         state["n"], state["since"] = n, now

@@ -41,13 +41,16 @@ class Checker:
 
     # ---- loading and checks every dump must pass
     def load(self):
-        names = sorted(os.listdir(self.dump_dir)) if os.path.isdir(self.dump_dir) else []
+        # <dump dir>/<host>/<dump>.json, triggers in <dump dir>/triggers
+        names = sorted(os.path.relpath(os.path.join(r, f), self.dump_dir)
+                       for r, _, fs in os.walk(self.dump_dir) for f in fs
+                       if os.path.basename(r) != "triggers")
         tdir = os.path.join(self.dump_dir, "triggers")  # one episode-<k>.trigger per stall episode
         if os.path.isdir(tdir):
             self.triggers = sorted(n for n in os.listdir(tdir) if n.endswith(".trigger"))
         for name in names:
-            m = DUMP_RE.match(name)
-            if not m or name.startswith("."):
+            m = DUMP_RE.match(os.path.basename(name))
+            if not m or os.path.basename(name).startswith("."):
                 continue
             path = os.path.join(self.dump_dir, name)
             try:

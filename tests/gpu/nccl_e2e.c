@@ -1086,31 +1086,43 @@ static int parse_dump_name(const char *name, long *pid, int *reason) {
   return 0;
 }
 
+/* Dumps of one directory (the dump directory's host subdirectories hold them). */
+static void l_census_dir(launcher *l, const char *dir, int depth);
+
 static void l_census(launcher *l) {
-  DIR *d = opendir(l->dumps);
-  struct dirent *e;
   memset(l->ndumps, 0, sizeof(l->ndumps));
   memset(l->first_dump_ns, 0, sizeof(l->first_dump_ns));
   l->foreign_dumps = l->trigger_files = 0;
+  l_census_dir(l, l->dumps, 1);
+}
+
+static void l_census_dir(launcher *l, const char *dir, int depth) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
   if (!d) return;
-  char tdir[sizeof(l->dumps) + 16];
-  snprintf(tdir, sizeof tdir, "%s/triggers", l->dumps); /* episode-<k>.trigger, one per episode */
-  DIR *td = opendir(tdir);
-  struct dirent *te;
-  while (td && (te = readdir(td)) != NULL) l->trigger_files += strstr(te->d_name, ".trigger") != NULL && te->d_name[0] != '.';
-  if (td) closedir(td);
   while ((e = readdir(d)) != NULL) {
     long pid;
     int reason;
-    if (parse_dump_name(e->d_name, &pid, &reason) != 0) continue;
+    char p[2 * E2E_PATH_MAX];
+    snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+    if (e->d_name[0] == '.') continue;
+    if (!strcmp(e->d_name, "triggers")) { /* episode-<k>.trigger, one per episode */
+      DIR *td = opendir(p);
+      struct dirent *te;
+      while (td && (te = readdir(td)) != NULL) l->trigger_files += strstr(te->d_name, ".trigger") != NULL && te->d_name[0] != '.';
+      if (td) closedir(td);
+      continue;
+    }
+    if (parse_dump_name(e->d_name, &pid, &reason) != 0) {
+      if (depth > 0) l_census_dir(l, p, depth - 1);
+      continue;
+    }
     int r = rank_of_pid(l, pid);
     if (r < 0) {
       l->foreign_dumps++;
       continue;
     }
-    char p[2 * E2E_PATH_MAX];
     struct stat st;
-    snprintf(p, sizeof(p), "%s/%s", l->dumps, e->d_name);
     if (stat(p, &st) != 0) continue;
     int64_t t = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
     if (!l->ndumps[r][reason] || t < l->first_dump_ns[r][reason]) l->first_dump_ns[r][reason] = t;

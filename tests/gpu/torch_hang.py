@@ -13,6 +13,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import re
 import signal
 import subprocess
@@ -76,10 +77,11 @@ def worker(a):
 
 def dumps_by(dump_dir, pid, reason):
     out = []
-    for name in sorted(os.listdir(dump_dir)):
-        m = DUMP_RE.match(name)
-        if m and not name.startswith("trigger-") and int(m["pid"]) == pid and m["reason"] == reason:
-            out.append(os.path.join(dump_dir, name))
+    for root, _, files in sorted(os.walk(dump_dir)):  # <dump dir>/<host>/<dump>.json
+        for name in sorted(files):
+            m = DUMP_RE.match(name)
+            if m and int(m["pid"]) == pid and m["reason"] == reason:
+                out.append(os.path.join(root, name))
     return out
 
 
@@ -129,9 +131,10 @@ def parent(a):
     os.makedirs(os.path.join(work, "marks"), exist_ok=True)
     dump_dir = os.path.join(work, "dumps")
     os.makedirs(dump_dir, exist_ok=True)
-    for d in (os.path.join(work, "marks"), dump_dir):
-        for name in os.listdir(d):
-            os.unlink(os.path.join(d, name))
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    os.makedirs(dump_dir, exist_ok=True)
+    for name in os.listdir(os.path.join(work, "marks")):
+        os.unlink(os.path.join(work, "marks", name))
     if os.path.exists(os.path.join(work, "init")):
         os.unlink(os.path.join(work, "init"))
 

@@ -29,14 +29,16 @@ if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
   [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 2 ] ||
     { echo "check-demo: part 2: expected exactly rank 2's two ring files in demo-rings"; exit 1; }
 fi
-n=$(ls "$build/demo-dumps" | grep -Ec -- '-(stall|peer)\.json$')
+# Dumps are in one subdirectory per host (demo-dumps/node-a, demo-dumps/node-b).
+names=$(find "$build/demo-dumps" -name '*.json' -printf '%f\n')
+n=$(printf '%s\n' "$names" | grep -Ec -- '-(stall|peer)\.json$')
 [ "$n" -ge 4 ] || { echo "check-demo: only $n dumps in $build/demo-dumps"; exit 1; }
 # Three ranks stall at about the same time and each posts a trigger: a process answers a burst
 # once, so no rank writes more than its own stall dump plus one peer dump.
-for pid in $(ls "$build/demo-dumps" | sed -n 's/^.*-\([0-9][0-9]*\)-[0-9]\{4\}-\(stall\|peer\)\.json$/\1/p' | sort -u); do
-  k=$(ls "$build/demo-dumps" | grep -Ec -- "-$pid-[0-9]{4}-(stall|peer)\.json$")
+for pid in $(printf '%s\n' "$names" | sed -n 's/^.*-\([0-9][0-9]*\)-[0-9]\{4\}-\(stall\|peer\)\.json$/\1/p' | sort -u); do
+  k=$(printf '%s\n' "$names" | grep -Ec -- "-$pid-[0-9]{4}-(stall|peer)\.json$")
   [ "$k" -le 2 ] || { echo "check-demo: pid $pid wrote $k dumps for one hang"; exit 1; }
-  p=$(ls "$build/demo-dumps" | grep -Ec -- "-$pid-[0-9]{4}-peer\.json$")
+  p=$(printf '%s\n' "$names" | grep -Ec -- "-$pid-[0-9]{4}-peer\.json$")
   [ "$p" -le 1 ] || { echo "check-demo: pid $pid answered $p triggers of one burst"; exit 1; }
 done
 echo "check-demo: ok (${took}s, $n dumps)"

@@ -1095,7 +1095,7 @@ char *wdh_tempdir(const char *tag) {
   return path;
 }
 
-void wdh_rmtree(const char *dir) {
+static void rmtree_depth(const char *dir, int depth) {
   DIR *d = opendir(dir);
   if (!d) return;
   struct dirent *e;
@@ -1103,11 +1103,13 @@ void wdh_rmtree(const char *dir) {
   while ((e = readdir(d)) != NULL) {
     if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
     snprintf(buf, sizeof(buf), "%s/%s", dir, e->d_name);
-    unlink(buf);
+    if (unlink(buf) != 0 && depth > 0) rmtree_depth(buf, depth - 1); /* a host or triggers dir */
   }
   closedir(d);
   rmdir(dir);
 }
+
+void wdh_rmtree(const char *dir) { rmtree_depth(dir, 2); }
 
 static int ends_with(const char *s, const char *suffix) {
   size_t n = strlen(s), m = strlen(suffix);
@@ -1133,21 +1135,31 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-int wdh_list_dumps(const char *dir, const char *reason, char **paths, int max) {
+/* Dumps in dir and in its host subdirectories (<dir>/<host>/, the plugin's layout). */
+static int list_in(const char *dir, int depth, const char *reason, char **paths, int max, int n) {
   DIR *d = opendir(dir);
-  if (!d) return 0;
-  int n = 0;
+  if (!d) return n;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
-    if (!is_dump_name(e->d_name, reason)) continue;
-    if (paths && n < max) {
-      size_t len = strlen(dir) + strlen(e->d_name) + 2;
-      paths[n] = malloc(len);
-      if (paths[n]) snprintf(paths[n], len, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] == '.') continue;
+    char sub[4096];
+    snprintf(sub, sizeof(sub), "%s/%s", dir, e->d_name);
+    if (!is_dump_name(e->d_name, reason)) {
+      struct stat st;
+      if (depth > 0 && strcmp(e->d_name, "triggers") != 0 && stat(sub, &st) == 0 &&
+          S_ISDIR(st.st_mode))
+        n = list_in(sub, depth - 1, reason, paths, max, n);
+      continue;
     }
+    if (paths && n < max) paths[n] = strdup(sub);
     n++;
   }
   closedir(d);
+  return n;
+}
+
+int wdh_list_dumps(const char *dir, const char *reason, char **paths, int max) {
+  int n = list_in(dir, 1, reason, paths, max, 0);
   if (paths) qsort(paths, (size_t)(n < max ? n : max), sizeof(char *), cmp_str);
   return n;
 }

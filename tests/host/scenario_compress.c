@@ -13,22 +13,36 @@
 
 #include "nccl_host.h"
 
-/* The first name in dir ending with suffix (malloc'ed path), NULL when none. */
-static char *find_suffix(const char *dir, const char *suffix, int *count) {
+/* The first file under dir (or its host subdirectories) ending with suffix (malloc'ed path),
+ * NULL when none; *count gets how many there are. */
+static char *find_suffix_in(const char *dir, const char *suffix, int *count, int depth) {
   char *found = NULL;
   size_t sl = strlen(suffix);
-  *count = 0;
   DIR *d = opendir(dir);
   struct dirent *e;
   while (d && (e = readdir(d)) != NULL) {
     size_t n = strlen(e->d_name);
-    if (e->d_name[0] == '.' || n < sl || strcmp(e->d_name + n - sl, suffix) != 0) continue;
+    if (e->d_name[0] == '.') continue;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (n < sl || strcmp(e->d_name + n - sl, suffix) != 0) {
+      if (depth > 0) {
+        char *f = find_suffix_in(path, suffix, count, depth - 1);
+        if (!found) found = f;
+        else free(f);
+      }
+      continue;
+    }
     (*count)++;
-    if (!found && (found = malloc(strlen(dir) + n + 2)) != NULL)
-      sprintf(found, "%s/%s", dir, e->d_name);
+    if (!found) found = strdup(path);
   }
   if (d) closedir(d);
   return found;
+}
+
+static char *find_suffix(const char *dir, const char *suffix, int *count) {
+  *count = 0;
+  return find_suffix_in(dir, suffix, count, 1);
 }
 
 static char *gunzip(const char *path, size_t *len) {

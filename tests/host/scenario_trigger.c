@@ -132,17 +132,19 @@ int main(int argc, char **argv) {
   /* *.json in the dump directory is dumps only: every one validates against the dump schema,
    * and the trigger file is there under its own extension. */
   int njson = 0, ntrig = 0;
-  DIR *d = opendir(dir);
+  DIR *d;
   struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    size_t len = strlen(e->d_name);
-    if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0) continue;
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    WDH_CHECK(wdh_validate_dump(path) == 0, "%s in the dump directory is not a dump", e->d_name);
+  char *all[64];
+  int nall = wdh_list_dumps(dir, NULL, all, 64);
+  for (int i = 0; i < nall && i < 64; i++) {
+    WDH_CHECK(wdh_validate_dump(all[i]) == 0, "%s in the dump directory is not a dump", all[i]);
     njson++;
   }
-  if (d) closedir(d);
+  wdh_free_paths(all, nall < 64 ? nall : 64);
+  /* Nothing else ends in .json anywhere in the dump directory's tree. */
+  char cmd[1200];
+  snprintf(cmd, sizeof cmd, "test $(find '%s' -name '*.json' | wc -l) -eq %d", dir, NPROC);
+  WDH_CHECK(system(cmd) == 0, "*.json files besides the dumps in %s", dir);
   WDH_CHECK(njson == NPROC, "%d *.json files, expected the %d dumps", njson, NPROC);
   /* One trigger for the episode, in its own directory. */
   char tdir[1024];

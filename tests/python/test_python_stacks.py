@@ -64,10 +64,10 @@ def main():
 
     rounds = 100
     for i in range(rounds):
-        before = len(glob.glob(os.path.join(dumps, "*-signal.json")))
+        before = len(glob.glob(os.path.join(dumps, "*", "*-signal.json")))
         os.kill(os.getpid(), signal.SIGUSR1)
         deadline = time.time() + 10
-        while len(glob.glob(os.path.join(dumps, "*-signal.json"))) <= before:
+        while len(glob.glob(os.path.join(dumps, "*", "*-signal.json"))) <= before:
             if time.time() > deadline:
                 fail("no dump for snapshot %d" % i)
             time.sleep(0.005)
@@ -78,7 +78,7 @@ def main():
     if failures:
         fail("%d plugin callbacks failed" % failures)
 
-    files = sorted(glob.glob(os.path.join(dumps, "*-signal.json")))
+    files = sorted(glob.glob(os.path.join(dumps, "*", "*-signal.json")))
     if len(files) != rounds:
         fail("%d snapshot dumps, expected %d" % (len(files), rounds))
     ok_blocked = ok_busy = 0

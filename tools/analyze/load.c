@@ -648,22 +648,41 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int list_dir(const char *dir, char ***names, size_t *n) {
+/* Names of dumps in dir, and "<sub>/<name>" for those in its host subdirectories (the plugin
+ * writes <dump dir>/<host>/...; triggers/ and hidden entries are not dumps). */
+static int list_dir_in(const char *dir, const char *prefix, int depth, char ***names, size_t *n,
+                       size_t *cap) {
   DIR *d = opendir(dir);
   if (!d) return -1;
-  size_t cap = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
-    if (!dump_name(e->d_name)) continue;
-    if (*n == cap) {
-      cap = cap ? cap * 2 : 256;
-      char **p = realloc(*names, cap * sizeof(*p));
+    if (e->d_name[0] == '.') continue;
+    char rel[1024];
+    snprintf(rel, sizeof rel, "%s%s%s", prefix, *prefix ? "/" : "", e->d_name);
+    if (!dump_name(e->d_name)) {
+      char sub[4096];
+      struct stat st;
+      snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+      if (depth > 0 && strcmp(e->d_name, "triggers") != 0 && stat(sub, &st) == 0 &&
+          S_ISDIR(st.st_mode))
+        list_dir_in(sub, rel, depth - 1, names, n, cap);
+      continue;
+    }
+    if (*n == *cap) {
+      *cap = *cap ? *cap * 2 : 256;
+      char **p = realloc(*names, *cap * sizeof(*p));
       if (!p) break;
       *names = p;
     }
-    if (((*names)[*n] = strdup(e->d_name)) != NULL) (*n)++;
+    if (((*names)[*n] = strdup(rel)) != NULL) (*n)++;
   }
   closedir(d);
+  return 0;
+}
+
+static int list_dir(const char *dir, char ***names, size_t *n) {
+  size_t cap = 0;
+  if (list_dir_in(dir, "", 1, names, n, &cap) != 0) return -1;
   if (*n) qsort(*names, *n, sizeof(**names), cmp_str);
   return 0;
 }
