@@ -3,11 +3,12 @@
 # communicator on N/8 simulated nodes stall together (tests/host/scenario_storm.c, which checks
 # one dump per process and one trigger file). Prints its figures line: dumps, stall/peer split,
 # time to the last dump, shared file system checks.
-#   bench/storm.sh BUILD_DIR [NRANKS]
+#   bench/storm.sh BUILD_DIR [NRANKS] [RING_SIZE]   (ring size default 64; 8192 is the plugin's)
 set -euo pipefail
 BUILD=$(cd "${1:-build}" && pwd)
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 export WDH_STORM_RANKS=${2:-1000}
+export WDH_STORM_RING=${3:-64}
 export WDH_PLUGIN=$BUILD/lib/libnccl-profiler-watchdog.so
 export WDH_ANALYZER=$BUILD/bin/nccl-watchdog-analyze
 export WDH_SOURCE_DIR=$SRC

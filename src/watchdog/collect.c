@@ -99,7 +99,8 @@ static int wd_interrupt_all(const wd_config *cfg, const char *reason) {
   return cfg->backtrace == WD_BACKTRACE_ALL || !reason || strcmp(reason, "signal") != 0;
 }
 
-int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads) {
+int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads,
+               uint32_t keep) {
   memset(in, 0, sizeof(*in));
   in->reason = reason;
   in->cfg = cfg;
@@ -117,9 +118,6 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
   if (in->comms) {
     /* Oldest communicator first (the list is newest first). */
     uint32_t k = (uint32_t)wd_store.nctx;
-    /* A peer dump comes from a process that did not stall itself: a summary (the newest records
-     * of each ring) is what a 100,000-rank round can afford; stall dumps and snapshots are whole. */
-    uint32_t keep = reason && !strcmp(reason, "peer") ? cfg->peer_records : 0;
     for (wd_context *ctx = wd_store.contexts; ctx && k > 0; ctx = ctx->next)
       wd_collect_comm(ctx, cfg, in->mono_ns, keep, &in->comms[--k]);
     in->ncomms = (uint32_t)wd_store.nctx;

@@ -55,6 +55,7 @@ static struct {
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   uint64_t peer_dump_ns; /* when it last answered a job episode (peer dump): its own stall soon
                             after is the same episode, already dumped */
+  uint32_t dump_keep;    /* records per ring for the next stall dump (0: whole rings) */
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -83,7 +84,11 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
   }
   (*count)++;
   wd_dump_input in;
-  if (wd_collect(&in, wd_wd.cfg, reason, wd_wd.cfg->backtrace && wd_wd.bt_ok) != 0) {
+  /* Whole rings from the process that opened the job's episode and in snapshots; every other
+   * dump of the episode is a summary (the newest records of each ring): what a 100,000-rank
+   * round can afford. */
+  uint32_t keep = !strcmp(reason, "peer") ? wd_wd.cfg->peer_records : wd_wd.dump_keep;
+  if (wd_collect(&in, wd_wd.cfg, reason, wd_wd.cfg->backtrace && wd_wd.bt_ok, keep) != 0) {
     wd_collect_free(&in);
     goto out;
   }
@@ -113,13 +118,13 @@ out:
   return rc;
 }
 
-static void wd_post_trigger(const wd_stall *st, uint32_t n, const char *dump_path) {
+/* Opens the job's stall episode, or joins it: 1 this process posted it, 0 another process had
+ * (the same episode), -1 not posted. */
+static int wd_post_trigger(const wd_stall *st, uint32_t n) {
   cJSON *root = cJSON_CreateObject();
-  if (root == NULL) return;
+  if (root == NULL) return -1;
   cJSON_AddStringToObject(root, "host", wd_wd.host);
   cJSON_AddNumberToObject(root, "pid", (double)getpid());
-  const char *base = strrchr(dump_path, '/');
-  cJSON_AddStringToObject(root, "dump", base ? base + 1 : dump_path);
   cJSON *arr = cJSON_AddArrayToObject(root, "stalls");
   for (uint32_t i = 0; arr && i < n; i++) {
     cJSON *s = cJSON_CreateObject();
@@ -139,13 +144,14 @@ static void wd_post_trigger(const wd_stall *st, uint32_t n, const char *dump_pat
   }
   char *text = cJSON_PrintUnformatted(root);
   cJSON_Delete(root);
-  if (text == NULL) return;
+  if (text == NULL) return -1;
   char name[64], other[1024];
   int rc = wd_trigger_post(&wd_wd.watch, text, name, sizeof(name), other, sizeof(other));
   if (rc == 1) WD_INFO("posted %s: every process of the job dumps for this episode", name);
   else if (rc == 0) WD_INFO("%s was posted by another process first: same episode, dumped once", name);
   else WD_WARN("could not post a trigger in %s: %s", wd_wd.watch.dir, strerror(errno));
   free(text);
+  return rc;
 }
 
 static void wd_check_stalls(uint64_t now) {
@@ -200,9 +206,14 @@ static void wd_check_stalls(uint64_t now) {
       stalls[j] = stalls[j - 1];
       stalls[j - 1] = t;
     }
+  /* The episode first: the process that opens it dumps whole rings, the others of the same
+   * episode a summary. */
+  int joined = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok && wd_post_trigger(stalls, n) == 0;
+  wd_wd.dump_keep = joined ? wd_wd.cfg->peer_records : 0;
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
   int rc = wd_dump("stall", &extra, path, sizeof(path));
+  wd_wd.dump_keep = 0;
   for (uint32_t i = 0; i < n && i < 4; i++) {
     const wd_stall *s = &stalls[i];
     WD_WARN("stall on comm 0x%llx \"%s\" rank %d/%d: %s %s seq %lld made no progress for %.1f s; "
@@ -211,7 +222,6 @@ static void wd_check_stalls(uint64_t now) {
             wd_str(s->func), (long long)s->seq, (double)s->since_progress_ns / 1e9, s->waiting_on,
             rc == 0 ? path : "(not written)");
   }
-  if (rc == 0 && wd_wd.cfg->peer_dumps) wd_post_trigger(stalls, n, path);
   if (wd_wd.cfg->action == WD_ACTION_ABORT) {
     WD_WARN("NCCL_WATCHDOG_ACTION=abort: aborting the process after the stall dump");
     abort();

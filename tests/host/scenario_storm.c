@@ -106,8 +106,10 @@ int main(void) {
   setenv("NCCL_WATCHDOG_PYTHON", "0", 1);
   setenv("NCCL_WATCHDOG_METRICS", "0", 1);
   setenv("NCCL_WATCHDOG_GPU_EVENTS", "0", 1);
-  setenv("NCCL_WATCHDOG_RING_SIZE", "64", 1);
-  setenv("NCCL_WATCHDOG_PROXY_RING_SIZE", "64", 1);
+  /* Small rings keep 200 processes light; bench/storm.sh may ask for the default size. */
+  const char *ring = getenv("WDH_STORM_RING") ? getenv("WDH_STORM_RING") : "64";
+  setenv("NCCL_WATCHDOG_RING_SIZE", ring, 1);
+  setenv("NCCL_WATCHDOG_PROXY_RING_SIZE", ring, 1);
   setenv("NCCL_WATCHDOG_MAX_EVENTS", "1024", 1);
   setenv("NCCL_WATCHDOG_TRIGGER_POLL", "500ms", 1);
   pid_t *pids = calloc((size_t)g_n, sizeof(pid_t));
