@@ -384,7 +384,7 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->term_dump = 1;
   cfg->python = 1;
   cfg->metrics_ns = 10 * WD_NS_PER_S;
-  cfg->peer_records = 512;
+  cfg->peer_records = 64;
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room

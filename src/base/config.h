@@ -39,7 +39,7 @@ typedef struct wd_config {
   char metrics_dir[WD_PATH_MAX]; /* NCCL_WATCHDOG_METRICS_DIR: empty = the ring directory */
   uint64_t trigger_poll_ns;      /* NCCL_WATCHDOG_TRIGGER_POLL: shared-FS trigger check, 0 = 5 polls */
   uint32_t peer_records;         /* NCCL_WATCHDOG_PEER_RECORDS: newest records per ring in a peer
-                                    dump (a summary), 512; 0 = whole rings */
+                                    dump (a summary), 64; 0 = whole rings */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).
