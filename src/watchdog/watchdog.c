@@ -372,7 +372,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     /* One process per node polls the shared directory (LOCAL_RANK 0, or every process when the
      * launcher does not say); the others read the node-local relay in the ring directory. */
     const char *lr = getenv("LOCAL_RANK");
-    int poller = !lr || !*lr || atoi(lr) == 0;
+    int poller = !lr || !*lr || strtol(lr, NULL, 10) == 0;
     uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;
     wd_trigger_watch_init(&wd_wd.watch, wd_wd.base, cfg->ring_dir, poller, every);
   }
