@@ -129,7 +129,7 @@ static int bench_stall(wdh_plugin *pl, int ifd, const char *dir, int reps, doubl
     }
     lat[got++] = (double)(seen - last) / 1e6 - timeout_ms;
     /* The dump's time.mono_ns is when the watchdog started collecting it: the detection. */
-    char path[PATH_MAX];
+    char path[PATH_MAX + 512];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     uint64_t mono = dump_mono_ns(path);
     if (mono > last && mono < seen) {
@@ -183,7 +183,7 @@ static int bench_signal(wdh_plugin *pl, int ifd, const char *dir, int reps, int 
       break;
     }
     lat[got++] = (double)(seen - t0) / 1e6;
-    char path[PATH_MAX];
+    char path[PATH_MAX + 512];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     struct stat st;
     if (stat(path, &st) == 0) bytes = (long)st.st_size;
@@ -240,15 +240,20 @@ int main(int argc, char **argv) {
     return 2;
   }
 
+  /* Dumps land in the host's subdirectory of the dump directory: watch that one. */
+  setenv("NCCL_WATCHDOG_HOSTNAME", "bench", 1);
+  char hostdir[PATH_MAX - 300];
+  snprintf(hostdir, sizeof hostdir, "%s/bench", dir);
+  mkdir(hostdir, 0700);
   int ifd = inotify_init1(IN_CLOEXEC);
-  if (ifd < 0 || inotify_add_watch(ifd, dir, IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
+  if (ifd < 0 || inotify_add_watch(ifd, hostdir, IN_MOVED_TO | IN_CLOSE_WRITE) < 0) {
     perror("bench_detect: inotify");
     return 1;
   }
   wdh_plugin pl;
   if (wdh_load(&pl, argv[1], 0) != 0 || !pl.v6) return 1;
-  int rc = stall ? bench_stall(&pl, ifd, dir, reps, timeout_ms, poll_ms)
-                 : bench_signal(&pl, ifd, dir, reps, ncomms, nthreads);
+  int rc = stall ? bench_stall(&pl, ifd, hostdir, reps, timeout_ms, poll_ms)
+                 : bench_signal(&pl, ifd, hostdir, reps, ncomms, nthreads);
   wdh_unload(&pl);
   close(ifd);
   const char *keep = getenv("BENCH_KEEP");

@@ -14,9 +14,10 @@ QUICK=${BENCH_QUICK:-0}
 HOTPATH=$BIN/bench_hotpath
 EMPTY=$LIB/libwd-bench-empty.so
 REF=$LIB/libwd-bench-reference.so
+FLOOR=$LIB/libwd-bench-floor.so # a bare ring append per callback: the floor of any recorder
 OURS=$LIB/libnccl-profiler-watchdog.so
 COUNT=$LIB/libwd-bench-count-calls.so
-for f in "$HOTPATH" "$EMPTY" "$REF" "$OURS" "$COUNT" "$BIN/bench_memory" "$BIN/bench_detect"; do
+for f in "$HOTPATH" "$EMPTY" "$FLOOR" "$REF" "$OURS" "$COUNT" "$BIN/bench_memory" "$BIN/bench_detect"; do
   [ -e "$f" ] || { echo "run-bench: $f missing (build first: make build)" >&2; exit 1; }
 done
 
@@ -41,8 +42,8 @@ fi
 # ---- hot path -------------------------------------------------------------------------------
 declare -A NS MIN
 for t in 1 2; do
-  for p in empty ours ref; do
-    case $p in empty) so=$EMPTY n=$N ;; ours) so=$OURS n=$N ;; ref) so=$REF n=$NREF ;; esac
+  for p in empty floor ours ref; do
+    case $p in empty) so=$EMPTY n=$N ;; floor) so=$FLOOR n=$N ;; ours) so=$OURS n=$N ;; ref) so=$REF n=$NREF ;; esac
     log "hot path: $p, $t thread(s), $n lifecycles x $RUNS runs"
     line=$($NICE "$HOTPATH" "$so" -n "$n" -w "$WARM" -r "$RUNS" -t "$t")
     log "  $line"
@@ -85,8 +86,8 @@ fi
 declare -A IR
 CG="n/a (valgrind missing)"
 if command -v valgrind >/dev/null; then
-  for p in empty ours; do
-    case $p in empty) so=$EMPTY ;; ours) so=$OURS ;; esac
+  for p in empty floor ours; do
+    case $p in empty) so=$EMPTY ;; floor) so=$FLOOR ;; ours) so=$OURS ;; esac
     log "callgrind: $p, $CG_N lifecycles"
     valgrind --tool=callgrind --toggle-collect=bench_timed_loop \
       --callgrind-out-file="$TMP/cg.$p" "$HOTPATH" "$so" -n "$CG_N" -w 200 -r 1 -t 1 \
@@ -140,15 +141,22 @@ radd2=$(calc "%.0f" "${NS[ref2]} - ${NS[empty2]}")
 echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -sr)."
 echo "Command: bench/run-bench.sh $BUILD$([ "$QUICK" = 1 ] && echo ' (BENCH_QUICK=1)')${NICE:+, timed runs at $NICE}."
 echo
+fadd1=$(calc "%.1f" "${NS[floor1]} - ${NS[empty1]}")
+fadd2=$(calc "%.1f" "${NS[floor2]} - ${NS[empty2]}")
+ratio1=$(calc "%.2f" "$add1 / ($fadd1 > 0.5 ? $fadd1 : 0.5)")
+ratio2=$(calc "%.2f" "$add2 / ($fadd2 > 0.5 ? $fadd2 : 0.5)")
+echo "**Headline: added cost, ours ÷ floor (a bare ring append per callback): $ratio1× on 1 thread, $ratio2× on 2 threads$([ "$CG" = ok ] && echo "; $(calc %.1f "${IR[ours]} - ${IR[empty]}") added instructions per callback (floor: $(calc %.1f "${IR[floor]} - ${IR[empty]}"))").** Targets: ≤ 1.5× and ≤ 120 instructions."
+echo
 echo "| Measure | Result | Target | |"
 echo "|---|---|---|---|"
+echo "| **Added ns/callback ÷ floor's**, 1 thread / 2 threads | **$ratio1 / $ratio2** (floor adds $fadd1 / $fadd2 ns) | ≤ 1.5 | $(yes_no "$ratio1 <= 1.5 && $ratio2 <= 1.5") |"
 echo "| Callbacks per allreduce lifecycle | $CB | | |"
 echo "| ns/callback, 1 thread: empty / ours / reference (median; min) | ${NS[empty1]} / ${NS[ours1]} / ${NS[ref1]} (${MIN[empty1]} / ${MIN[ours1]} / ${MIN[ref1]}) | | |"
 echo "| **Added ns/callback, 1 thread** (ours − empty) | **$add1** (ours/empty $(calc %.1f "${NS[ours1]} / ${NS[empty1]}")×; reference adds $radd1, $(calc %.0f "$radd1 / $add1")× ours) | ≤ 25 | $(yes_no "$add1 <= 25") |"
 echo "| ns/callback, app + proxy thread, 2 comms: empty / ours / reference (median; min) | ${NS[empty2]} / ${NS[ours2]} / ${NS[ref2]} (${MIN[empty2]} / ${MIN[ours2]} / ${MIN[ref2]}) | | |"
 echo "| **Added ns/callback, 2 threads** | **$add2** (ours/empty $(calc %.1f "${NS[ours2]} / ${NS[empty2]}")×; reference adds $radd2) | ≤ 2 × 1-thread ($(calc %.1f "2 * $add1")) and ≤ 50 | $(yes_no "$add2 <= 2 * $add1 && $add2 <= 50") |"
 if [ "$CG" = ok ]; then
-  echo "| Instructions/callback (callgrind): empty / ours / **added** | ${IR[empty]} / ${IR[ours]} / **$(calc %.1f "${IR[ours]} - ${IR[empty]}")** | | |"
+  echo "| Instructions/callback (callgrind): empty / floor / ours / **added** | ${IR[empty]} / ${IR[floor]} / ${IR[ours]} / **$(calc %.1f "${IR[ours]} - ${IR[empty]}")** | ≤ 120 added | $(yes_no "${IR[ours]} - ${IR[empty]} <= 120") |"
 fi
 echo "| malloc-family / free / mutex locks in the timed window (LD_PRELOAD) | $CC_MALLOC / $CC_FREE / $CC_MUTEX (all wrappers: $CC_TOTAL) | 0 | $(yes_no "$CC_TOTAL == 0") |"
 echo "| System calls in the timed window (strace -f) | $SYSCALLS | 0 | $(yes_no "$(sed 's/ .*//' <<<"$SYSCALLS" | tr -dc 0-9 | sed 's/^$/1/') == 0") |"
