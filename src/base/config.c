@@ -669,16 +669,6 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       why = wd_check_duration(val, WD_METRICS_MIN_NS, WD_METRICS_MAX_NS, 1, &cfg->metrics_ns, reason,
                               sizeof reason);
       break;
-    case K_METRICS_DIR: {
-      size_t n = strlen(val);
-      if (n >= sizeof cfg->metrics_dir) {
-        snprintf(reason, sizeof reason, "is too long (at most %zu bytes)", sizeof cfg->metrics_dir - 1);
-        why = reason;
-      } else {
-        memcpy(cfg->metrics_dir, val, n + 1);
-      }
-      break;
-    }
     case K_COMPRESS: {
       char v[16] = "";
       if (wd_trim_copy(val, v, sizeof v) == 0 && (!strcasecmp(v, "off") || !strcasecmp(v, "none") || !strcmp(v, "0")))
@@ -705,13 +695,16 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       }
       break;
     }
-    case K_DUMP_DIR: {
+    case K_DUMP_DIR:
+    case K_METRICS_DIR: {
+      /* Both WD_PATH_MAX long. */
+      char *dst = key == K_DUMP_DIR ? cfg->dump_dir : cfg->metrics_dir;
       size_t n = strlen(val);
-      if (n >= sizeof cfg->dump_dir) {
-        snprintf(reason, sizeof reason, "is too long (at most %zu bytes)", sizeof cfg->dump_dir - 1);
+      if (n >= WD_PATH_MAX) {
+        snprintf(reason, sizeof reason, "is too long (at most %d bytes)", WD_PATH_MAX - 1);
         why = reason;
       } else {
-        memcpy(cfg->dump_dir, val, n + 1);
+        memcpy(dst, val, n + 1);
       }
       break;
     }
