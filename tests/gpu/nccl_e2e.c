@@ -1104,8 +1104,8 @@ static void l_census_dir(launcher *l, const char *dir, int depth) {
     long pid;
     int reason;
     char p[2 * E2E_PATH_MAX];
-    snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
-    if (e->d_name[0] == '.') continue;
+    if (e->d_name[0] == '.' || snprintf(p, sizeof(p), "%s/%s", dir, e->d_name) >= (int)sizeof(p))
+      continue;
     if (!strcmp(e->d_name, "triggers")) { /* episode-<k>.trigger, one per episode */
       DIR *td = opendir(p);
       struct dirent *te;

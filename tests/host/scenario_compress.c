@@ -24,7 +24,7 @@ static char *find_suffix_in(const char *dir, const char *suffix, int *count, int
     size_t n = strlen(e->d_name);
     if (e->d_name[0] == '.') continue;
     char path[2048];
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
     if (n < sl || strcmp(e->d_name + n - sl, suffix) != 0) {
       if (depth > 0) {
         char *f = find_suffix_in(path, suffix, count, depth - 1);
