@@ -100,6 +100,10 @@ int main(int argc, char **argv) {
     WDH_CHECK(j && wdh_jnum(j, "pid", -1) == pids[HANG_RANK], "stall dump pid %g, hang pid %d",
               j ? wdh_jnum(j, "pid", -1) : -1, (int)pids[HANG_RANK]);
     WDH_CHECK(j && wdh_jnum(j, "trigger.stalls.0.rank", -1) == HANG_RANK, "stalled rank");
+    /* The process that opened the episode dumps whole rings. */
+    cJSON *pr = j ? (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records") : NULL;
+    WDH_CHECK(cJSON_GetArraySize(pr) > 64, "the stall dump's proxy ring holds %d records, expected "
+              "the whole ring", cJSON_GetArraySize(pr));
     wdh_json_free(j);
   }
   wdh_free_paths(paths, n < 16 ? n : 16);
@@ -123,6 +127,14 @@ int main(int argc, char **argv) {
               wdh_jnum(j, "trigger.origin.stalls.0.seq", -1));
     const char *reason = wdh_jstr(j, "reason");
     WDH_CHECK(reason && !strcmp(reason, "peer"), "reason %s", reason ? reason : "(none)");
+    /* A peer dump is a summary: the newest NCCL_WATCHDOG_PEER_RECORDS (64) of each ring, the
+     * rest counted as lost. */
+    cJSON *pr = (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records");
+    WDH_CHECK(cJSON_GetArraySize(pr) == 64, "a peer dump's proxy ring holds %d records, expected 64",
+              cJSON_GetArraySize(pr));
+    WDH_CHECK(wdh_jnum(j, "comms.0.proxyRing.lost", 0) + 64 >= wdh_jnum(j, "comms.0.proxyRing.written", 0),
+              "the records left out are not counted as lost");
+    WDH_CHECK(wdh_jnum(j, "config.peerRecords", -1) == 64, "config.peerRecords");
     wdh_json_free(j);
   }
   wdh_free_paths(paths, n < 16 ? n : 16);
