@@ -55,8 +55,10 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
    * is proxy steps. max_events bounds the proxy pool, a quarter of it the other. */
   uint32_t op_max = max_events / 4 > WD_CHUNK_SLOTS ? max_events / 4 : WD_CHUNK_SLOTS;
   /* A part that failed, or was not tried, is left empty: freeing the whole context is safe. */
-  if (wd_pool_init(&ctx->pool, WD_CHUNK_SLOTS, op_max, 0, ctx) != 0 ||
-      wd_pool_init(&ctx->proxy_pool, WD_CHUNK_SLOTS, max_events, WD_SLOT_PROXY_BIT, ctx) != 0) {
+  /* No slot until the first event: a communicator that never carries traffic costs no chunk
+   * (its first event grows the pool, warm-up; the watchdog keeps a quarter free after that). */
+  if (wd_pool_init(&ctx->pool, 0, op_max, 0, ctx) != 0 ||
+      wd_pool_init(&ctx->proxy_pool, 0, max_events, WD_SLOT_PROXY_BIT, ctx) != 0) {
     wd_context_free(ctx);
     return NULL;
   }

@@ -21,6 +21,10 @@ static int wd_q_push(wd_pool *p, uint32_t v) {
   for (;;) {
     wd_pool_cell *c = &p->cells[pos & p->qmask];
     uint32_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+    /* Cells start zeroed, not numbered (their pages stay untouched until a communicator has
+     * traffic): on the first lap a zero cell is one nobody used yet, i.e. numbered pos. A used
+     * cell is never zero there (producers leave pos + 1, consumers pos + capacity). */
+    if (seq == 0 && pos <= p->qmask) seq = pos;
     int32_t dif = (int32_t)(seq - pos);
     if (dif == 0) {
       if (atomic_compare_exchange_weak_explicit(&p->qtail, &pos, pos + 1, memory_order_relaxed,
@@ -98,7 +102,7 @@ int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
                  struct wd_context *ctx) {
   memset(p, 0, sizeof(*p));
   if (max < WD_CHUNK_SLOTS) max = WD_CHUNK_SLOTS;
-  if (initial < WD_CHUNK_SLOTS) initial = WD_CHUNK_SLOTS;
+  if (initial && initial < WD_CHUNK_SLOTS) initial = WD_CHUNK_SLOTS; /* 0: on the first event */
   if (initial > max) initial = max;
   p->max_chunks = (max + WD_CHUNK_SLOTS - 1) / WD_CHUNK_SLOTS;
   p->id_base = id_base;
@@ -107,15 +111,11 @@ int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
   while (qcap < p->max_chunks * WD_CHUNK_SLOTS) qcap <<= 1;
   p->qmask = qcap - 1;
   p->chunks = calloc(p->max_chunks, sizeof(*p->chunks));
-  p->cells = malloc(sizeof(wd_pool_cell) * qcap);
+  p->cells = calloc(qcap, sizeof(wd_pool_cell)); /* zero = not used yet (wd_q_push) */
   if (p->chunks == NULL || p->cells == NULL) {
     free(p->chunks);
     free(p->cells);
     return -1;
-  }
-  for (uint32_t i = 0; i < qcap; i++) {
-    atomic_init(&p->cells[i].seq, i);
-    atomic_init(&p->cells[i].val, 0);
   }
   pthread_mutex_init(&p->grow_lock, NULL);
   uint32_t nch = (initial + WD_CHUNK_SLOTS - 1) / WD_CHUNK_SLOTS;

@@ -12,7 +12,8 @@ uint32_t wd_ring_round(uint32_t capacity) {
 
 void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem) {
   memset(r, 0, sizeof(*r));
-  memset(mem, 0, sizeof(wd_record) * capacity);
+  /* mem is a new file's mapping, already zero: clearing it would make every page resident for
+   * a communicator that may never carry traffic. */
   r->recs = mem;
   r->mask = capacity - 1;
   r->external = 1;

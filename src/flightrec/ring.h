@@ -22,7 +22,8 @@ typedef struct wd_ring {
 
 /* capacity is rounded up to a power of two (minimum 16). Returns 0, or -1 when out of memory. */
 int wd_ring_init(wd_ring *r, uint32_t capacity);
-/* The same over memory the caller owns (a ring file), capacity already a power of two. */
+/* The same over memory the caller owns (a new ring file's mapping, zero-filled), capacity
+ * already a power of two. */
 void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem);
 /* The capacity wd_ring_init gives for a requested one. */
 uint32_t wd_ring_round(uint32_t capacity);

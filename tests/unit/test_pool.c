@@ -274,7 +274,7 @@ static void test_recycle(void) {
 /* A slot whose address is blacklisted goes back to the end of the queue instead of out. */
 static void test_blacklist_skips(void) {
   wd_pool p;
-  CU_ASSERT_EQUAL_FATAL(wd_pool_init(&p, 0, 0, 0, NULL), 0);
+  CU_ASSERT_EQUAL_FATAL(wd_pool_init(&p, WD_CHUNK_SLOTS, 0, 0, NULL), 0);
   wd_blacklist *bl = wd_blacklist_create(16);
   CU_ASSERT_PTR_NOT_NULL_FATAL(bl);
   p.blacklist = bl;
