@@ -468,20 +468,26 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_PEER_RECORDS] = "an integer, 0 = whole rings",
 };
 
+/* A duration, or what 0 means for it. */
+static void duration_or(uint64_t ns, const char *zero, char *buf, size_t len) {
+  if (ns) wd_fmt_duration(ns, buf, len);
+  else snprintf(buf, len, "%s", zero);
+}
+
+/* A quoted path, or what an empty one means. */
+static void path_or(const char *path, const char *empty, char *buf, size_t len) {
+  if (path[0]) wd_quote(path, buf, len);
+  else snprintf(buf, len, "%s", empty);
+}
+
 /* The value a key has now, as the "using ..." part of a warning. */
 static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   switch (key) {
   case K_ENABLE: snprintf(buf, len, "%d", cfg->enable); break;
   case K_TIMEOUT: wd_fmt_duration(cfg->timeout_ns, buf, len); break;
   case K_POLL: wd_fmt_duration(cfg->poll_ns, buf, len); break;
-  case K_UNREACHED:
-    if (cfg->unreached_timeout_ns == 0) snprintf(buf, len, "0 (off)");
-    else wd_fmt_duration(cfg->unreached_timeout_ns, buf, len);
-    break;
-  case K_DUMP_DIR:
-    if (cfg->dump_dir[0]) wd_quote(cfg->dump_dir, buf, len);
-    else snprintf(buf, len, "the default directory");
-    break;
+  case K_UNREACHED: duration_or(cfg->unreached_timeout_ns, "0 (off)", buf, len); break;
+  case K_DUMP_DIR: path_or(cfg->dump_dir, "the default directory", buf, len); break;
   case K_RING: snprintf(buf, len, "%" PRIu32, cfg->ring_size); break;
   case K_PROXY_RING: snprintf(buf, len, "%" PRIu32, cfg->proxy_ring_size); break;
   case K_MAX_EVENTS: snprintf(buf, len, "%" PRIu32, cfg->max_events); break;
@@ -498,26 +504,14 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_MAX_DUMPS: snprintf(buf, len, "%d", cfg->max_dumps); break;
   case K_CLOCK: snprintf(buf, len, "%s", cfg->precise_clock ? "precise" : "coarse"); break;
   case K_GPU_EVENTS: snprintf(buf, len, "%d", cfg->gpu_events); break;
-  case K_RING_DIR:
-    if (cfg->ring_dir[0]) wd_quote(cfg->ring_dir, buf, len);
-    else snprintf(buf, len, "off");
-    break;
+  case K_RING_DIR: path_or(cfg->ring_dir, "off", buf, len); break;
   case K_KEEP_RINGS: snprintf(buf, len, "%d", cfg->keep_rings); break;
   case K_TERM_DUMP: snprintf(buf, len, "%d", cfg->term_dump); break;
   case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
   case K_PEER_RECORDS: snprintf(buf, len, "%u", cfg->peer_records); break;
-  case K_TRIGGER_POLL:
-    if (cfg->trigger_poll_ns == 0) snprintf(buf, len, "0 (5 polls)");
-    else wd_fmt_duration(cfg->trigger_poll_ns, buf, len);
-    break;
-  case K_METRICS:
-    if (cfg->metrics_ns == 0) snprintf(buf, len, "0 (off)");
-    else wd_fmt_duration(cfg->metrics_ns, buf, len);
-    break;
-  case K_METRICS_DIR:
-    if (cfg->metrics_dir[0]) wd_quote(cfg->metrics_dir, buf, len);
-    else snprintf(buf, len, "the ring directory");
-    break;
+  case K_TRIGGER_POLL: duration_or(cfg->trigger_poll_ns, "0 (5 polls)", buf, len); break;
+  case K_METRICS: duration_or(cfg->metrics_ns, "0 (off)", buf, len); break;
+  case K_METRICS_DIR: path_or(cfg->metrics_dir, "the ring directory", buf, len); break;
   case K_COMPRESS: snprintf(buf, len, "%s", cfg->compress ? "gzip" : "off"); break;
   case K_HOSTNAME: snprintf(buf, len, "%s", cfg->hostname[0] ? cfg->hostname : "the system's"); break;
   default: buf[0] = '\0'; break;
