@@ -131,6 +131,13 @@ if [ "$QUICK" != 1 ] && [ -f "$SRC/tools/gen/scale-bench.sh" ]; then
   scale_line=$(grep '^analyze_4096' <<<"$scale_out" || true)
 fi
 
+storm_line=""
+if [ "$QUICK" != 1 ] && [ -x "$BUILD/tests/scenario_storm" ]; then
+  log "trigger protocol at scale (bench/storm.sh, 1,000 processes; BENCH_QUICK=1 skips it)"
+  storm_out=$("$SRC/bench/storm.sh" "$BUILD" 1000 2>&1 || true); log "  $storm_out"
+  storm_line=$(grep '^storm: 1000 processes' <<<"$storm_out" || true)
+fi
+
 # ---- table ------------------------------------------------------------------------------------
 yes_no() { awk "BEGIN { exit !($1) }" && echo met || echo "NOT met"; }
 add1=$(calc "%.1f" "${NS[ours1]} - ${NS[empty1]}")
@@ -175,6 +182,9 @@ if [ -n "$dump_line" ]; then
 fi
 if [ -n "$scale_line" ]; then
   echo "| Analyzer, 4096 ranks | ${scale_line#analyze_4096: } | | |"
+fi
+if [ -n "$storm_line" ]; then
+  echo "| 1,000 processes stall together (bench/storm.sh) | ${storm_line#storm: } | one dump each, 1 trigger | $(grep -q '1000 dumps' <<<"$storm_line" && echo met || echo 'NOT met') |"
 fi
 # The CUDA-event path per kernel launch, against the stand-in driver (plugin side only).
 if [ -x "$BIN/bench_launch" ] && [ -e "$BUILD/fakecuda/libcuda.so.1" ]; then
