@@ -314,7 +314,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -346,6 +346,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_METRICS_DIR] = "NCCL_WATCHDOG_METRICS_DIR",
     [K_TRIGGER_POLL] = "NCCL_WATCHDOG_TRIGGER_POLL",
     [K_PEER_RECORDS] = "NCCL_WATCHDOG_PEER_RECORDS",
+    [K_MEMORY_BUDGET] = "NCCL_WATCHDOG_MEMORY_BUDGET",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -385,6 +386,7 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->python = 1;
   cfg->metrics_ns = 10 * WD_NS_PER_S;
   cfg->peer_records = 64;
+  cfg->memory_budget_mib = 1024;
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room
@@ -466,6 +468,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_METRICS_DIR] = "a directory",
     [K_TRIGGER_POLL] = "0 (5 polls), 5s, 30s",
     [K_PEER_RECORDS] = "an integer, 0 = whole rings",
+    [K_MEMORY_BUDGET] = "MiB, an integer, 0 = no budget",
 };
 
 /* A duration, or what 0 means for it. */
@@ -509,6 +512,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_TERM_DUMP: snprintf(buf, len, "%d", cfg->term_dump); break;
   case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
   case K_PEER_RECORDS: snprintf(buf, len, "%u", cfg->peer_records); break;
+  case K_MEMORY_BUDGET: snprintf(buf, len, "%u", cfg->memory_budget_mib); break;
   case K_TRIGGER_POLL: duration_or(cfg->trigger_poll_ns, "0 (5 polls)", buf, len); break;
   case K_METRICS: duration_or(cfg->metrics_ns, "0 (off)", buf, len); break;
   case K_METRICS_DIR: path_or(cfg->metrics_dir, "the ring directory", buf, len); break;
@@ -717,6 +721,10 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
     case K_PEER_RECORDS:
       why = wd_check_uint(val, 0, 1u << 20, NULL, &u, reason, sizeof reason);
       if (!why) cfg->peer_records = (uint32_t)u;
+      break;
+    case K_MEMORY_BUDGET:
+      why = wd_check_uint(val, 0, 1u << 20, NULL, &u, reason, sizeof reason);
+      if (!why) cfg->memory_budget_mib = (uint32_t)u;
       break;
     case K_MAX_DUMPS:
       why = wd_check_uint(val, WD_MAX_DUMPS_MIN, WD_MAX_DUMPS_MAX, NULL, &u, reason, sizeof reason);
@@ -960,7 +968,7 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
            " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s"
-           " trigger_poll=%s peer_records=%u",
+           " trigger_poll=%s peer_records=%u memory_budget=%uMiB",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
@@ -968,5 +976,6 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
            cfg->hostname[0] ? cfg->hostname : "(system)", cfg->compress ? "gzip" : "off", metrics,
-           cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records);
+           cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records,
+           cfg->memory_budget_mib);
 }

@@ -38,6 +38,7 @@ typedef struct wd_config {
   uint64_t metrics_ns;           /* NCCL_WATCHDOG_METRICS: Prometheus file interval, 10 s, 0 = off */
   char metrics_dir[WD_PATH_MAX]; /* NCCL_WATCHDOG_METRICS_DIR: empty = the ring directory */
   uint64_t trigger_poll_ns;      /* NCCL_WATCHDOG_TRIGGER_POLL: shared-FS trigger check, 0 = 5 polls */
+  uint32_t memory_budget_mib;    /* NCCL_WATCHDOG_MEMORY_BUDGET: rings + event slots, 1024; 0 = none */
   uint32_t peer_records;         /* NCCL_WATCHDOG_PEER_RECORDS: newest records per ring in a peer
                                     dump (a summary), 64; 0 = whole rings */
 } wd_config;

@@ -535,6 +535,17 @@ static int put_trigger(cJSON *root, const wd_dump_input *in) {
 
 /* What this process's plugin cannot see, given its settings and each communicator's path:
  * said in every dump rather than assumed fine (docs/architecture.md, "What NCCL tells"). */
+/* The process's memory against its budget: what a 512-communicator process really holds. */
+static int put_memory(cJSON *root, const wd_dump_input *in) {
+  cJSON *m = cJSON_AddObjectToObject(root, "memory");
+  if (!m || add_num(m, "budgetBytes", (double)in->mem_budget) ||
+      add_num(m, "ringBytes", (double)in->mem_rings) || add_num(m, "slotBytes", (double)in->mem_slots) ||
+      add_num(m, "commsWithSmallerRings", (double)in->mem_shrunk) ||
+      add_num(m, "slotChunksRefused", (double)in->mem_refused))
+    return -1;
+  return 0;
+}
+
 static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *in) {
   int cuda = 0, nccl = 0;
   for (uint32_t i = 0; in->comms && i < in->ncomms; i++) {
@@ -804,7 +815,8 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   if (!plugin || add_str(plugin, "name", "nccl-watchdog") ||
       add_str(plugin, "version", WD_VERSION) || add_num(plugin, "abi", in->abi))
     goto end;
-  if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg, in) || put_env(root) ||
+  if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg, in) ||
+      put_memory(root, in) || put_env(root) ||
       put_strings(root))
     goto end;
   cJSON *comms = cJSON_AddArrayToObject(root, "comms");

@@ -93,6 +93,8 @@ typedef struct wd_dump_input {
   unsigned trig_next;            /* next episode it watches for */
   int trig_on, trig_poller;
   uint64_t trig_shared, trig_node; /* metadata operations: shared file system, node memory */
+  /* the process's memory against NCCL_WATCHDOG_MEMORY_BUDGET */
+  uint64_t mem_budget, mem_rings, mem_slots, mem_shrunk, mem_refused;
   /* data */
   uint32_t ncomms;
   wd_comm_snap *comms;

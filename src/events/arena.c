@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "base/log.h"
+#include "events/budget.h"
 
 /* Address space, not memory: pages are committed chunk by chunk as pools grow. 16 GiB holds
  * about 89 M slots, hundreds of communicators at the default event bound; a smaller range is
@@ -44,6 +45,10 @@ void *wd_arena_chunk_get(size_t bytes) {
   if (wd_arena.base == 0 && reserve() != 0) goto out;
   size_t used = atomic_load_explicit(&wd_arena.committed, memory_order_relaxed);
   if (wd_arena.size - used < bytes) goto out;
+  if (!wd_budget_allows(bytes)) { /* the pool drops (and counts) events instead */
+    wd_budget_note_refused();
+    goto out;
+  }
   void *at = (void *)(wd_arena.base + used);
   if (mprotect(at, bytes, PROT_READ | PROT_WRITE) != 0) goto out;
   chunk = at;

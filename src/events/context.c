@@ -10,6 +10,7 @@
 #include "base/clock.h"
 #include "base/host.h"
 #include "base/log.h"
+#include "events/budget.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
   if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
@@ -35,6 +36,7 @@ static void wd_context_reset(wd_context *ctx) {
 }
 
 void wd_context_free(wd_context *ctx) {
+  wd_budget_rings(-(int64_t)ctx->ring_bytes);
   wd_launches_close(&ctx->launches);
   wd_ring_destroy(&ctx->ring);
   wd_ring_destroy(&ctx->proxy_ring);
@@ -64,6 +66,24 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   }
   ctx->keep_file = keep_file;
   uint32_t cap = wd_ring_round(ring_size), pcap = wd_ring_round(proxy_ring_size);
+  /* Over the process's memory budget, a new communicator gets smaller rings (never below
+   * WD_BUDGET_MIN_RING records), rather than none. */
+  int shrunk = 0;
+  while (!wd_budget_allows((uint64_t)(cap + pcap) * sizeof(wd_record)) &&
+         (cap > WD_BUDGET_MIN_RING || pcap > WD_BUDGET_MIN_RING)) {
+    if (pcap >= cap && pcap > WD_BUDGET_MIN_RING) pcap /= 2;
+    else cap /= 2;
+    shrunk = 1;
+  }
+  if (shrunk) {
+    wd_budget_note_shrunk();
+    static _Atomic int warned;
+    if (!atomic_exchange(&warned, 1))
+      WD_WARN("NCCL_WATCHDOG_MEMORY_BUDGET reached: new communicators get smaller rings (this "
+              "one %u + %u records); raise the budget for whole rings", cap, pcap);
+  }
+  ctx->ring_bytes = (uint64_t)(cap + pcap) * sizeof(wd_record);
+  wd_budget_rings((int64_t)ctx->ring_bytes);
   if (ring_dir && ring_dir[0]) {
     char host[64];
     wd_hostname(host, sizeof host);

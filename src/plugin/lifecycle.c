@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/gpu.h"
 #include "base/host.h"
+#include "events/budget.h"
 #include "events/store.h"
 #include "flightrec/record.h"
 #include "flightrec/strtab.h"
@@ -42,6 +43,7 @@ static int process_start(void) {
   /* NULL: the real environment, so misspelt NCCL_WATCHDOG_* variables are named. */
   wd_config_load(&config, NULL, config_warn);
   wd_hostname_override(config.hostname);
+  wd_budget_set((uint64_t)config.memory_budget_mib << 20);
   char desc[1024];
   wd_config_describe(&config, desc, sizeof(desc));
   WD_INFO("nccl-watchdog %s: %s", WD_VERSION, desc);

@@ -12,6 +12,7 @@
 #include "flightrec/strtab.h"
 #include "stacks/python.h"
 #include "watchdog/stall.h"
+#include "events/budget.h"
 
 /* keep > 0: only the newest keep records (a summary); the others count as lost. */
 static int wd_collect_ring(const wd_ring *r, wd_ring_snap *out, uint32_t keep) {
@@ -112,6 +113,13 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
   wd_hostname(in->host, sizeof(in->host));
   in->pid = (int)getpid();
 
+  wd_budget_stats mem;
+  wd_budget_get(&mem);
+  in->mem_budget = mem.budget;
+  in->mem_rings = mem.ring_bytes;
+  in->mem_slots = mem.slot_bytes;
+  in->mem_shrunk = mem.shrunk;
+  in->mem_refused = mem.refused;
   pthread_mutex_lock(&wd_store.lock);
   in->abi = wd_store.abi_max;
   in->comms = calloc(wd_store.nctx ? (size_t)wd_store.nctx : 1, sizeof(wd_comm_snap));

@@ -544,7 +544,8 @@ static void test_describe(void) {
            "backtrace_signal=SIGRTMIN+3 action=dump event_mask=0x65f backtrace=1 "
            "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
            "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system) compress=off "
-           "metrics=10s metrics_dir=(ring dir) trigger_poll=5 polls peer_records=64",
+           "metrics=10s metrics_dir=(ring dir) trigger_poll=5 polls peer_records=64 "
+           "memory_budget=1024MiB",
            (unsigned)geteuid());
   CU_ASSERT_STRING_EQUAL(line, want);
   /* Ring files can be turned off. */
