@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "events/arena.h"
 #include "events/blacklist.h"
@@ -111,10 +112,15 @@ int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
   while (qcap < p->max_chunks * WD_CHUNK_SLOTS) qcap <<= 1;
   p->qmask = qcap - 1;
   p->chunks = calloc(p->max_chunks, sizeof(*p->chunks));
-  p->cells = calloc(qcap, sizeof(wd_pool_cell)); /* zero = not used yet (wd_q_push) */
+  /* Zero = not used yet (wd_q_push). Mapped, not calloc'ed: fresh anonymous pages cost nothing
+   * until touched, whereas heap memory may be cleared (touched) by calloc. */
+  void *cells = mmap(NULL, sizeof(wd_pool_cell) * qcap, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  p->cells = cells == MAP_FAILED ? NULL : cells;
   if (p->chunks == NULL || p->cells == NULL) {
     free(p->chunks);
-    free(p->cells);
+    if (p->cells) munmap(p->cells, sizeof(wd_pool_cell) * qcap);
+    p->cells = NULL;
     return -1;
   }
   pthread_mutex_init(&p->grow_lock, NULL);
@@ -142,7 +148,7 @@ void wd_pool_destroy(wd_pool *p) {
     p->chunks = NULL;
     pthread_mutex_destroy(&p->grow_lock);
   }
-  free(p->cells);
+  if (p->cells) munmap(p->cells, sizeof(wd_pool_cell) * ((size_t)p->qmask + 1));
   p->cells = NULL;
 }
 
