@@ -62,6 +62,13 @@ static int wd_trim_copy(const char *s, char *dst, size_t cap) {
   return 0;
 }
 
+/* "off", "none" or "0": a feature turned off. */
+static int wd_means_off(const char *val) {
+  char v[16] = "";
+  return wd_trim_copy(val, v, sizeof v) == 0 &&
+         (!strcasecmp(v, "off") || !strcasecmp(v, "none") || !strcmp(v, "0"));
+}
+
 /* Parse decimal digits into *out; returns the end pointer, or NULL on overflow/no digits. */
 static const char *wd_parse_digits(const char *p, uint64_t *out) {
   uint64_t v = 0;
@@ -646,19 +653,6 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       why = wd_check_duration(val, WD_BT_WAIT_MIN_NS, WD_BT_WAIT_MAX_NS, 0, &cfg->bt_wait_ns,
                               reason, sizeof reason);
       break;
-    case K_RING_DIR: {
-      char v[16] = "";
-      size_t n = strlen(val);
-      if (wd_trim_copy(val, v, sizeof v) == 0 && (!strcasecmp(v, "off") || !strcasecmp(v, "none") || !strcmp(v, "0"))) {
-        cfg->ring_dir[0] = '\0';
-      } else if (n >= sizeof cfg->ring_dir) {
-        snprintf(reason, sizeof reason, "is too long (at most %zu bytes)", sizeof cfg->ring_dir - 1);
-        why = reason;
-      } else {
-        memcpy(cfg->ring_dir, val, n + 1);
-      }
-      break;
-    }
     case K_TRIGGER_POLL:
       why = wd_check_duration(val, WD_POLL_MIN_NS, WD_TRIGGER_POLL_MAX_NS, 1, &cfg->trigger_poll_ns,
                               reason, sizeof reason);
@@ -669,7 +663,8 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       break;
     case K_COMPRESS: {
       char v[16] = "";
-      if (wd_trim_copy(val, v, sizeof v) == 0 && (!strcasecmp(v, "off") || !strcasecmp(v, "none") || !strcmp(v, "0")))
+      wd_trim_copy(val, v, sizeof v);
+      if (wd_means_off(val))
         cfg->compress = 0;
       else if (!strcasecmp(v, "gzip") || !strcasecmp(v, "gz"))
         cfg->compress = 1;
@@ -694,11 +689,14 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       break;
     }
     case K_DUMP_DIR:
-    case K_METRICS_DIR: {
-      /* Both WD_PATH_MAX long. */
-      char *dst = key == K_DUMP_DIR ? cfg->dump_dir : cfg->metrics_dir;
+    case K_METRICS_DIR:
+    case K_RING_DIR: {
+      /* All WD_PATH_MAX long; ring files can be turned off. */
+      char *dst = key == K_DUMP_DIR ? cfg->dump_dir : key == K_RING_DIR ? cfg->ring_dir : cfg->metrics_dir;
       size_t n = strlen(val);
-      if (n >= WD_PATH_MAX) {
+      if (key == K_RING_DIR && wd_means_off(val)) {
+        cfg->ring_dir[0] = '\0';
+      } else if (n >= WD_PATH_MAX) {
         snprintf(reason, sizeof reason, "is too long (at most %d bytes)", WD_PATH_MAX - 1);
         why = reason;
       } else {
