@@ -126,8 +126,7 @@ static void family(FILE *b, const char *name, const char *type, const char *help
   fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void render(FILE *b, uint64_t now, unsigned stalls, unsigned dumps) {
-  (void)now;
+static void render(FILE *b, unsigned stalls, unsigned dumps) {
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   family(b, "nccl_watchdog_info", "gauge", "The plugin is loaded in this process (value 1).");
@@ -206,13 +205,13 @@ static int write_file(const char *data, size_t len) {
   return -1;
 }
 
-void wd_metrics_flush(uint64_t now, unsigned stall_episodes, unsigned dumps) {
+void wd_metrics_flush(unsigned stall_episodes, unsigned dumps) {
   if (!wd_m.on) return;
   char *text = NULL;
   size_t len = 0;
   FILE *b = open_memstream(&text, &len);
   if (b) {
-    render(b, now, stall_episodes, dumps);
+    render(b, stall_episodes, dumps);
     if (fclose(b) != 0) len = 0;
   }
   if (!text || !len || write_file(text, len) != 0) {

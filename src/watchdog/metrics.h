@@ -21,7 +21,7 @@ int wd_metrics_due(uint64_t now);
  * context's counters for the file. */
 void wd_metrics_note(wd_context *ctx, uint64_t now, int due);
 /* After the pass, when due: writes the file (temporary, rename), with the process counters. */
-void wd_metrics_flush(uint64_t now, unsigned stall_episodes, unsigned dumps);
+void wd_metrics_flush(unsigned stall_episodes, unsigned dumps);
 /* At watchdog stop: removes the file (a process that is gone has no health to report). */
 void wd_metrics_close(void);
 

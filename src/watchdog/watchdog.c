@@ -55,7 +55,6 @@ static struct {
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   uint64_t peer_dump_ns; /* when it last answered a job episode (peer dump): its own stall soon
                             after is the same episode, already dumped */
-  uint32_t dump_keep;    /* records per ring for the next stall dump (0: whole rings) */
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -67,7 +66,10 @@ static struct {
   int abort_state;       /* 0 idle, 1 asked, 2 done (written), 3 done (not written) */
 } wd_wd = {.wake_fd = -1, .abort_lock = PTHREAD_MUTEX_INITIALIZER, .abort_cv = PTHREAD_COND_INITIALIZER};
 
-static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t path_len) {
+/* summary: only the newest NCCL_WATCHDOG_PEER_RECORDS of each ring (every dump of a job's stall
+ * episode but the one of the process that opened it). */
+static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *path,
+                   size_t path_len) {
   int rc = -1; /* only the watchdog thread dumps */
   path[0] = '\0';
   if (!wd_wd.dumps_ok) goto out;
@@ -87,7 +89,7 @@ static int wd_dump(const char *reason, wd_dump_input *extra, char *path, size_t 
   /* Whole rings from the process that opened the job's episode and in snapshots; every other
    * dump of the episode is a summary (the newest records of each ring): what a 100,000-rank
    * round can afford. */
-  uint32_t keep = !strcmp(reason, "peer") ? wd_wd.cfg->peer_records : wd_wd.dump_keep;
+  uint32_t keep = summary ? wd_wd.cfg->peer_records : 0;
   if (wd_collect(&in, wd_wd.cfg, reason, wd_wd.cfg->backtrace && wd_wd.bt_ok, keep) != 0) {
     wd_collect_free(&in);
     goto out;
@@ -180,7 +182,7 @@ static void wd_check_stalls(uint64_t now) {
   wd_pool_reserve(&wd_store.detached, wd_pool_nslots(&wd_store.detached) / 4);
   pthread_mutex_unlock(&wd_store.lock);
   /* Counted before this poll's dump: the next file shows it (within one interval). */
-  if (metrics_due) wd_metrics_flush(now, wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps);
+  if (metrics_due) wd_metrics_flush(wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps);
   if (n == 0) {
     if (wd_wd.episode) WD_INFO("progress resumed: stall episode over");
     wd_wd.episode = 0;
@@ -209,11 +211,9 @@ static void wd_check_stalls(uint64_t now) {
   /* The episode first: the process that opens it dumps whole rings, the others of the same
    * episode a summary. */
   int joined = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok && wd_post_trigger(stalls, n) == 0;
-  wd_wd.dump_keep = joined ? wd_wd.cfg->peer_records : 0;
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
-  int rc = wd_dump("stall", &extra, path, sizeof(path));
-  wd_wd.dump_keep = 0;
+  int rc = wd_dump("stall", &extra, joined, path, sizeof(path));
   for (uint32_t i = 0; i < n && i < 4; i++) {
     const wd_stall *s = &stalls[i];
     WD_WARN("stall on comm 0x%llx \"%s\" rank %d/%d: %s %s seq %lld made no progress for %.1f s; "
@@ -233,7 +233,7 @@ static void wd_check_signal(void) {
   if (wd_snapsig_take(&sender) <= 0) return;
   wd_dump_input extra = {.signo = wd_wd.cfg->signal, .sender_pid = sender};
   char path[WD_PATH_MAX + 64];
-  if (wd_dump("signal", &extra, path, sizeof(path)) == 0)
+  if (wd_dump("signal", &extra, 0, path, sizeof(path)) == 0)
     WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
 }
 
@@ -251,7 +251,7 @@ static void wd_check_triggers(uint64_t now) {
   }
   wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
   char path[WD_PATH_MAX + 64];
-  if (wd_dump("peer", &extra, path, sizeof(path)) == 0) {
+  if (wd_dump("peer", &extra, 1, path, sizeof(path)) == 0) {
     wd_wd.peer_dump_ns = now;
     WD_WARN("another process reported a stall (%s): dump %s", name, path);
   }
@@ -264,7 +264,7 @@ static void wd_check_abort(void) {
   pthread_mutex_unlock(&wd_wd.abort_lock);
   if (!asked) return;
   char path[WD_PATH_MAX + 64];
-  int rc = wd_dump("abort", &extra, path, sizeof(path));
+  int rc = wd_dump("abort", &extra, 0, path, sizeof(path));
   if (rc == 0)
     WD_WARN("comm 0x%llx finalized with %u operation(s) in flight (abort): dump %s",
             (unsigned long long)extra.abort_comm_id, extra.abort_inflight, path);
@@ -309,7 +309,7 @@ static void wd_check_term(void) {
   if (!wd_fatal_term_pending()) return;
   char path[WD_PATH_MAX + 64];
   wd_dump_input extra = {.signo = SIGTERM};
-  if (wd_dump("term", &extra, path, sizeof(path)) == 0) WD_WARN("SIGTERM: dump %s", path);
+  if (wd_dump("term", &extra, 0, path, sizeof(path)) == 0) WD_WARN("SIGTERM: dump %s", path);
   wd_fatal_term_chain();
 }
 

@@ -175,9 +175,8 @@ static void print_ring(FILE *f, const recbuf *b, int cap, uint64_t written) {
 }
 
 /* One completed collective: its op-level and proxy-level records. */
-static void gen_op(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, int64_t tb,
+static void gen_op(const rank_view *v, recbuf *ops, recbuf *px, int64_t tb,
                    int func, int64_t seq, int k) {
-  (void)o;
   int pid = 10000 + v->grank, main = pid, prog = pid + 7;
   int api = 20 + k % 40, coll = 100 + k % 40, sop = 200 + (k % 40) * 2, rop = sop + 1;
   int step = 400 + k % 40, kch = 500 + k % 40;
@@ -202,8 +201,7 @@ static void gen_op(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, i
 }
 
 /* The stalled operation's records: started, reached the network, never finished. */
-static void gen_stuck(const opts *o, const rank_view *v, recbuf *ops, recbuf *px, int64_t tb) {
-  (void)o;
+static void gen_stuck(const rank_view *v, recbuf *ops, recbuf *px, int64_t tb) {
   int pid = 10000 + v->grank, main = pid, prog = pid + 7;
   int f = v->p2p ? 1 + v->p2p : v->stuck_func;
   int64_t s = v->p2p ? 0 : v->stuck_seq;
@@ -247,8 +245,7 @@ static void print_proxyop(FILE *f, const rank_view *v, int slot, int is_send, in
   fputs("]},", f);
 }
 
-static void print_inflight(FILE *f, const opts *o, const rank_view *v) {
-  (void)o;
+static void print_inflight(FILE *f, const rank_view *v) {
   int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
   double age = v->since_ms + 0.8, s = v->since_ms;
   if (v->p2p)
@@ -286,7 +283,7 @@ static void print_inflight(FILE *f, const opts *o, const rank_view *v) {
 
 /* ---- one communicator ---- */
 
-static void gen_history(const opts *o, const rank_view *v, recbuf *ops, recbuf *px) {
+static void gen_history(const rank_view *v, recbuf *ops, recbuf *px) {
   int per_op = 4 + v->extra_records;
   int nops = v->ring_cap / per_op + 2;
   if (nops < v->ring_cap / 10 + 2) nops = v->ring_cap / 10 + 2;
@@ -300,7 +297,7 @@ static void gen_history(const opts *o, const rank_view *v, recbuf *ops, recbuf *
   for (int j = nops - 1; j >= 0; j--) {
     if (seqs[j] < 0) continue;
     int64_t tb = v->t_end - (int64_t)(j + 1) * OP_NS;
-    gen_op(o, v, ops, px, tb, funcs[j], seqs[j], j);
+    gen_op(v, ops, px, tb, funcs[j], seqs[j], j);
   }
   free(seqs);
   free(funcs);
@@ -308,8 +305,8 @@ static void gen_history(const opts *o, const rank_view *v, recbuf *ops, recbuf *
 
 static void print_comm(FILE *f, const opts *o, const rank_view *v) {
   recbuf ops = {0}, px = {0};
-  gen_history(o, v, &ops, &px);
-  if (v->stuck) gen_stuck(o, v, &ops, &px, -(int64_t)(v->since_ms * 1e6) - 50000);
+  gen_history(v, &ops, &px);
+  if (v->stuck) gen_stuck(v, &ops, &px, -(int64_t)(v->since_ms * 1e6) - 50000);
   int64_t ar_enq = v->ar_done, ag_enq = v->ag_done;
   if (v->stuck && !v->p2p && v->stuck_func == 0) ar_enq = v->stuck_seq;
   if (v->stuck && !v->p2p && v->stuck_func == 1) ag_enq = v->stuck_seq;
@@ -324,7 +321,7 @@ static void print_comm(FILE *f, const opts *o, const rank_view *v) {
           v->id, v->name, v->rank, v->nranks, (total + 7) / 8, v->grank % 8, (unsigned)v->grank,
           v->stuck ? v->since_ms : -(double)v->t_end / 1e6, ar_enq, v->ar_done, ag_enq,
           v->ag_done, v->stuck && v->p2p ? 1 : 0);
-  if (v->stuck) print_inflight(f, o, v);
+  if (v->stuck) print_inflight(f, v);
   else fputs("[]", f);
   fputs(",\"open\":[],\"ring\":", f);
   print_ring(f, &ops, v->ring_cap, (uint64_t)ops.n + 4000000);
