@@ -3,6 +3,10 @@
  * default rings (1.25 MiB each) do not all fit. The first get whole rings, the later ones smaller
  * rings (never below 256 records), one WARN says so, traffic goes on, and a snapshot dump reports
  * the memory held against the budget.
+ *
+ * NCCL's order, as the test host plays it (nccl_host.h): the application thread's events from
+ * ncclEnqueueCheck (enqueue.cc), the proxy's ProxyOps and steps from ncclProxyOpToArgs (proxy.cc)
+ * and sendProxyProgress / recvProxyProgress (transport/net.cc).
  */
 #include <signal.h>
 #include <stdio.h>

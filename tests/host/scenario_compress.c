@@ -2,6 +2,10 @@
  * Compressed dumps (NCCL_WATCHDOG_COMPRESS=gzip): a hang gives one `*-stall.json.gz` and no plain
  * dump; it is gzip (zlib reads it), its content is a valid dump naming the stalled AllReduce, and
  * the analyzer reads it as it reads a plain one.
+ *
+ * NCCL's order, as the test host plays it (nccl_host.h): the application thread's events from
+ * ncclEnqueueCheck (enqueue.cc), the proxy's ProxyOps and steps from ncclProxyOpToArgs (proxy.cc)
+ * and sendProxyProgress / recvProxyProgress (transport/net.cc).
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>

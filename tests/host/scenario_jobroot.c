@@ -5,6 +5,10 @@
  * next dp AllReduce, in which processes 0 and 1 wait. Per communicator the analyzer blames dp
  * ranks 2 and 3 and pp rank 1; the job verdict must follow dp rank 2 into pp and name process 3
  * (global rank 3) as the root, first line of the report.
+ *
+ * NCCL's order, as the test host plays it (nccl_host.h): the application thread's events from
+ * ncclEnqueueCheck (enqueue.cc), the proxy's ProxyOps and steps from ncclProxyOpToArgs (proxy.cc)
+ * and sendProxyProgress / recvProxyProgress (transport/net.cc).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -143,7 +147,8 @@ static int case_deadlock(const char *az) {
 /* A dead link, played through four processes on two simulated hosts (NCCL_WATCHDOG_HOSTNAME):
  * every process is in "dp" and "pp". In pp, process 1 (hosta) sends to process 2 (hostb) and
  * process 2 receives from 1: both post their halves and both wait in the network, the send in
- * SendWait, the receive in RecvWait (net.cc: the proxy's isend/irecv never complete). Processes 0
+ * SendWait, the receive in RecvWait (transport/net.cc: sendProxyProgress records SendWait once its
+ * isend is posted, recvProxyProgress RecvWait once its irecv is; neither completes). Processes 0
  * and 3 then wait in the next dp AllReduce, which 1 and 2 never enter. The job verdict: the link
  * between rank 1 on hosta and rank 2 on hostb, reached from dp. */
 #define LDP 0xd1d1d1d1ull

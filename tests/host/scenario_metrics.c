@@ -4,6 +4,10 @@
  * (tests/tools/check_metrics.py): the counters are the host's operations, the stuck one is in
  * flight and its seconds without progress grow, a stall and its dump are counted. The status
  * command names the waiting communicator; the file is gone after a normal exit.
+ *
+ * NCCL's order, as the test host plays it (nccl_host.h): the application thread's events from
+ * ncclEnqueueCheck (enqueue.cc), the proxy's ProxyOps and steps from ncclProxyOpToArgs (proxy.cc)
+ * and sendProxyProgress / recvProxyProgress (transport/net.cc).
  */
 #include <stdio.h>
 #include <stdlib.h>

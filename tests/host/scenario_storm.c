@@ -6,6 +6,10 @@
  * process for the episode, one trigger file, and every process touched the shared file system a
  * bounded number of times: once at start, plus (local rank 0 only) one stat per trigger poll,
  * plus one create for a rank that posted or tried to. The analyzer still names rank 0.
+ *
+ * NCCL's order, as the test host plays it (nccl_host.h): the application thread's events from
+ * ncclEnqueueCheck (enqueue.cc), the proxy's ProxyOps and steps from ncclProxyOpToArgs (proxy.cc)
+ * and sendProxyProgress / recvProxyProgress (transport/net.cc).
  */
 #include <dirent.h>
 #include <signal.h>
