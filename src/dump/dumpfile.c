@@ -110,7 +110,7 @@ int wd_dumpdir_resolve(const wd_config *cfg, char *out, size_t len) {
 /* ------------------------------------------------------------------------------------------ */
 /* Atomic write.                                                                               */
 
-static int write_all(int fd, const char *data, size_t len) {
+int wd_write_all(int fd, const char *data, size_t len) {
   while (len) {
     ssize_t w = write(fd, data, len);
     if (w < 0) {
@@ -173,7 +173,7 @@ int wd_file_write_new(const char *dir, wd_name_fn name_fn, const void *arg, unsi
       goto fail;
     }
   }
-  if (write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+  if (wd_write_all(fd, data, len) != 0 || fsync(fd) != 0) {
     err = errno;
     goto fail_tmp;
   }

@@ -23,6 +23,8 @@ int wd_dumpfile_write(const char *dir, const char *host, int pid, unsigned seq, 
 int wd_dumpfile_write_ext(const char *dir, const char *host, int pid, unsigned seq,
                           const char *reason, const char *ext, const char *data, size_t len,
                           char *path_out, size_t path_len);
+/* write() until all of data is written (EINTR retried); 0, or -1 with errno. */
+int wd_write_all(int fd, const char *data, size_t len);
 /* Copy s keeping only [A-Za-z0-9._-] (others become '_'); "" becomes dflt. */
 void wd_file_sanitize(char *out, size_t len, const char *s, const char *dflt);
 

@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dump/dumpfile.h"
+
 #define WD_EPISODE_MAX 1000000 /* a job dump directory never holds more episodes than this */
 
 static int episode_path(char *out, size_t len, const char *dir, unsigned k) {
@@ -68,14 +70,7 @@ static int create_exclusive(const char *path, const char *data) {
   snprintf(tmp, sizeof tmp, "%.*s/.%s.%d.tmp", dl, path, slash ? slash + 1 : path, (int)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
-  size_t len = strlen(data), off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  int ok = off == len && fsync(fd) == 0;
+  int ok = wd_write_all(fd, data, strlen(data)) == 0 && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
   int rc = ok ? link(tmp, path) : -1;
   int err = ok ? errno : EIO;

@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "dump/dumpfile.h"
 #include "flightrec/strtab.h"
 
 #define WD_M_FUNCS 32 /* functions kept per communicator in one file */
@@ -192,14 +193,8 @@ static int write_file(const char *data, size_t len) {
   if (fd < 0 && errno == ENOENT && mkdir(wd_m.dir, 0700) == 0)
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
-  size_t off = 0;
-  while (off < len) {
-    ssize_t w = write(fd, data + off, len - off);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    off += (size_t)w;
-  }
-  int ok = close(fd) == 0 && off == len;
+  int ok = wd_write_all(fd, data, len) == 0;
+  ok = close(fd) == 0 && ok;
   if (ok && rename(tmp, wd_m.path) == 0) return 0; /* readers see the old file or the new one */
   unlink(tmp);
   return -1;

@@ -1119,14 +1119,13 @@ static int ends_with(const char *s, const char *suffix) {
 static int is_dump_name(const char *name, const char *reason) {
   if (name[0] == '.' || strncmp(name, "trigger-", 8) == 0) return 0;
   static const char *const reasons[] = {"stall", "signal", "peer", "abort"};
-  char suffix[64];
-  if (reason) {
-    snprintf(suffix, sizeof(suffix), "-%s.json", reason);
-    return ends_with(name, suffix);
-  }
+  char suffix[64], gz[72];
   for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++) {
-    snprintf(suffix, sizeof(suffix), "-%s.json", reasons[i]);
-    if (ends_with(name, suffix)) return 1;
+    const char *r = reason ? reason : reasons[i];
+    snprintf(suffix, sizeof(suffix), "-%s.json", r);
+    snprintf(gz, sizeof(gz), "%s.gz", suffix); /* NCCL_WATCHDOG_COMPRESS=gzip */
+    if (ends_with(name, suffix) || ends_with(name, gz)) return 1;
+    if (reason) break;
   }
   return 0;
 }

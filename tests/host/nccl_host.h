@@ -301,9 +301,9 @@ void wdh_sleep_ms(unsigned ms);
 char *wdh_tempdir(const char *tag);
 void wdh_rmtree(const char *dir); /* removes files in dir and dir (one level) */
 
-/* Dumps in dir whose name ends with "-<reason>.json" (reason NULL = any dump, not trigger files
- * or temporaries). Fills up to max malloc'ed paths (sorted by name) if paths is not NULL.
- * Returns the count. */
+/* Dumps in dir and its host subdirectories whose name ends with "-<reason>.json" or
+ * "-<reason>.json.gz" (reason NULL = any dump, not trigger files or temporaries). Fills up to max
+ * malloc'ed paths (sorted by path) if paths is not NULL. Returns the count. */
 int wdh_list_dumps(const char *dir, const char *reason, char **paths, int max);
 void wdh_free_paths(char **paths, int n);
 /* Wait up to timeout_ms until at least `want` dumps with that reason exist. Returns the count. */

@@ -8,7 +8,6 @@
  * and sendProxyProgress / recvProxyProgress (transport/net.cc).
  */
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,36 +16,21 @@
 
 #include "nccl_host.h"
 
-/* The first file under dir (or its host subdirectories) ending with suffix (malloc'ed path),
- * NULL when none; *count gets how many there are. */
-static char *find_suffix_in(const char *dir, const char *suffix, int *count, int depth) {
-  char *found = NULL;
-  size_t sl = strlen(suffix);
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) {
-    size_t n = strlen(e->d_name);
-    if (e->d_name[0] == '.') continue;
-    char path[2048];
-    if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
-    if (n < sl || strcmp(e->d_name + n - sl, suffix) != 0) {
-      if (depth > 0) {
-        char *f = find_suffix_in(path, suffix, count, depth - 1);
-        if (!found) found = f;
-        else free(f);
-      }
-      continue;
-    }
-    (*count)++;
-    if (!found) found = strdup(path);
-  }
-  if (d) closedir(d);
-  return found;
-}
-
+/* The first dump of dir whose name ends with suffix (malloc'ed path), NULL when none; *count
+ * gets how many there are. */
 static char *find_suffix(const char *dir, const char *suffix, int *count) {
+  char *paths[16], *found = NULL;
+  int n = wdh_list_dumps(dir, NULL, paths, 16);
+  size_t sl = strlen(suffix);
   *count = 0;
-  return find_suffix_in(dir, suffix, count, 1);
+  for (int i = 0; i < n && i < 16; i++) {
+    size_t len = strlen(paths[i]);
+    if (len < sl || strcmp(paths[i] + len - sl, suffix) != 0) continue;
+    (*count)++;
+    if (!found) found = strdup(paths[i]);
+  }
+  wdh_free_paths(paths, n < 16 ? n : 16);
+  return found;
 }
 
 static char *gunzip(const char *path, size_t *len) {
