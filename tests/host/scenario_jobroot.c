@@ -56,27 +56,43 @@ static void rank_main(int r, int fd) {
   for (;;) pause();
 }
 
+/* A job of n rank processes until every process dumped once for the episode (the first stalled
+ * rank's stall dump, the others' peer dumps or their own stall dumps), settle_ms more, then gone.
+ * Their pids stay in pids (for the checks). */
+static void run_job(int n, void (*fn)(int, int), const char *dir, unsigned settle_ms, pid_t *pids) {
+  WDH_CHECK(wdh_fork_ranks(n, fn, pids) == n, "ranks not ready");
+  WDH_CHECK(wdh_wait_dumps(dir, NULL, n, 10000) >= n, "not a dump from every process");
+  wdh_sleep_ms(settle_ms);
+  pid_t keep[8];
+  memcpy(keep, pids, sizeof(pid_t) * (size_t)n);
+  wdh_kill_ranks(keep, n);
+}
+
+/* The analyzer's text report of dir (echoed to stderr); its first line in first. Returns 1 when
+ * some line holds want (NULL: none wanted). */
+static int report(const char *az, const char *dir, char *first, size_t len, const char *want) {
+  char cmd[2048], line[4096];
+  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
+  FILE *f = popen(cmd, "r");
+  int n = 0, found = 0;
+  first[0] = '\0';
+  while (f && fgets(line, sizeof line, f)) {
+    if (n++ == 0) snprintf(first, len, "%s", line);
+    if (want && strstr(line, want)) found = 1;
+    fputs(line, stderr);
+  }
+  if (f) pclose(f);
+  return found;
+}
+
 static int case_root(const char *az) {
   char *dir = wdh_scenario_dir("jobroot", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[4];
-  WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
-  /* One dump per process for the job's stall episode: the first stalled rank's stall dump, the
-   * others' peer dumps (or their own stall dumps, when they stalled before the trigger came). */
-  WDH_CHECK(wdh_wait_dumps(dir, NULL, 4, 10000) >= 4, "a dump from every process");
-  wdh_sleep_ms(1500);
+  run_job(4, rank_main, dir, 1500, pids);
   pid_t root_pid = pids[3];
-  wdh_kill_ranks(pids, 4);
-  char cmd[2048], line[4096];
-  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
-  FILE *f = popen(cmd, "r");
-  char first[4096] = "";
-  int n = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    if (n++ == 0) snprintf(first, sizeof first, "%s", line);
-    fputs(line, stderr);
-  }
-  if (f) pclose(f);
+  char cmd[2048], first[4096];
+  report(az, dir, first, sizeof first, NULL);
   WDH_CHECK(strncmp(first, "JOB: root cause", 15) == 0, "first line: %s", first);
   WDH_CHECK(strstr(first, "global rank 3") != NULL, "the root is not global rank 3: %s", first);
   WDH_CHECK(strstr(first, "dp") && strstr(first, "pp"), "the chain does not cross dp and pp: %s", first);
@@ -130,15 +146,9 @@ static int case_deadlock(const char *az) {
   char *dir = wdh_scenario_dir("jobdeadlock", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[2];
-  WDH_CHECK(wdh_fork_ranks(2, dl_main, pids) == 2, "ranks not ready");
-  WDH_CHECK(wdh_wait_dumps(dir, NULL, 2, 10000) >= 2, "a dump from each process");
-  wdh_sleep_ms(300);
-  wdh_kill_ranks(pids, 2);
-  char cmd[2048], first[4096] = "";
-  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
-  FILE *f = popen(cmd, "r");
-  if (f && fgets(first, sizeof first, f)) fputs(first, stderr);
-  if (f) pclose(f);
+  run_job(2, dl_main, dir, 300, pids);
+  char first[4096];
+  report(az, dir, first, sizeof first, NULL);
   WDH_CHECK(strncmp(first, "JOB: deadlock", 13) == 0, "first line: %s", first);
   WDH_CHECK(strstr(first, " x ") && strstr(first, " y "), "both communicators named: %s", first);
   return wdh_scenario_end("jobdeadlock", dir);
@@ -192,21 +202,10 @@ static int case_deadlink(const char *az) {
   char *dir = wdh_scenario_dir("joblink", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[4];
-  WDH_CHECK(wdh_fork_ranks(4, link_main, pids) == 4, "ranks not ready");
-  WDH_CHECK(wdh_wait_dumps(dir, NULL, 4, 10000) >= 4, "a dump from every process");
-  wdh_sleep_ms(500);
-  wdh_kill_ranks(pids, 4);
-  char cmd[2048], first[4096] = "", line[4096];
-  snprintf(cmd, sizeof cmd, "'%s' -q '%s'", az, dir);
-  FILE *f = popen(cmd, "r");
-  int n = 0, linkline = 0;
-  while (f && fgets(line, sizeof line, f)) {
-    if (n++ == 0) snprintf(first, sizeof first, "%s", line);
-    if (strstr(line, "dead link between rank 1 (host hosta) and rank 2 (host hostb) on channel 0"))
-      linkline = 1;
-    fputs(line, stderr);
-  }
-  if (f) pclose(f);
+  run_job(4, link_main, dir, 500, pids);
+  char cmd[2048], first[4096];
+  int linkline = report(az, dir, first, sizeof first,
+                        "dead link between rank 1 (host hosta) and rank 2 (host hostb) on channel 0");
   WDH_CHECK(strncmp(first, "JOB: root cause rank ", 21) == 0, "first line: %s", first);
   WDH_CHECK(strstr(first, "dead_link") != NULL, "the root is not the dead link: %s", first);
   WDH_CHECK(strstr(first, "of pp (global rank 1 on host hosta") ||
