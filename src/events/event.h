@@ -16,6 +16,7 @@
 
 #include "events/arena.h"
 #include "flightrec/record.h"
+#include "flightrec/ring.h"
 
 struct wd_context;
 struct wd_pool;
@@ -53,6 +54,8 @@ typedef struct wd_event {
   _Atomic uint32_t live;     /* 1 while allocated */
   _Atomic uint32_t children_seen; /* approximate (no lock prefix): only "any" matters */
   _Atomic uint32_t steps_done;    /* approximate likewise: for display */
+  /* Root ops only from here to wd_proxy_tid, kch_* and reached_ns, order and grouped: set when a
+   * root starts, left as they were for a child (readers look at them only for roots; view.c). */
   _Atomic uint32_t kch_done;
   _Atomic uint32_t kch_expected;
   _Atomic uint32_t tag;      /* incarnation, low 6 bits go into the handle */
@@ -72,6 +75,7 @@ typedef struct wd_event {
   _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
   struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */
   struct wd_context *ctx;             /* owning context; NULL for detached events */
+  struct wd_ring *ring;               /* where its records go (set at start) */
   struct wd_pool *pool;               /* immutable */
   uint32_t slot_id;                   /* immutable */
 } __attribute__((aligned(WD_EVENT_ALIGN))) wd_event;

@@ -27,9 +27,9 @@ static inline void wd_bump(_Atomic uint32_t *c) {
   atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
 }
 
-static inline wd_ring *wd_ring_for(const wd_event *ev, unsigned type) {
-  if (ev->ctx == NULL) return &wd_store.detached_ring;
-  return wd_type_is_proxy_level(type) ? &ev->ctx->proxy_ring : &ev->ctx->ring;
+static inline wd_ring *wd_ring_for(const wd_context *ctx, unsigned type) {
+  if (ctx == NULL) return &wd_store.detached_ring;
+  return wd_type_is_proxy_level(type) ? (wd_ring *)&ctx->proxy_ring : (wd_ring *)&ctx->ring;
 }
 
 static inline void wd_progress(wd_event *ev, uint64_t now) {
@@ -97,17 +97,17 @@ void wd_event_release_hold(wd_event *ev) {
   if (atomic_exchange_explicit(&ev->hold, 0, memory_order_acq_rel) == 1) wd_event_unref(ev);
 }
 
-/* Returns the event's type. */
+/* The stop record: the start record with phase, time, thread, last state and flags. Returns the
+ * event's type. */
 static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
-  wd_recw rec;
-  wd_event_read_startw(ev, &rec);
-  rec.r.phase = WD_PH_STOP;
-  rec.r.ts_ns = now;
-  rec.r.tid = wd_tid();
-  rec.r.flags |= extra_flags;
-  rec.r.state = atomic_load_explicit(&ev->state, memory_order_relaxed);
-  wd_ring_write_w(wd_ring_for(ev, rec.r.type), &rec);
-  return rec.r.type;
+  uint64_t v[WD_RECORD_WORDS];
+  wd_event_read_words(ev, v);
+  uint64_t tags = v[WD_RECW_TAGS] | ((uint64_t)extra_flags << 24);
+  v[WD_RECW_TAGS] = wd_recw_retag(tags, WD_PH_STOP, atomic_load_explicit(&ev->state, memory_order_relaxed));
+  v[WD_RECW_TS] = now;
+  v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
+  wd_ring_put(ev->ring, v);
+  return wd_recw_type(tags);
 }
 
 /* Called as a child of op closes: every expected kernel channel stopped and this child was the
@@ -288,34 +288,41 @@ void *wd_track_start(wd_start_req *req) {
   }
 
   ev->parent = parent;
+  ev->ring = wd_ring_for(ev->ctx, type);
   atomic_store_explicit(&ev->root, root, memory_order_relaxed);
   atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
   atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
-  atomic_store_explicit(&ev->kch_expected, hold && type != WD_T_CECOLL ? rec->nChannels : 0,
-                        memory_order_relaxed);
-  atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->kch_seen, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->reached_ns, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
-  atomic_store_explicit(&ev->wd_gpu_wait, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->wd_gpu, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->wd_reached_ns, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  if (kind == WD_KIND_ROOT) {
+    atomic_store_explicit(&ev->kch_expected, hold && type != WD_T_CECOLL ? rec->nChannels : 0,
+                          memory_order_relaxed);
+    atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->kch_seen, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->reached_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->wd_gpu_wait, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->wd_gpu, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->wd_reached_ns, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
+  }
   /* Release: a stop that claims the event (acq_rel) sees the fields above, parent included. */
   atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
                         memory_order_release);
   atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
+  uint64_t v[WD_RECORD_WORDS];
   const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
 #pragma GCC unroll 16
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], src->w[i], __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) {
+    v[i] = src->w[i];
+    __atomic_store_n(&ev->startw[i], v[i], __ATOMIC_RELAXED);
+  }
   wd_event_publish(ev);
 
-  wd_ring_write_w(wd_ring_for(ev, type), src);
+  wd_ring_put(ev->ring, v);
   if (root && root != ev) wd_progress(ev, now);
   return wd_event_handle(ev);
 }
@@ -344,36 +351,29 @@ void wd_track_stop(void *handle) {
   wd_close(ev, wd_now_ns(), 0);
 }
 
-void wd_track_state(void *handle, const wd_state_req *req) {
+void wd_track_state(void *handle, int state, int has_value, uint64_t value, int32_t n) {
   wd_event *ev = wd_event_from_handle(handle);
   if (ev == NULL) {
     wd_count_stale(handle);
     return;
   }
   uint64_t now = wd_now_ns();
-  wd_recw w;
-  wd_event_read_startw(ev, &w);
-  wd_record *rec = &w.r;
-  rec->phase = WD_PH_STATE;
-  rec->ts_ns = now;
-  rec->tid = wd_tid();
-  rec->state = (uint8_t)(req->state >= 0 && req->state < 255 ? req->state : 255);
-  if (req->has_value) {
-    switch (rec->type) {
-    case WD_T_PROXYSTEP:
-    case WD_T_KERNELCH:
-      rec->a = req->value;
-      atomic_store_explicit(&ev->last_trans, rec->a, memory_order_relaxed);
-      break;
-    case WD_T_PROXYCTRL: rec->n = req->n; break;
-    default: break;
+  uint64_t v[WD_RECORD_WORDS];
+  wd_event_read_words(ev, v);
+  unsigned type = wd_recw_type(v[WD_RECW_TAGS]);
+  unsigned st = state >= 0 && state < 255 ? (unsigned)state : 255u;
+  v[WD_RECW_TAGS] = wd_recw_retag(v[WD_RECW_TAGS], WD_PH_STATE, st);
+  v[WD_RECW_TS] = now;
+  v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
+  if (has_value) {
+    if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH) {
+      v[WD_RECW_A] = value;
+      atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
+    } else if (type == WD_T_PROXYCTRL) {
+      v[WD_RECW_N] = wd_recw_low32(v[WD_RECW_N], (uint32_t)n);
     }
   }
-  atomic_store_explicit(&ev->state, rec->state, memory_order_relaxed);
-  wd_ring_write_w(wd_ring_for(ev, rec->type), &w);
-  wd_progress(ev, now);
-  /* The kernel filled a send step's buffer: the proxy moves it on to the network
-   * (transport/net.cc, sendProxyProgress: SendPeerWait_v4 then SendWait). */
-  if (rec->type == WD_T_PROXYSTEP && (req->state == WD_ST_SEND_PEER_WAIT || req->state == WD_ST_SEND_WAIT))
-    wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
+  atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  wd_ring_put(ev->ring, v);
 }

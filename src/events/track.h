@@ -25,15 +25,11 @@ typedef struct wd_start_req {
 
 void *wd_track_start(wd_start_req *req);
 void wd_track_stop(void *handle);
-/* A state change, normalised from NCCL's state arguments by the entry point. */
-typedef struct wd_state_req {
-  int state;         /* NCCL's state id */
-  int has_value;     /* the fields below were given */
-  uint64_t value;    /* ProxyStep: transSize; KernelCh: pTimer */
-  int32_t n;         /* ProxyCtrl: appendedProxyOps */
-} wd_state_req;
-
-void wd_track_state(void *handle, const wd_state_req *req);
+/* A state change: NCCL's state id and, when NCCL gave arguments, both readings of them (which
+ * union member is meant depends on the event's type): ProxyStep transSize / KernelCh pTimer, and
+ * ProxyCtrl appendedProxyOps. Touches only the event's own slot: the watchdog carries progress
+ * up to the root operation when it scans (stall.c). */
+void wd_track_state(void *handle, int state, int has_value, uint64_t value, int32_t n);
 
 /* Drop one reference; the last one completes the event and returns its slot. */
 void wd_event_unref(wd_event *ev);
@@ -44,14 +40,14 @@ void wd_event_release_hold(wd_event *ev);
 
 /* Copy an event's start record with atomic word loads (safe while it is being reused; the
  * caller validates with the slot's seq word). */
-static inline void wd_event_read_startw(const wd_event *ev, wd_recw *out) {
+static inline void wd_event_read_words(const wd_event *ev, uint64_t *out) {
 #pragma GCC unroll 16
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) out->w[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) out[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
 }
 
 static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {
   wd_recw w;
-  wd_event_read_startw(ev, &w);
+  wd_event_read_words(ev, w.w);
   *out = w.r;
 }
 

@@ -45,6 +45,12 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
   if (v->root == ev) v->root = NULL;
   atomic_thread_fence(memory_order_acquire);
   if (atomic_load_explicit(&ev->seq, memory_order_relaxed) != s1) return 0;
+  if (!v->snap.is_root) {
+    /* Fields only a root's start sets: a child's slot keeps whatever an earlier root left. */
+    v->snap.kch_expected = v->snap.kch_done = v->snap.gpu_wait = v->snap.gpu = 0;
+    v->snap.reached_ns = 0;
+    v->order = 0;
+  }
   if (v->snap.is_root) {
     if (ctx) v->superseded = v->order < atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
     if (v->open) v->snap.status = WD_OP_POSTING;

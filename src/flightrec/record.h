@@ -107,6 +107,19 @@ _Static_assert(offsetof(wd_record, raw) % 8 == 0 && offsetof(wd_record, phase) %
                    offsetof(wd_record, flags) == offsetof(wd_record, phase) + 3,
                "phase/type/flags are bytes 0, 1 and 3 of one word");
 #define WD_RECORD_WORDS (sizeof(wd_record) / sizeof(uint64_t))
+/* The words the hot path rewrites when it turns a start record into a state or stop record. */
+#define WD_RECW_TS (offsetof(wd_record, ts_ns) / sizeof(uint64_t))
+#define WD_RECW_A (offsetof(wd_record, a) / sizeof(uint64_t))
+#define WD_RECW_TID (offsetof(wd_record, tid) / sizeof(uint64_t)) /* tid: its low half */
+#define WD_RECW_N (offsetof(wd_record, n) / sizeof(uint64_t))     /* n: its low half */
+_Static_assert(offsetof(wd_record, tid) % 8 == 0 && offsetof(wd_record, n) % 8 == 0 &&
+                   offsetof(wd_record, state) == offsetof(wd_record, phase) + 2,
+               "tid and n open their words; state is byte 2 of the tags word");
+/* The tags word with a new phase and state (bytes 0 and 2). */
+static inline uint64_t wd_recw_retag(uint64_t tags, unsigned phase, unsigned state) {
+  return (tags & ~(uint64_t)0xff00ff) | phase | ((uint64_t)(state & 0xffu) << 16);
+}
+static inline uint64_t wd_recw_low32(uint64_t w, uint32_t v) { return (w & ~(uint64_t)0xffffffff) | v; }
 
 /* A record seen as the words the ring stores (union punning is defined in C). */
 typedef union wd_recw {
@@ -114,19 +127,17 @@ typedef union wd_recw {
   uint64_t w[WD_RECORD_WORDS];
 } wd_recw;
 
-/* The last word's high half is the record's check: a hash of the ticket and the other payload
- * words. Two writers a whole lap apart (one preempted between taking its ticket and finishing)
- * can be inside one slot at once and leave a mix of both records behind a complete-looking turn;
- * the check, computed without any extra atomic operation, tells the reader (and a decoder of a
- * ring file left by a dead process tells torn records the same way). XOR of the words, each
- * rotated by its own amount (one changed word always changes the result), then one multiply to
- * spread it into the kept half: a few cycles, no dependency chain of multiplies. */
-static inline uint64_t wd_rotl64(uint64_t x, unsigned r) { return (x << r) | (x >> (64 - r)); }
+/* The last word's high half is the record's check: the ticket plus the other payload words,
+ * spread by one multiply. Two writers a whole lap apart (one preempted between taking its ticket
+ * and finishing) can be inside one slot at once and leave a mix of both records behind a
+ * complete-looking turn; the check tells the reader (and a decoder of a ring file left by a dead
+ * process tells torn records the same way). A sum, not a chain of rotations: one add per word the
+ * writer already holds in a register, and one changed word always changes it. */
 static inline uint32_t wd_record_check(uint64_t ticket, const uint64_t *w) {
   uint64_t h = ticket;
 #pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h ^= wd_rotl64(w[i], 7 * i);
-  h ^= wd_rotl64((uint32_t)w[WD_RECORD_WORDS - 1], 7 * (WD_RECORD_WORDS - 1));
+  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h += w[i];
+  h += (uint32_t)w[WD_RECORD_WORDS - 1];
   h *= 0x9e3779b97f4a7c15ull;
   return (uint32_t)(h >> 32);
 }

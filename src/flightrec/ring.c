@@ -40,25 +40,10 @@ void wd_ring_clear(wd_ring *r) {
   atomic_store_explicit(&r->head, 0, memory_order_release);
 }
 
-/* Payload words are stored with relaxed atomics: the turn word orders them, and readers copy
- * while writers may be inside the slot (the turn check discards such copies). */
-void wd_ring_write_w(wd_ring *r, const wd_recw *rec) {
-  uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
-  uint64_t *dst = (uint64_t *)&r->recs[t & r->mask]; /* ring memory is only accessed as words */
-  uint64_t last = (uint32_t)rec->w[WD_RECORD_WORDS - 1] | ((uint64_t)wd_record_check(t, rec->w) << 32);
-  __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
-  /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
-  atomic_thread_fence(memory_order_release);
-#pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) __atomic_store_n(&dst[i], rec->w[i], __ATOMIC_RELAXED);
-  __atomic_store_n(&dst[WD_RECORD_WORDS - 1], last, __ATOMIC_RELAXED);
-  __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
-}
-
 void wd_ring_write(wd_ring *r, const wd_record *rec) {
   wd_recw w;
   w.r = *rec;
-  wd_ring_write_w(r, &w);
+  wd_ring_put(r, w.w);
 }
 
 /* How far past the writers a lapped copy resumes: enough to copy a few records before they

@@ -34,8 +34,22 @@ void wd_ring_clear(wd_ring *r);
 
 /* Append a copy of *rec (its turn field is ignored). Never blocks, never allocates. */
 void wd_ring_write(wd_ring *r, const wd_record *rec);
-/* The same from the hot path's word view (no copy). */
-void wd_ring_write_w(wd_ring *r, const wd_recw *rec);
+
+/* The hot path's append: the record as words (v[0], the turn, is ignored; v[last] gets the
+ * check), inlined into the callers so the words go from registers to the ring. Payload words are
+ * stored with relaxed atomics: the turn word orders them, and readers copy while writers may be
+ * inside the slot (the turn check discards such copies). */
+static inline void wd_ring_put(wd_ring *r, uint64_t *v) {
+  uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
+  uint64_t *dst = (uint64_t *)&r->recs[t & r->mask]; /* ring memory is only accessed as words */
+  v[WD_RECORD_WORDS - 1] = (uint32_t)v[WD_RECORD_WORDS - 1] | ((uint64_t)wd_record_check(t, v) << 32);
+  __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
+  /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
+  atomic_thread_fence(memory_order_release);
+#pragma GCC unroll 16
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], v[i], __ATOMIC_RELAXED);
+  __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
+}
 
 /* Copy out up to max complete records, oldest first, into out. Returns the number copied;
  * *torn receives the number of records skipped because a writer was inside them and *lost the

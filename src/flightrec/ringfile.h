@@ -22,7 +22,7 @@
 #include "flightrec/record.h"
 
 #define WD_RF_MAGIC "NCCLWDRF"
-#define WD_RF_VERSION 1u
+#define WD_RF_VERSION 2u /* 2: the record check became a sum (record.h) */
 #define WD_RF_HEADER_BYTES 4096u
 #define WD_RF_STRINGS 256u
 #define WD_RF_STRLEN 32u

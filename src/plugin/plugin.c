@@ -192,14 +192,9 @@ static ncclResult_t wd_stop(void *eHandle) {
 static ncclResult_t wd_record_state(void *eHandle, ncclProfilerEventState_t eState,
                                     ncclProfilerEventStateArgs_t *eStateArgs) {
   if (!eHandle || !atomic_load_explicit(&wd_store_active, memory_order_acquire)) return ncclSuccess;
-  /* Which union member is meant depends on the event's type, known only below: carry both
-   * readings (the members share their first word). */
-  wd_state_req req = {.state = (int)eState, .has_value = eStateArgs != NULL};
-  if (eStateArgs) {
-    req.value = eStateArgs->proxyStep.transSize;
-    req.n = eStateArgs->proxyCtrl.appendedProxyOps;
-  }
-  wd_track_state(eHandle, &req);
+  uint64_t value = eStateArgs ? eStateArgs->proxyStep.transSize : 0;
+  int32_t n = eStateArgs ? eStateArgs->proxyCtrl.appendedProxyOps : 0;
+  wd_track_state(eHandle, (int)eState, eStateArgs != NULL, value, n);
   return ncclSuccess;
 }
 

@@ -123,6 +123,14 @@ static inline int wd_step_needs_gpu(unsigned state) {
          state == WD_ST_RECV_FLUSH_WAIT || state == WD_ST_RECV_GPU_WAIT;
 }
 
+/* Raise *a to v unless it is already later (the hot path may store a newer stamp meanwhile). */
+static inline void wd_raise_u64(_Atomic uint64_t *a, uint64_t v) {
+  uint64_t cur = atomic_load_explicit(a, memory_order_relaxed);
+  while (cur < v && !atomic_compare_exchange_weak_explicit(a, &cur, v, memory_order_relaxed,
+                                                           memory_order_relaxed)) {
+  }
+}
+
 /* Whether thread tid of this process still exists (a few threads per scan, remembered). */
 typedef struct wd_tid_cache {
   int n;
@@ -163,8 +171,9 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
   atomic_store_explicit(&ev->wd_gpu, gpu, memory_order_relaxed);
 }
 
-/* Pass 2, open proxy-level children: what each root op's kernel still owes, and which thread
- * drives its proxy part. */
+/* Pass 2, open children: the progress their states made (the hot path stamps only the event's
+ * own slot on a state change: the root's stamp is carried up here), what each root op's kernel
+ * still owes, and which thread drives its proxy part. */
 static void wd_scan_child(wd_event *ev) {
   if (!atomic_load_explicit(&ev->live, memory_order_acquire) ||
       !atomic_load_explicit(&ev->open, memory_order_relaxed))
@@ -172,6 +181,16 @@ static void wd_scan_child(wd_event *ev) {
   wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
   if (!root || root == ev) return;
   unsigned type = wd_event_type(ev);
+  uint64_t last = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
+  wd_raise_u64(&root->last_ns, last);
+  /* The kernel filled a send step's buffer: the proxy moves it on to the network
+   * (transport/net.cc, sendProxyProgress: SendPeerWait_v4 then SendWait). */
+  if (type == WD_T_PROXYSTEP) {
+    unsigned st = atomic_load_explicit(&ev->state, memory_order_relaxed);
+    if ((st == WD_ST_SEND_PEER_WAIT || st == WD_ST_SEND_WAIT) &&
+        atomic_load_explicit(&root->reached_ns, memory_order_relaxed) == 0)
+      atomic_store_explicit(&root->reached_ns, last, memory_order_relaxed);
+  }
   if (type != WD_T_PROXYOP && type != WD_T_PROXYSTEP && type != WD_T_KERNELCH) return;
   wd_record r;
   wd_event_read_start(ev, &r);

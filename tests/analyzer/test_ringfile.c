@@ -156,9 +156,9 @@ static void test_corrupt(void) {
   }
   /* Another version: said so. */
   memcpy(buf, orig, len);
-  ((wd_rf_header *)buf)->version = 2;
+  ((wd_rf_header *)buf)->version = WD_RF_VERSION + 1;
   CU_ASSERT_PTR_NULL(wd_az_ringfile_decode(buf, len, "x", why, sizeof why));
-  CU_ASSERT_PTR_NOT_NULL(strstr(why, "version 2"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "version 3"));
   /* Random garbage after a valid magic. */
   srand(7);
   for (int k = 0; k < 200; k++) {
