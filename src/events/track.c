@@ -176,54 +176,69 @@ static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
   return atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed);
 }
 
+/* An API parent (GroupApi, CollApi, P2pApi) of an operation-level event. API parents stop before
+ * their Coll/P2p starts, so the handle is usually stale by now. The slot is still ours and, freed
+ * slots being reused late, still describes the parent unless it was re-initialised meanwhile (odd
+ * seq) or is of another type. */
+static void wd_api_parent(wd_start_req *req, wd_event *pslot, uint32_t *parent_slot, uint64_t *gkey) {
+  unsigned type = req->rec.type;
+  *parent_slot = __atomic_load_n(&pslot->slot_id, __ATOMIC_RELAXED);
+  unsigned ptype = wd_event_type(pslot);
+  int intact = !(atomic_load_explicit(&pslot->seq, memory_order_acquire) & 1);
+  if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
+      (wd_event_flags(pslot) & WD_F_GRAPH))
+    req->rec.flags |= WD_F_GRAPH;
+  /* The GroupApi an operation was issued under keys its kernel launches: KernelLaunch and
+   * CollApi/P2pApi name it as parent, the Coll/P2p names its CollApi/P2pApi
+   * (plugin/profiler.cc, ncclProfilerStartKernelLaunchEvent / StartTaskEvents). */
+  if (ptype == WD_T_GROUPAPI && (type == WD_T_COLLAPI || type == WD_T_P2PAPI || type == WD_T_KERNELLAUNCH))
+    *gkey = (uint64_t)(uintptr_t)req->parent_obj;
+  else if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI) && (type == WD_T_COLL || type == WD_T_P2P))
+    *gkey = atomic_load_explicit(&pslot->gpu_key, memory_order_relaxed);
+}
+
 void *wd_track_start(wd_start_req *req) {
   wd_record *rec = &req->rec;
   unsigned type = rec->type;
   if (type >= WD_T_COUNT) return NULL;
   wd_context *ctx = (wd_context *)req->context;
-  int detached = !wd_registry_has(ctx);
-  if (type == WD_T_PROXYOP && req->pid != wd_store.pid) detached = 1;
-  /* A parentObj is followed only when it is a slot of ours (arena range check). Anything else
-   * is foreign: a PXN op of another process (possibly one with our pid in another PID
-   * namespace), or garbage. Its proxy-level children are kept apart in the detach pool. */
   wd_event *pslot = req->parent_obj ? wd_event_slot_of(req->parent_obj) : NULL;
-  int parent_detached = pslot && __atomic_load_n(&pslot->pool, __ATOMIC_RELAXED) == &wd_store.detached;
-  /* A PXN ProxyStep may come with a context value that happens to be ours; its parent, our
-   * detached ProxyOp, gives it away. */
-  if (parent_detached && (type == WD_T_PROXYSTEP || type == WD_T_NETPLUGIN)) detached = 1;
-  /* An event of another process names a parent of that process: never one of our contexts'. */
-  int foreign = req->parent_obj != NULL && (pslot == NULL || (detached && !parent_detached));
-  if (foreign && wd_is_tracked_child(type)) detached = 1;
-
   wd_event *parent = NULL;
   uint32_t parent_slot = WD_SLOT_NONE;
   uint64_t gkey = 0;
+  int detached;
   rec->raw = 0;
-  if (req->parent_obj) {
-    if (foreign) {
-      parent_slot = WD_SLOT_FOREIGN;
-      rec->raw = (uint64_t)(uintptr_t)req->parent_obj;
-    } else if (wd_is_tracked_child(type)) {
-      parent = wd_try_ref(pslot, req->parent_obj);
-      if (parent) parent_slot = parent->slot_id;
-      else rec->flags |= WD_F_ORPHAN;
-    } else {
-      /* API parents stop before their Coll/P2p starts, so the handle is usually stale by now.
-       * The slot is still ours and, freed slots being reused last, still describes the parent
-       * unless it was re-initialised meanwhile (odd seq) or is of another type. */
-      parent_slot = __atomic_load_n(&pslot->slot_id, __ATOMIC_RELAXED);
-      unsigned ptype = wd_event_type(pslot);
-      int intact = !(atomic_load_explicit(&pslot->seq, memory_order_acquire) & 1);
-      if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI || ptype == WD_T_GROUPAPI) &&
-          (wd_event_flags(pslot) & WD_F_GRAPH))
-        rec->flags |= WD_F_GRAPH;
-      /* The GroupApi an operation was issued under keys its kernel launches: KernelLaunch and
-       * CollApi/P2pApi name it as parent, the Coll/P2p names its CollApi/P2pApi
-       * (plugin/profiler.cc, ncclProfilerStartKernelLaunchEvent / StartTaskEvents). */
-      if (ptype == WD_T_GROUPAPI && (type == WD_T_COLLAPI || type == WD_T_P2PAPI || type == WD_T_KERNELLAUNCH))
-        gkey = (uint64_t)(uintptr_t)req->parent_obj;
-      else if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI) && (type == WD_T_COLL || type == WD_T_P2P))
-        gkey = atomic_load_explicit(&pslot->gpu_key, memory_order_relaxed);
+  /* The common case, a proxy-level child of a live event of the same communicator: the parent
+   * being live in one of ctx's pools proves ctx is a live context of ours (finalize retires its
+   * slots), so the registry need not be asked. */
+  if (pslot && ctx && __atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) == ctx && wd_is_tracked_child(type) &&
+      (type != WD_T_PROXYOP || req->pid == wd_store.pid) && (parent = wd_try_ref(pslot, req->parent_obj))) {
+    detached = 0;
+    parent_slot = parent->slot_id;
+  } else {
+    detached = !wd_registry_has(ctx);
+    if (type == WD_T_PROXYOP && req->pid != wd_store.pid) detached = 1;
+    /* A parentObj is followed only when it is a slot of ours (arena range check). Anything else
+     * is foreign: a PXN op of another process (possibly one with our pid in another PID
+     * namespace), or garbage. Its proxy-level children are kept apart in the detach pool. */
+    int parent_detached = pslot && __atomic_load_n(&pslot->pool, __ATOMIC_RELAXED) == &wd_store.detached;
+    /* A PXN ProxyStep may come with a context value that happens to be ours; its parent, our
+     * detached ProxyOp, gives it away. */
+    if (parent_detached && (type == WD_T_PROXYSTEP || type == WD_T_NETPLUGIN)) detached = 1;
+    /* An event of another process names a parent of that process: never one of our contexts'. */
+    int foreign = req->parent_obj != NULL && (pslot == NULL || (detached && !parent_detached));
+    if (foreign && wd_is_tracked_child(type)) detached = 1;
+    if (req->parent_obj) {
+      if (foreign) {
+        parent_slot = WD_SLOT_FOREIGN;
+        rec->raw = (uint64_t)(uintptr_t)req->parent_obj;
+      } else if (wd_is_tracked_child(type)) {
+        parent = wd_try_ref(pslot, req->parent_obj);
+        if (parent) parent_slot = parent->slot_id;
+        else rec->flags |= WD_F_ORPHAN;
+      } else {
+        wd_api_parent(req, pslot, &parent_slot, &gkey);
+      }
     }
   }
   /* CUDA events around the launch (or the CE collective) on NCCL's stream. */
