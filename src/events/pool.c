@@ -4,10 +4,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "base/clock.h"
-#include "base/log.h"
 #include "events/arena.h"
 #include "events/blacklist.h"
+#include "base/log.h"
 
 /* Bounded MPMC queue of slot indices (Vyukov). Positions are 32-bit and compared by signed
  * difference, which stays correct across wrap-around because capacity << 2^31. */
@@ -167,47 +166,8 @@ static int wd_pool_grow_now(wd_pool *p) {
   return rc;
 }
 
-#define WD_RLX memory_order_relaxed
-
-/* The oldest of the owner's own frees, once more than WD_PRIV_KEEP wait (reused late, so a stale
- * handle or an API parent's slot still describes its event for a while). */
-static inline int wd_priv_pop(wd_pool *p, uint32_t *idx) {
-  uint32_t h = atomic_load_explicit(&p->priv_head, WD_RLX);
-  if (atomic_load_explicit(&p->priv_tail, WD_RLX) - h <= WD_PRIV_KEEP) return 0;
-  *idx = atomic_load_explicit(&p->priv[h % WD_PRIV_SLOTS], WD_RLX);
-  atomic_store_explicit(&p->priv_head, h + 1, WD_RLX);
-  return 1;
-}
-
-static inline int wd_priv_push(wd_pool *p, uint32_t idx) {
-  uint32_t t = atomic_load_explicit(&p->priv_tail, WD_RLX);
-  if (t - atomic_load_explicit(&p->priv_head, WD_RLX) >= WD_PRIV_SLOTS) return 0;
-  atomic_store_explicit(&p->priv[t % WD_PRIV_SLOTS], idx, WD_RLX);
-  atomic_store_explicit(&p->priv_tail, t + 1, WD_RLX);
-  return 1;
-}
-
-/* A popped slot becomes the caller's. Only the thread that popped the slot writes seq, tag and
- * live until it is freed again, so plain atomic stores do (no read-modify-write on the hot path). */
-static inline wd_event *wd_pool_take(wd_event *ev) {
-  atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
-                        memory_order_relaxed); /* odd: initialising */
-  atomic_thread_fence(memory_order_release);
-  atomic_store_explicit(&ev->live, 1, memory_order_relaxed);
-  return ev;
-}
-
 wd_event *wd_pool_alloc(wd_pool *p) {
   uint32_t idx;
-  int me = wd_tid();
-  int owner = atomic_load_explicit(&p->owner, WD_RLX);
-  if (owner == me && wd_priv_pop(p, &idx)) {
-    wd_event *ev = wd_pool_at(p, idx);
-    if (p->blacklist == NULL || !wd_blacklist_contains(p->blacklist, (uintptr_t)ev)) return wd_pool_take(ev);
-    wd_q_push(p, idx); /* still referenced by address (detach pool): to the back of the queue */
-  } else if (owner == 0) {
-    atomic_compare_exchange_strong_explicit(&p->owner, &owner, me, WD_RLX, WD_RLX);
-  }
   for (int attempt = 0; attempt < 64; attempt++) {
     if (wd_q_pop(p, &idx) != 0) {
       int g = wd_pool_grow_now(p);
@@ -221,7 +181,13 @@ wd_event *wd_pool_alloc(wd_pool *p) {
       wd_q_push(p, idx);
       continue;
     }
-    return wd_pool_take(ev);
+    /* Only the thread that popped the slot writes seq, tag and live until it is freed again,
+     * so plain atomic stores do (no read-modify-write on the hot path). */
+    atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed); /* odd: initialising */
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&ev->live, 1, memory_order_relaxed);
+    return ev;
   }
   atomic_fetch_add_explicit(&p->exhausted, 1, memory_order_relaxed);
   return NULL;
@@ -231,9 +197,7 @@ void wd_pool_free(wd_pool *p, wd_event *ev) {
   atomic_store_explicit(&ev->live, 0, memory_order_release);
   atomic_store_explicit(&ev->tag, atomic_load_explicit(&ev->tag, memory_order_relaxed) + 1,
                         memory_order_release);
-  uint32_t idx = ev->slot_id & ~p->id_base;
-  if (atomic_load_explicit(&p->owner, WD_RLX) == wd_tid() && wd_priv_push(p, idx)) return;
-  wd_q_push(p, idx);
+  wd_q_push(p, ev->slot_id & ~p->id_base);
 }
 
 void wd_pool_retire(wd_pool *p) {
@@ -255,9 +219,6 @@ void wd_pool_recycle(wd_pool *p) {
   }
   atomic_store_explicit(&p->qhead, 0, memory_order_relaxed);
   atomic_store_explicit(&p->qtail, 0, memory_order_relaxed);
-  atomic_store_explicit(&p->owner, 0, WD_RLX);
-  atomic_store_explicit(&p->priv_head, 0, WD_RLX);
-  atomic_store_explicit(&p->priv_tail, 0, WD_RLX);
   for (uint32_t i = 0; i < n; i++) wd_q_push(p, i);
   atomic_store_explicit(&p->exhausted, 0, memory_order_relaxed);
 }
@@ -273,8 +234,7 @@ void wd_pool_reserve(wd_pool *p, uint32_t min_free) {
 uint32_t wd_pool_nfree(const wd_pool *p) {
   uint32_t head = atomic_load_explicit(&p->qhead, memory_order_acquire);
   uint32_t tail = atomic_load_explicit(&p->qtail, memory_order_acquire);
-  uint32_t priv = atomic_load_explicit(&p->priv_tail, WD_RLX) - atomic_load_explicit(&p->priv_head, WD_RLX);
-  return ((int32_t)(tail - head) > 0 ? tail - head : 0) + (priv <= WD_PRIV_SLOTS ? priv : 0);
+  return (int32_t)(tail - head) > 0 ? tail - head : 0;
 }
 
 uint32_t wd_pool_nslots(const wd_pool *p) {

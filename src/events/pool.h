@@ -15,10 +15,6 @@
 #include "events/event.h"
 
 #define WD_CHUNK_SLOTS 1024u
-/* The owner's private free ring (see wd_pool): its size, and how many of the owner's own frees
- * wait in it before one is reused. */
-#define WD_PRIV_SLOTS 128u
-#define WD_PRIV_KEEP 64u
 
 struct wd_blacklist;
 
@@ -37,15 +33,6 @@ typedef struct wd_pool {
   _Alignas(64) _Atomic uint32_t qhead; /* consumers and producers on separate cache lines */
   _Alignas(64) _Atomic uint32_t qtail;
   _Alignas(64) char qpad;
-  /* The thread that allocated first (a kernel tid, 0 none) keeps the slots it frees itself in a
-   * private FIFO and allocates from it while more than WD_PRIV_KEEP wait there: NCCL allocates
-   * and frees most events of a pool on one thread (the proxy thread for proxy-level events), so
-   * the common case takes no locked instruction. Other threads, and the owner when its ring is
-   * short, use the shared queue. Relaxed atomics only so a later recycle, on another thread, is
-   * not a data race for the tools; only the owner touches them while the pool is in use. */
-  _Alignas(64) _Atomic int32_t owner;
-  _Atomic uint32_t priv_head, priv_tail;
-  _Atomic uint32_t priv[WD_PRIV_SLOTS];
   pthread_mutex_t grow_lock;
   struct wd_context *ctx;
   struct wd_blacklist *blacklist; /* optional: addresses that must not be handed out */

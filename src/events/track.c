@@ -216,7 +216,7 @@ void *wd_track_start(wd_start_req *req) {
     detached = 0;
     parent_slot = parent->slot_id;
   } else {
-    detached = !wd_registry_has(ctx);
+    detached = ctx == NULL || !wd_registry_has(ctx);
     if (type == WD_T_PROXYOP && req->pid != wd_store.pid) detached = 1;
     /* A parentObj is followed only when it is a slot of ours (arena range check). Anything else
      * is foreign: a PXN op of another process (possibly one with our pid in another PID
