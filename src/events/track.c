@@ -338,7 +338,8 @@ void *wd_track_start(wd_start_req *req) {
   wd_event_publish(ev);
 
   wd_ring_put(ev->ring, v);
-  if (root && root != ev) wd_progress(ev, now);
+  /* A new child is progress of its root op; like a state change, it is carried up to the root
+   * by the watchdog's scan of open children (stall.c), not stamped here. */
   return wd_event_handle(ev);
 }
 
