@@ -16,6 +16,13 @@
  *     repetition sends SIGUSR1 to the process and times until the dump file appears.
  *     Prints: detect signal dump_ms=MEDIAN min=.. max=.. comms=C threads=T reps=R bytes=..
  *
+ *   bench_detect PLUGIN.so peer [-c comms] [-T threads]
+ *     The same process, answering a job-wide trigger another rank posted (an episode file in the
+ *     dump directory's triggers/): the peer dump is a summary. Reports its size, the figure a
+ *     job's dump round is made of. NCCL_WATCHDOG_COMPRESS=gzip in the environment measures the
+ *     compressed one.
+ *     Prints: detect peer dump_ms=.. comms=C threads=T reps=1 bytes=..
+ *
  * The dump directory is a fresh temporary directory, removed at the end (BENCH_KEEP=1 keeps it).
  */
 #include <cjson/cJSON.h>
@@ -151,7 +158,7 @@ static int bench_stall(wdh_plugin *pl, int ifd, const char *dir, int reps, doubl
 }
 
 static int bench_signal(wdh_plugin *pl, int ifd, const char *dir, int reps, int ncomms,
-                        int nthreads) {
+                        int nthreads, const char *trigger_dir) {
   wdh_comm comms[64];
   wdh_op ops[64];
   for (int i = 0; i < ncomms; i++) {
@@ -175,11 +182,21 @@ static int bench_signal(wdh_plugin *pl, int ifd, const char *dir, int reps, int 
   long bytes = 0;
   for (int r = 0; r < reps; r++) {
     uint64_t t0 = wdh_now_ns();
-    kill(getpid(), SIGUSR1);
+    const char *suffix = trigger_dir ? "-peer.json" : "-signal.json";
+    if (getenv("NCCL_WATCHDOG_COMPRESS")) suffix = trigger_dir ? "-peer.json.gz" : "-signal.json.gz";
+    if (trigger_dir) {
+      /* Another rank's stall opened episode 1 of the job. */
+      char tpath[PATH_MAX + 64];
+      snprintf(tpath, sizeof(tpath), "%s/episode-%d.trigger", trigger_dir, r + 1);
+      FILE *f = fopen(tpath, "w");
+      if (f) fclose(f);
+    } else {
+      kill(getpid(), SIGUSR1);
+    }
     char name[NAME_MAX + 1];
-    uint64_t seen = wait_file(ifd, "-signal.json", 10000, name, sizeof(name));
+    uint64_t seen = wait_file(ifd, suffix, 20000, name, sizeof(name));
     if (!seen) {
-      fprintf(stderr, "bench_detect: no signal dump within 10 s\n");
+      fprintf(stderr, "bench_detect: no %s dump within 20 s\n", suffix);
       break;
     }
     lat[got++] = (double)(seen - t0) / 1e6;
@@ -200,17 +217,17 @@ static int bench_signal(wdh_plugin *pl, int ifd, const char *dir, int reps, int 
   char tail[96];
   snprintf(tail, sizeof(tail), " comms=%d threads=%d reps=%d bytes=%ld", ncomms, started, got,
            bytes);
-  print_stats("detect signal", "dump_ms", lat, got, tail);
+  print_stats(trigger_dir ? "detect peer" : "detect signal", "dump_ms", lat, got, tail);
   return 0;
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3 || (strcmp(argv[2], "stall") && strcmp(argv[2], "signal"))) {
-    fprintf(stderr, "usage: bench_detect PLUGIN.so stall|signal [-r reps] [-c comms] "
+  if (argc < 3 || (strcmp(argv[2], "stall") && strcmp(argv[2], "signal") && strcmp(argv[2], "peer"))) {
+    fprintf(stderr, "usage: bench_detect PLUGIN.so stall|signal|peer [-r reps] [-c comms] "
                     "[-T threads]\n");
     return 2;
   }
-  int stall = !strcmp(argv[2], "stall");
+  int stall = !strcmp(argv[2], "stall"), peer = !strcmp(argv[2], "peer");
   int reps = 5, ncomms = 8, nthreads = 64, opt;
   optind = 3;
   while ((opt = getopt(argc, argv, "r:c:T:")) != -1) {
@@ -252,8 +269,17 @@ int main(int argc, char **argv) {
   }
   wdh_plugin pl;
   if (wdh_load(&pl, argv[1], 0) != 0 || !pl.v6) return 1;
+  char trigdir[PATH_MAX];
+  snprintf(trigdir, sizeof trigdir, "%.*s/triggers", PATH_MAX - 16, dir);
+  if (peer) {
+    /* One process is its node's poller: it reads the shared directory at this interval. */
+    setenv("NCCL_WATCHDOG_TRIGGER_POLL", "1", 0);
+    setenv("NCCL_WATCHDOG_POLL", "100ms", 0);
+    mkdir(trigdir, 0700);
+    reps = 1;
+  }
   int rc = stall ? bench_stall(&pl, ifd, hostdir, reps, timeout_ms, poll_ms)
-                 : bench_signal(&pl, ifd, hostdir, reps, ncomms, nthreads);
+                 : bench_signal(&pl, ifd, hostdir, reps, ncomms, nthreads, peer ? trigdir : NULL);
   wdh_unload(&pl);
   close(ifd);
   const char *keep = getenv("BENCH_KEEP");
