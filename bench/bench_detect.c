@@ -19,8 +19,8 @@
  *   bench_detect PLUGIN.so peer [-c comms] [-T threads]
  *     The same process, answering a job-wide trigger another rank posted (an episode file in the
  *     dump directory's triggers/): the peer dump is a summary. Reports its size, the figure a
- *     job's dump round is made of. NCCL_WATCHDOG_COMPRESS=gzip in the environment measures the
- *     compressed one.
+ *     job's dump round is made of (gzip-compressed by default; NCCL_WATCHDOG_COMPRESS=off in the
+ *     environment measures the plain one).
  *     Prints: detect peer dump_ms=.. comms=C threads=T reps=1 bytes=..
  *
  * The dump directory is a fresh temporary directory, removed at the end (BENCH_KEEP=1 keeps it).
@@ -69,7 +69,10 @@ static uint64_t wait_file(int ifd, const char *suffix, unsigned timeout_ms, char
     uint64_t seen = wdh_now_ns();
     for (char *p = buf; len > 0 && p < buf + len;) {
       struct inotify_event *ev = (struct inotify_event *)p;
-      if (ev->len && ends_with(ev->name, suffix) && ev->name[0] != '.') {
+      /* Plain, or compressed (peer summaries by default, any dump with NCCL_WATCHDOG_COMPRESS). */
+      char gz[64];
+      snprintf(gz, sizeof gz, "%s.gz", suffix);
+      if (ev->len && (ends_with(ev->name, suffix) || ends_with(ev->name, gz)) && ev->name[0] != '.') {
         snprintf(name_out, name_len, "%s", ev->name);
         return seen;
       }
@@ -183,7 +186,6 @@ static int bench_signal(wdh_plugin *pl, int ifd, const char *dir, int reps, int 
   for (int r = 0; r < reps; r++) {
     uint64_t t0 = wdh_now_ns();
     const char *suffix = trigger_dir ? "-peer.json" : "-signal.json";
-    if (getenv("NCCL_WATCHDOG_COMPRESS")) suffix = trigger_dir ? "-peer.json.gz" : "-signal.json.gz";
     if (trigger_dir) {
       /* Another rank's stall opened episode 1 of the job. */
       char tpath[PATH_MAX + 64];

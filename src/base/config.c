@@ -393,7 +393,12 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->python = 1;
   cfg->metrics_ns = 10 * WD_NS_PER_S;
   cfg->peer_records = 64;
+  cfg->compress = WD_COMPRESS_PEER;
   cfg->memory_budget_mib = 1024;
+}
+
+static const char *wd_compress_name(int c) {
+  return c == WD_COMPRESS_ALL ? "gzip" : c == WD_COMPRESS_PEER ? "peer" : "off";
 }
 
 /* Ring sizes that were rounded up by the last load, for the INFO line. The struct has no room
@@ -470,7 +475,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_TERM_DUMP] = "1/0, true/false, yes/no, on/off",
     [K_PYTHON] = "1/0, true/false, yes/no, on/off",
     [K_HOSTNAME] = "a host name of letters, digits, '-', '_' and '.'",
-    [K_COMPRESS] = "off or gzip",
+    [K_COMPRESS] = "off, peer or gzip",
     [K_METRICS] = "0 (off), 10s, 1m",
     [K_METRICS_DIR] = "a directory",
     [K_TRIGGER_POLL] = "0 (5 polls), 5s, 30s",
@@ -523,7 +528,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_TRIGGER_POLL: duration_or(cfg->trigger_poll_ns, "0 (5 polls)", buf, len); break;
   case K_METRICS: duration_or(cfg->metrics_ns, "0 (off)", buf, len); break;
   case K_METRICS_DIR: path_or(cfg->metrics_dir, "the ring directory", buf, len); break;
-  case K_COMPRESS: snprintf(buf, len, "%s", cfg->compress ? "gzip" : "off"); break;
+  case K_COMPRESS: snprintf(buf, len, "%s", wd_compress_name(cfg->compress)); break;
   case K_HOSTNAME: snprintf(buf, len, "%s", cfg->hostname[0] ? cfg->hostname : "the system's"); break;
   default: buf[0] = '\0'; break;
   }
@@ -665,11 +670,13 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       char v[16] = "";
       wd_trim_copy(val, v, sizeof v);
       if (wd_means_off(val))
-        cfg->compress = 0;
-      else if (!strcasecmp(v, "gzip") || !strcasecmp(v, "gz"))
-        cfg->compress = 1;
+        cfg->compress = WD_COMPRESS_OFF;
+      else if (!strcasecmp(v, "gzip") || !strcasecmp(v, "gz") || !strcasecmp(v, "all"))
+        cfg->compress = WD_COMPRESS_ALL;
+      else if (!strcasecmp(v, "peer"))
+        cfg->compress = WD_COMPRESS_PEER;
       else {
-        snprintf(reason, sizeof reason, "is not a compression (expected off or gzip)");
+        snprintf(reason, sizeof reason, "is not a compression (expected off, peer or gzip)");
         why = reason;
       }
       break;
@@ -973,7 +980,7 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->backtrace == WD_BACKTRACE_ALL ? "all" : cfg->backtrace ? "1" : "0", btwait, cfg->peer_dumps, cfg->max_dumps,
            cfg->precise_clock ? "precise" : "coarse", cfg->gpu_events,
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
-           cfg->hostname[0] ? cfg->hostname : "(system)", cfg->compress ? "gzip" : "off", metrics,
+           cfg->hostname[0] ? cfg->hostname : "(system)", wd_compress_name(cfg->compress), metrics,
            cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records,
            cfg->memory_budget_mib);
 }

@@ -10,6 +10,10 @@ enum { WD_ACTION_DUMP = 0, WD_ACTION_ABORT = 1 };
 /* NCCL_WATCHDOG_BACKTRACE=all: interrupt threads sleeping in never-restarted calls too. */
 enum { WD_BACKTRACE_ALL = 2 };
 
+/* Which dumps are written gzip-compressed. Peer summaries by default: a 100,000-rank job writes one
+ * per process per stall episode, and the analyzer, not a person, reads them first. */
+enum { WD_COMPRESS_OFF = 0, WD_COMPRESS_ALL = 1, WD_COMPRESS_PEER = 2 };
+
 typedef struct wd_config {
   int enable;                    /* NCCL_WATCHDOG_ENABLE, default 1 */
   uint64_t timeout_ns;           /* NCCL_WATCHDOG_TIMEOUT, default 300 s */
@@ -34,7 +38,7 @@ typedef struct wd_config {
   int max_dumps;                 /* NCCL_WATCHDOG_MAX_DUMPS per process, default 32 */
   int precise_clock;             /* NCCL_WATCHDOG_CLOCK: 0 coarse (default), 1 precise */
   char hostname[64];             /* NCCL_WATCHDOG_HOSTNAME: host name in dumps and file names */
-  int compress;                  /* NCCL_WATCHDOG_COMPRESS: 0 off (default), 1 gzip (*.json.gz) */
+  int compress;                  /* NCCL_WATCHDOG_COMPRESS: WD_COMPRESS_* (*.json.gz) */
   uint64_t metrics_ns;           /* NCCL_WATCHDOG_METRICS: Prometheus file interval, 10 s, 0 = off */
   char metrics_dir[WD_PATH_MAX]; /* NCCL_WATCHDOG_METRICS_DIR: empty = the ring directory */
   uint64_t trigger_poll_ns;      /* NCCL_WATCHDOG_TRIGGER_POLL: shared-FS trigger check, 0 = 5 polls */

@@ -902,7 +902,9 @@ int wd_dump_write(const wd_dump_input *in, const char *dir, char *path_out, size
   char *gz = NULL;
   size_t gz_len = 0;
   /* Compression on request; should it fail (memory), the dump is written plain, never lost. */
-  if (in->cfg && in->cfg->compress && doc.len < UINT32_MAX && (gz = gzip_buffer(doc.p, doc.len, &gz_len)))
+  int compress = in->cfg && (in->cfg->compress == WD_COMPRESS_ALL ||
+                             (in->cfg->compress == WD_COMPRESS_PEER && in->summary));
+  if (compress && doc.len < UINT32_MAX && (gz = gzip_buffer(doc.p, doc.len, &gz_len)))
     rc = wd_dumpfile_write_ext(dir, in->host, in->pid, in->dump_seq, reason, ".json.gz", gz, gz_len,
                                path_out, path_len);
   else

@@ -74,6 +74,7 @@ typedef struct wd_stall {
 
 typedef struct wd_dump_input {
   const char *reason;   /* "stall", "signal", "peer", "abort" */
+  int summary;          /* only the newest records of each ring (a peer dump) */
   const wd_config *cfg;
   unsigned dump_seq;    /* n-th dump of this process, 1-based */
   uint64_t mono_ns;     /* CLOCK_MONOTONIC at collection */

@@ -95,6 +95,7 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
     goto out;
   }
   in.dump_seq = ++wd_wd.ndumps;
+  in.summary = summary;
   if (wd_wd.cfg->peer_dumps) {
     in.trig_on = 1;
     in.trig_next = wd_wd.watch.next;

@@ -8,13 +8,14 @@ seq) and dumps/ (what the plugin wrote). Prints "FAIL: why" lines and exits 1 on
 otherwise prints short notes and exits 0. The dump format is docs/dump-format.md.
 """
 import argparse
+import gzip
 import json
 import os
 import re
 import subprocess
 import sys
 
-DUMP_RE = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)-(?P<seq>\d+)-(?P<reason>[a-z]+)\.json$")
+DUMP_RE = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)-(?P<seq>\d+)-(?P<reason>[a-z]+)\.json(\.gz)?$")
 
 
 class Checker:
@@ -54,7 +55,8 @@ class Checker:
                 continue
             path = os.path.join(self.dump_dir, name)
             try:
-                with open(path) as f:
+                opener = gzip.open if path.endswith(".gz") else open  # peer summaries
+                with opener(path, "rt") as f:
                     doc = json.load(f)
             except (OSError, ValueError) as e:
                 self.fail(f"{name}: not readable JSON: {e}")

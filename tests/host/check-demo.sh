@@ -30,7 +30,7 @@ if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
     { echo "check-demo: part 2: expected exactly rank 2's two ring files in demo-rings"; exit 1; }
 fi
 # Dumps are in one subdirectory per host (demo-dumps/node-a, demo-dumps/node-b).
-names=$(find "$build/demo-dumps" -name '*.json' -printf '%f\n')
+names=$(find "$build/demo-dumps" -name '*.json' -printf '%f\n' -o -name '*.json.gz' -printf '%f\n' | sed 's/\.gz$//')
 n=$(printf '%s\n' "$names" | grep -Ec -- '-(stall|peer)\.json$')
 [ "$n" -ge 4 ] || { echo "check-demo: only $n dumps in $build/demo-dumps"; exit 1; }
 # Three ranks stall at about the same time and each posts a trigger: a process answers a burst

@@ -2,6 +2,7 @@
 #include "nccl_host.h"
 
 #include <cjson/cJSON.h>
+#include <zlib.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
@@ -1216,24 +1217,30 @@ int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status) {
   return 0;
 }
 
+/* Plain or gzip-compressed (peer summaries are compressed by default): zlib reads both. */
 void *wdh_json_load(const char *path) {
-  FILE *f = fopen(path, "rb");
+  gzFile f = gzopen(path, "rb");
   if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long len = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  if (len < 0) {
-    fclose(f);
-    return NULL;
+  size_t cap = 1 << 16, len = 0;
+  char *buf = malloc(cap);
+  while (buf) {
+    if (cap - len < 4096) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    int got = gzread(f, buf + len, (unsigned)(cap - len - 1));
+    if (got <= 0) break;
+    len += (size_t)got;
   }
-  char *buf = malloc((size_t)len + 1);
-  if (!buf) {
-    fclose(f);
-    return NULL;
-  }
-  size_t got = fread(buf, 1, (size_t)len, f);
-  fclose(f);
-  buf[got] = 0;
+  gzclose(f);
+  if (!buf) return NULL;
+  buf[len] = 0;
   cJSON *j = cJSON_Parse(buf);
   free(buf);
   return j;

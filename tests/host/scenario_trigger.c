@@ -153,9 +153,10 @@ int main(int argc, char **argv) {
     njson++;
   }
   wdh_free_paths(all, nall < 64 ? nall : 64);
-  /* Nothing else ends in .json anywhere in the dump directory's tree. */
+  /* Nothing else ends in .json (or .json.gz: peer summaries are compressed by default) anywhere
+   * in the dump directory's tree. */
   char cmd[1200];
-  snprintf(cmd, sizeof cmd, "test $(find '%s' -name '*.json' | wc -l) -eq %d", dir, NPROC);
+  snprintf(cmd, sizeof cmd, "test $(find '%s' -name '*.json' -o -name '*.json.gz' | wc -l) -eq %d", dir, NPROC);
   WDH_CHECK(system(cmd) == 0, "*.json files besides the dumps in %s", dir);
   WDH_CHECK(njson == NPROC, "%d *.json files, expected the %d dumps", njson, NPROC);
   /* One trigger for the episode, in its own directory. */

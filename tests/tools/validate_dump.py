@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Validate nccl-watchdog dump files against docs/dump-schema.json.
 
-Usage: validate_dump.py [--schema PATH] DUMP.json [DUMP.json ...]
+Usage: validate_dump.py [--schema PATH] DUMP.json[.gz] [DUMP.json[.gz] ...]
 
 Exit status 0 when every file is valid, 1 otherwise (including a missing jsonschema module, an
 unreadable file or a file that is not JSON). Each problem is printed on stderr as
 "<file>: <json path>: <message>".
 """
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -53,7 +54,8 @@ def main(argv):
     bad = 0
     for path in args.dumps:
         try:
-            with open(path, encoding="utf-8") as f:
+            opener = gzip.open if path.endswith(".gz") else open  # peer summaries: *.json.gz
+            with opener(path, "rt", encoding="utf-8") as f:
                 doc = json.load(f)
         except (OSError, ValueError) as e:
             print("%s: not a readable JSON document: %s" % (path, e), file=sys.stderr)

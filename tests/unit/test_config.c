@@ -543,7 +543,7 @@ static void test_describe(void) {
            "ring_size=8192 proxy_ring_size=8192 max_events=65536 signal=SIGUSR1 "
            "backtrace_signal=SIGRTMIN+3 action=dump event_mask=0x65f backtrace=1 "
            "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
-           "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system) compress=off "
+           "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system) compress=peer "
            "metrics=10s metrics_dir=(ring dir) trigger_poll=5 polls peer_records=64 "
            "memory_budget=1024MiB",
            (unsigned)geteuid());
