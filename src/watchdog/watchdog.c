@@ -55,6 +55,7 @@ static struct {
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
   uint64_t peer_dump_ns; /* when it last answered a job episode (peer dump): its own stall soon
                             after is the same episode, already dumped */
+  uint64_t peer_mark;    /* wd_progress_mark() then: unchanged, nothing completed since */
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -157,6 +158,22 @@ static int wd_post_trigger(const wd_stall *st, uint32_t n) {
   return rc;
 }
 
+/* A number that grows whenever an operation of this process completes (sequence numbers and
+ * counts of completed operations, all communicators). Off the hot path: read twice an episode. */
+static uint64_t wd_progress_mark(void) {
+  uint64_t m = 0;
+  pthread_mutex_lock(&wd_store.lock);
+  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
+    m += atomic_load_explicit(&ctx->completed_order, memory_order_relaxed) +
+         (uint64_t)atomic_load_explicit(&ctx->p2p_done, memory_order_relaxed);
+    for (int f = 0; f < WD_NSTR; f++)
+      m += (uint64_t)(atomic_load_explicit(&ctx->seq_done[f], memory_order_relaxed) + 1) +
+           (uint64_t)(atomic_load_explicit(&ctx->ce_seq_done[f], memory_order_relaxed) + 1);
+  }
+  pthread_mutex_unlock(&wd_store.lock);
+  return m;
+}
+
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
@@ -192,9 +209,12 @@ static void wd_check_stalls(uint64_t now) {
   if (wd_wd.episode) return;
   wd_wd.episode = 1;
   wd_wd.nepisodes++;
-  /* This process answered the job's episode (a peer dump) moments ago: its own stall is part of
-   * the same episode, and the analyzer has its state already. One dump per process per episode. */
-  if (wd_wd.peer_dump_ns && now - wd_wd.peer_dump_ns < wd_wd.cfg->timeout_ns + wd_wd.watch.shared_every_ns) {
+  /* This process answered the job's episode (a peer dump): its own stall is part of the same
+   * episode, and the analyzer has its state already, when the dump was moments ago or nothing of
+   * this process completed since (a rank that reached the hang only after it answered: on a
+   * loaded node, or one that started late). One dump per process per episode. */
+  if (wd_wd.peer_dump_ns && (now - wd_wd.peer_dump_ns < wd_wd.cfg->timeout_ns + wd_wd.watch.shared_every_ns ||
+                             wd_progress_mark() == wd_wd.peer_mark)) {
     WD_WARN("stall on comm 0x%llx \"%s\" rank %d: %s seq %lld made no progress for %.1f s; "
             "already dumped for the job's stall episode %.1f s ago, not dumping again",
             (unsigned long long)stalls[0].comm_id, stalls[0].comm_name, stalls[0].rank,
@@ -248,12 +268,14 @@ static void wd_check_triggers(uint64_t now) {
     WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
             (double)(now - wd_wd.last_dump_ns) / 1e9);
     wd_wd.peer_dump_ns = now;
+    wd_wd.peer_mark = wd_progress_mark();
     return;
   }
   wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
   char path[WD_PATH_MAX + 64];
   if (wd_dump("peer", &extra, 1, path, sizeof(path)) == 0) {
     wd_wd.peer_dump_ns = now;
+    wd_wd.peer_mark = wd_progress_mark();
     WD_WARN("another process reported a stall (%s): dump %s", name, path);
   }
 }
