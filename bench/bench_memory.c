@@ -1,17 +1,21 @@
 /*
  * Memory benchmark: resident set size after 1 M and after 10 M allreduce lifecycles on one
- * communicator (flat after warm-up means no leak and no growth on the hot path), and the memory
- * one more communicator costs at default settings once its rings are full.
+ * communicator (flat after warm-up means no leak and no growth on the hot path), the memory a
+ * communicator that carries no traffic costs (resident, and the node memory of its ring file),
+ * and the memory one more communicator costs at default settings once its rings are full.
  *
  *   bench_memory PLUGIN.so [-a first] [-b second] [-c comms]
  *
  * Prints:
  *   memory rss_first_kib=.. rss_second_kib=.. first=N second=M growth_kib=..
+ *   memory idle_rss_kib=.. idle_ringfile_kib=.. idle_comms=16
  *   memory per_comm_kib=.. comms=C record_bytes=80 ring=R proxy_ring=P max_events=E
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "flightrec/record.h"
@@ -27,6 +31,22 @@ static long rss_kib(void) {
     fclose(f);
   }
   return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+/* Bytes the files of the ring directory hold (allocated blocks: tmpfs pages of /dev/shm). */
+static long dir_kib(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  long kib = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) kib += (long)st.st_blocks / 2;
+  }
+  closedir(d);
+  return kib;
 }
 
 static void drive(bl_comm *c, long n) {
@@ -68,6 +88,23 @@ int main(int argc, char **argv) {
   long rss_second = rss_kib();
   printf("memory rss_first_kib=%ld rss_second_kib=%ld first=%ld second=%ld growth_kib=%ld\n",
          rss_first, rss_second, first, second, rss_second - rss_first);
+
+  /* Communicators that carry no traffic (memory on demand). */
+  enum { IDLE = 16 };
+  wd_config dcfg;
+  wd_config_defaults(&dcfg);
+  const char *rdir = getenv("NCCL_WATCHDOG_RING_DIR") ? getenv("NCCL_WATCHDOG_RING_DIR") : dcfg.ring_dir;
+  long rss0 = rss_kib(), files0 = dir_kib(rdir);
+  wdh_comm idle[IDLE];
+  for (int i = 0; i < IDLE; i++) {
+    char name[32];
+    snprintf(name, sizeof(name), "idle%d", i);
+    wdh_comm_init(&idle[i], &plugin, 0x3000 + i, name, 2, 2, 0);
+  }
+  long rss1 = rss_kib(), files1 = dir_kib(rdir);
+  printf("memory idle_rss_kib=%.1f idle_ringfile_kib=%.1f idle_comms=%d\n",
+         (double)(rss1 - rss0) / IDLE, (double)(files1 - files0) / IDLE, IDLE);
+  for (int i = 0; i < IDLE; i++) wdh_comm_finalize(&idle[i]);
 
   /* Per communicator: create ncomms more and fill every ring. */
   long before = rss_kib();

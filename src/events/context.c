@@ -88,8 +88,8 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
     char host[64];
     wd_hostname(host, sizeof host);
     if (wd_ringfile_create(&ctx->file, ring_dir, host, cap, pcap) == 0) {
-      wd_ring_init_at(&ctx->ring, cap, wd_ringfile_ring(&ctx->file, 0));
-      wd_ring_init_at(&ctx->proxy_ring, pcap, wd_ringfile_ring(&ctx->file, 1));
+      wd_ring_init_at(&ctx->ring, cap, wd_ringfile_ring(&ctx->file, 0), WD_RF_INITIAL_RECORDS);
+      wd_ring_init_at(&ctx->proxy_ring, pcap, wd_ringfile_ring(&ctx->file, 1), WD_RF_INITIAL_RECORDS);
       return ctx;
     }
     static _Atomic int warned;
@@ -104,9 +104,32 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   return ctx;
 }
 
+/* A ring file's rings are allocated whole once their communicator carries traffic (records
+ * written past the first WD_RF_INITIAL_RECORDS), one poll after: until then only the first
+ * records are backed, and the rest of a first lap is lost. */
+static void wd_context_grow_file(wd_context *ctx) {
+  for (int proxy = 0; proxy < 2; proxy++) {
+    wd_ring *r = proxy ? &ctx->proxy_ring : &ctx->ring;
+    uint32_t cap = wd_ring_capacity(r);
+    if (ctx->file_full || atomic_load_explicit(&r->ready, memory_order_relaxed) >= cap ||
+        atomic_load_explicit(&r->head, memory_order_relaxed) == 0)
+      continue;
+    if (wd_ringfile_reserve(&ctx->file, proxy, cap) == 0) {
+      wd_ring_ready(r, cap);
+    } else {
+      /* /dev/shm is full: the ring stays at what is backed (its first records), never SIGBUS. */
+      ctx->file_full = 1;
+      WD_WARN("comm 0x%llx: cannot allocate its ring file %s (%s): its rings keep only their "
+              "first %u records", (unsigned long long)ctx->comm_id, ctx->file.path, strerror(errno),
+              atomic_load_explicit(&r->ready, memory_order_relaxed));
+    }
+  }
+}
+
 void wd_context_refresh_file(wd_context *ctx) {
   wd_rf_header *h = wd_ringfile_header(&ctx->file);
   if (!h) return;
+  wd_context_grow_file(ctx);
   wd_ringfile_live_begin(&ctx->file);
   uint32_t n = 0;
   for (int ce = 0; ce < 2; ce++)

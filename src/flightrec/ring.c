@@ -10,7 +10,7 @@ uint32_t wd_ring_round(uint32_t capacity) {
   return cap;
 }
 
-void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem) {
+void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem, uint32_t ready) {
   memset(r, 0, sizeof(*r));
   /* mem is a new file's mapping, already zero: clearing it would make every page resident for
    * a communicator that may never carry traffic. */
@@ -18,6 +18,7 @@ void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem) {
   r->mask = capacity - 1;
   r->external = 1;
   atomic_init(&r->head, 0);
+  atomic_init(&r->ready, ready < capacity ? ready : capacity);
 }
 
 int wd_ring_init(wd_ring *r, uint32_t capacity) {
@@ -27,6 +28,7 @@ int wd_ring_init(wd_ring *r, uint32_t capacity) {
   if (r->recs == NULL) return -1;
   r->mask = cap - 1;
   atomic_init(&r->head, 0);
+  atomic_init(&r->ready, cap); /* calloc'ed: its pages arrive when first written */
   return 0;
 }
 
@@ -36,7 +38,8 @@ void wd_ring_destroy(wd_ring *r) {
 }
 
 void wd_ring_clear(wd_ring *r) {
-  memset(r->recs, 0, sizeof(wd_record) * ((size_t)r->mask + 1));
+  /* Only what is backed: clearing a ring file's unallocated part would allocate it. */
+  memset(r->recs, 0, sizeof(wd_record) * atomic_load_explicit(&r->ready, memory_order_acquire));
   atomic_store_explicit(&r->head, 0, memory_order_release);
 }
 
@@ -63,7 +66,12 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
   if (head - first > max) first = head - max;
   uint32_t n = 0, bad = 0;
   uint64_t lapped = 0;
+  uint32_t ready = atomic_load_explicit(&r->ready, memory_order_acquire);
   for (uint64_t t = first; t < head; t++) {
+    if ((t & r->mask) >= ready) { /* never written (not backed): lost; do not touch it */
+      lapped++;
+      continue;
+    }
     const uint64_t *src = (const uint64_t *)&r->recs[t & r->mask];
     uint64_t want = 2 * t + 2;
     uint64_t turn = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
@@ -75,6 +83,8 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
       turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
     }
     if (turn != want) {
+      /* Never written: a record not backed when it was written (ring_put), now backed. Lost. */
+      if (turn == 0) { lapped++; continue; }
       if (turn < want || (turn & 1)) { bad++; continue; } /* a writer inside, or not yet in */
       /* Lapped: every ticket the writers have passed is gone; go past them. */
       uint64_t now = atomic_load_explicit(&r->head, memory_order_relaxed);

@@ -17,14 +17,25 @@ typedef struct wd_ring {
   _Alignas(64) _Atomic uint64_t head; /* next ticket */
   uint32_t mask;                      /* capacity - 1, capacity a power of two */
   uint32_t external;                  /* recs belong to a mapping the ring does not free */
+  /* Records backed by memory: the capacity for a ring in memory; for a ring in a ring file, the
+   * part of the file allocated so far (the watchdog allocates the rest once the communicator
+   * carries traffic). A record for a slot beyond it is not written: a hole in a full /dev/shm
+   * would raise SIGBUS on the hot path (a reader counts such a record as lost). */
+  _Atomic uint32_t ready;
   wd_record *recs;
 } wd_ring;
 
 /* capacity is rounded up to a power of two (minimum 16). Returns 0, or -1 when out of memory. */
 int wd_ring_init(wd_ring *r, uint32_t capacity);
 /* The same over memory the caller owns (a new ring file's mapping, zero-filled), capacity
- * already a power of two. */
-void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem);
+ * already a power of two, of which the first `ready` records are backed (wd_ring_ready). */
+void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem, uint32_t ready);
+/* More of a ring's records are backed now (never fewer). */
+static inline void wd_ring_ready(wd_ring *r, uint32_t ready) {
+  if (ready > r->mask + 1) ready = r->mask + 1;
+  if (ready > atomic_load_explicit(&r->ready, memory_order_relaxed))
+    atomic_store_explicit(&r->ready, ready, memory_order_release);
+}
 /* The capacity wd_ring_init gives for a requested one. */
 uint32_t wd_ring_round(uint32_t capacity);
 void wd_ring_destroy(wd_ring *r);
@@ -37,19 +48,23 @@ void wd_ring_write(wd_ring *r, const wd_record *rec);
 
 /* The hot path's append: the record as words (v[0], the turn, is ignored; v[last] gets the
  * check), inlined into the callers so the words go from registers to the ring. Payload words are
- * stored with relaxed atomics: the turn word orders them, and readers copy while writers may be
- * inside the slot (the turn check discards such copies). */
+ * stored with atomics: the turn word orders them, and readers copy while writers may be inside
+ * the slot (the turn check discards such copies). */
 static inline void wd_ring_put(wd_ring *r, uint64_t *v) {
   uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
-  uint64_t *dst = (uint64_t *)&r->recs[t & r->mask]; /* ring memory is only accessed as words */
+  uint32_t idx = (uint32_t)t & r->mask;
+  /* Not backed yet (a ring file's first lap, before the watchdog allocated it): the record is
+   * lost, and a reader counts it so. */
+  if (__builtin_expect(idx >= atomic_load_explicit(&r->ready, memory_order_relaxed), 0)) return;
+  uint64_t *dst = (uint64_t *)&r->recs[idx]; /* ring memory is only accessed as words */
   /* Callers fill v with an unrolled copy loop, which cppcheck does not follow. */
   // cppcheck-suppress uninitvar
   v[WD_RECORD_WORDS - 1] = (uint32_t)v[WD_RECORD_WORDS - 1] | ((uint64_t)wd_record_check(t, v) << 32);
   __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
-  /* Orders the odd turn before the payload, so a reader that sees new payload sees odd turn. */
-  atomic_thread_fence(memory_order_release);
+  /* Release stores order the odd turn before the payload, so a reader that sees new payload sees
+   * the odd turn (plain stores on x86; a fence here is not something TSan models). */
 #pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], v[i], __ATOMIC_RELAXED);
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], v[i], __ATOMIC_RELEASE);
   __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
 }
 

@@ -118,9 +118,16 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
     return -1;
   }
   uint64_t bytes = wd_rf_file_bytes(ring_cap, proxy_ring_cap);
+  uint64_t ring_off = WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN;
+  uint64_t proxy_off = ring_off + (uint64_t)ring_cap * sizeof(wd_record);
+  uint32_t init = WD_RF_INITIAL_RECORDS;
   void *base = MAP_FAILED;
-  /* posix_fallocate: a full /dev/shm fails here, not with SIGBUS on the hot path later. */
-  if (ftruncate(fd, (off_t)bytes) == 0 && posix_fallocate(fd, 0, (off_t)bytes) == 0)
+  /* Sparse at its full size; allocated (posix_fallocate: a full /dev/shm fails here, not with
+   * SIGBUS on the hot path later) for the header, the strings and the first records of each ring.
+   * The rest is allocated when the communicator carries traffic (wd_ringfile_reserve). */
+  if (ftruncate(fd, (off_t)bytes) == 0 &&
+      posix_fallocate(fd, 0, (off_t)(ring_off + (uint64_t)(init < ring_cap ? init : ring_cap) * sizeof(wd_record))) == 0 &&
+      posix_fallocate(fd, (off_t)proxy_off, (off_t)((uint64_t)(init < proxy_ring_cap ? init : proxy_ring_cap) * sizeof(wd_record))) == 0)
     base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   int saved = errno;
   close(fd);
@@ -161,6 +168,23 @@ wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy) {
 }
 
 wd_rf_header *wd_ringfile_header(const wd_ringfile *f) { return f->base; }
+
+int wd_ringfile_reserve(const wd_ringfile *f, int proxy, uint32_t upto) {
+  const wd_rf_header *h = f->base;
+  if (!h || !f->path[0]) return -1;
+  uint32_t cap = proxy ? h->proxy_ring_cap : h->ring_cap;
+  if (upto > cap) upto = cap;
+  int fd = open(f->path, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = posix_fallocate(fd, (off_t)(proxy ? h->proxy_ring_off : h->ring_off),
+                           (off_t)((uint64_t)upto * sizeof(wd_record)));
+  close(fd);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  return 0;
+}
 
 void wd_ringfile_seal_identity(wd_ringfile *f) {
   wd_rf_header *h = f->base;

@@ -105,6 +105,12 @@ typedef struct wd_ringfile {
 int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32_t ring_cap,
                        uint32_t proxy_ring_cap);
 wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy);
+/* Records of each ring allocated at creation: a communicator that never carries traffic costs
+ * its header, string table and these (about 32 KiB of node memory), not its whole rings. */
+#define WD_RF_INITIAL_RECORDS 128u
+/* Allocate the file's blocks for records [0, upto) of one ring (posix_fallocate, so a full
+ * /dev/shm fails here and not with SIGBUS on the hot path). 0, or -1 (errno). */
+int wd_ringfile_reserve(const wd_ringfile *f, int proxy, uint32_t upto);
 wd_rf_header *wd_ringfile_header(const wd_ringfile *f);
 /* Identity fields are set by the caller, then sealed (checksum). */
 void wd_ringfile_seal_identity(wd_ringfile *f);

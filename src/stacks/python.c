@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <setjmp.h>
 
 #define WD_PY_TEXT_MAX (512L * 1024) /* 100 threads x 100 frames fit several times */
 
@@ -94,6 +95,30 @@ static void wd_py_parse(char *text, wd_py_result *res) {
   }
 }
 
+/* Set only around the dumper call, on the thread making it. */
+static __thread sigjmp_buf *wd_py_guard __attribute__((tls_model("initial-exec")));
+
+void wd_py_guard_jump(void) {
+  sigjmp_buf *g = wd_py_guard;
+  if (!g) return;
+  wd_py_guard = NULL;
+  siglongjmp(*g, 1);
+}
+
+/* The dumper under the guard. Returns its error string, or "faulted". */
+static const char *wd_py_dump_guarded(wd_py_dump_fn dump_fn, int fd, int *faulted) {
+  static sigjmp_buf jb; /* only the watchdog thread dumps (one collection at a time) */
+  *faulted = 0;
+  if (sigsetjmp(jb, 1) != 0) {
+    *faulted = 1;
+    return "the traceback dumper faulted (a thread changed under it): no Python stacks";
+  }
+  wd_py_guard = &jb;
+  const char *err = dump_fn(fd, NULL, NULL);
+  wd_py_guard = NULL;
+  return err;
+}
+
 int wd_py_collect(wd_py_result *res) {
   memset(res, 0, sizeof(*res));
   void *is_init = dlsym(RTLD_DEFAULT, "Py_IsInitialized");
@@ -119,7 +144,13 @@ int wd_py_collect(wd_py_result *res) {
   /* No GIL, no thread state of ours: the dumper finds the main interpreter itself, as for
    * faulthandler's watchdog thread. It reads frames other threads may be changing; see
    * docs/backtraces.md for what that means on a busy process. */
-  const char *err = dump_fn(fd, NULL, NULL);
+  int faulted;
+  const char *err = wd_py_dump_guarded(dump_fn, fd, &faulted);
+  if (faulted) {
+    close(fd);
+    snprintf(res->note, sizeof res->note, "%s", err);
+    return -1;
+  }
   off_t len = lseek(fd, 0, SEEK_CUR);
   if (len > WD_PY_TEXT_MAX) len = WD_PY_TEXT_MAX;
   char *text = len > 0 ? malloc((size_t)len + 1) : NULL;

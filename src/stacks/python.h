@@ -38,6 +38,11 @@ typedef struct wd_py_result {
 
 /* Collect (watchdog thread; allocates). Returns 0, -1 with res->note set. */
 int wd_py_collect(wd_py_result *res);
+/* The interpreter's dumper reads frames other threads may be changing, and can fault on a busy
+ * process. The fatal-signal handler calls this first: on the thread inside wd_py_collect it
+ * jumps back there (that dump goes without Python stacks, the process lives on); anywhere else
+ * it returns. Async-signal-safe. */
+void wd_py_guard_jump(void);
 void wd_py_free(wd_py_result *res);
 
 #endif

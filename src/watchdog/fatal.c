@@ -13,6 +13,7 @@
 
 #include "flightrec/ringfile.h"
 #include "stacks/backtrace.h"
+#include "stacks/python.h"
 
 static const int wd_fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM};
 #define WD_NFATAL (int)(sizeof(wd_fatal_signals) / sizeof(wd_fatal_signals[0]))
@@ -47,6 +48,9 @@ static void wd_fatal_handler(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
   int i = wd_fatal_index(sig);
   if (i < 0) return;
+  /* A fault inside the Python traceback dumper (our watchdog thread): that dump goes without
+   * Python stacks, the process lives on. Does not return when it applies. */
+  if ((sig == SIGSEGV || sig == SIGBUS) && si && si->si_code > 0) wd_py_guard_jump();
   if (sig == SIGTERM) {
     /* A second SIGTERM, a forked child, or no watchdog to dump: straight to the previous
      * disposition. */

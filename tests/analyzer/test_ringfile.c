@@ -26,8 +26,8 @@ static char *make_file(size_t *len, char *path, size_t path_len) {
   if (wd_ringfile_create(&f, g_dir, "testhost", 16, 16) != 0) return NULL;
   snprintf(path, path_len, "%s", f.path);
   wd_ring r, pr;
-  wd_ring_init_at(&r, 16, wd_ringfile_ring(&f, 0));
-  wd_ring_init_at(&pr, 16, wd_ringfile_ring(&f, 1));
+  wd_ring_init_at(&r, 16, wd_ringfile_ring(&f, 0), 16);
+  wd_ring_init_at(&pr, 16, wd_ringfile_ring(&f, 1), 16);
   wd_rf_header *h = wd_ringfile_header(&f);
   h->rank = 2;
   h->nranks = 4;
