@@ -164,12 +164,18 @@ static int bench_signal(wdh_plugin *pl, int ifd, const char *dir, int reps, int 
                         int nthreads, const char *trigger_dir) {
   wdh_comm comms[64];
   wdh_op ops[64];
+  bl_comm bc[64];
   for (int i = 0; i < ncomms; i++) {
     char name[32];
     snprintf(name, sizeof(name), "dump%d", i);
     wdh_comm_init(&comms[i], pl, 0x4000 + i, name, 2, 16, i);
-    bl_comm c = {.t = pl->v6, .ctx = comms[i].ctx, .pid = getpid(), .rank = i, .steps = 4};
-    for (int k = 0; k < 20000; k++) bl_proxy_part(&c, bl_app_part(&c)); /* rings full */
+    bc[i] = (bl_comm){.t = pl->v6, .ctx = comms[i].ctx, .pid = getpid(), .rank = i, .steps = 4};
+    bl_proxy_part(&bc[i], bl_app_part(&bc[i]));
+  }
+  /* Ring files are allocated whole at the watchdog's first poll after traffic (1 s default). */
+  wdh_sleep_ms(1500);
+  for (int i = 0; i < ncomms; i++) {
+    for (int k = 0; k < 20000; k++) bl_proxy_part(&bc[i], bl_app_part(&bc[i])); /* rings full */
     wdh_op_cfg cfg;
     wdh_op_cfg_default(&cfg);
     cfg.hang_channel = 1;

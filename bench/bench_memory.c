@@ -113,8 +113,11 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof(name), "mem%d", i);
     wdh_comm_init(&comms[i], &plugin, 0x2000 + i, name, 2, 2, 0);
     cs[i] = (bl_comm){.t = plugin.v6, .ctx = comms[i].ctx, .pid = getpid(), .steps = 4};
-    drive(&cs[i], 20000);
+    drive(&cs[i], 1);
   }
+  /* Ring files are allocated whole at the watchdog's first poll after traffic (1 s default). */
+  wdh_sleep_ms(1500);
+  for (int i = 1; i <= ncomms; i++) drive(&cs[i], 20000);
   long after = rss_kib();
   wd_config cfg;
   wd_config_defaults(&cfg);

@@ -107,6 +107,7 @@ log "memory: RSS after $MEM_A and $MEM_B lifecycles"
 mem1=$($NICE "$BIN/bench_memory" "$OURS" -a "$MEM_A" -b "$MEM_B"); log "$mem1"
 m_line=$(grep rss_first <<<"$mem1")
 c_line=$(grep per_comm <<<"$mem1")
+i_line=$(grep idle_rss <<<"$mem1")
 
 # ---- detection and dump latency ------------------------------------------------------------------
 log "stall detection latency"
@@ -169,6 +170,8 @@ echo "| malloc-family / free / mutex locks in the timed window (LD_PRELOAD) | $C
 echo "| System calls in the timed window (strace -f) | $SYSCALLS | 0 | $(yes_no "$(sed 's/ .*//' <<<"$SYSCALLS" | tr -dc 0-9 | sed 's/^$/1/') == 0") |"
 echo "| RSS after $MEM_A / $MEM_B lifecycles (KiB) | $(field rss_first_kib "$m_line") / $(field rss_second_kib "$m_line") (growth $(field growth_kib "$m_line")) | flat | $(yes_no "$(field growth_kib "$m_line") <= 256") |"
 echo "| Memory per communicator, default settings, rings full (KiB) | $(field per_comm_kib "$c_line") (ring $(field ring "$c_line") + proxy ring $(field proxy_ring "$c_line") records, $(field max_events "$c_line") event slots) | | |"
+IDLE_R=$(field idle_rss_kib "$i_line"); IDLE_F=$(field idle_ringfile_kib "$i_line")
+echo "| Memory per communicator without traffic (KiB): resident / its ring file in the ring directory | $IDLE_R / $IDLE_F (the file's header and string pages are in both) | < 64 | $(yes_no "$IDLE_R + $IDLE_F - 12 < 64") |"
 echo "| Bytes per ring record | $(field record_bytes "$c_line") | | |"
 echo "| Stall: last progress → dump on disk, minus the timeout (ms; timeout $(field timeout_ms "$st_line") ms, poll $(field poll_ms "$st_line") ms, $(field reps "$st_line") random phases) | median $(field latency_ms "$st_line"), max $(field max "$st_line") | | |"
 if [ -n "$st_det" ]; then
