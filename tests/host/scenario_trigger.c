@@ -113,6 +113,10 @@ int main(int argc, char **argv) {
   int from[NPROC] = {0};
   for (int i = 0; i < n && i < 16; i++) {
     WDH_CHECK(wdh_validate_dump(paths[i]) == 0, "%s does not validate", paths[i]);
+    /* Summaries are written compressed by default (NCCL_WATCHDOG_COMPRESS=peer). */
+    size_t plen = strlen(paths[i]);
+    WDH_CHECK(plen > 8 && strcmp(paths[i] + plen - 8, ".json.gz") == 0, "%s: a peer summary not compressed",
+              paths[i]);
     cJSON *j = wdh_json_load(paths[i]);
     WDH_CHECK(j != NULL, "cannot parse %s", paths[i]);
     if (!j) continue;
