@@ -1217,30 +1217,30 @@ int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status) {
   return 0;
 }
 
-/* Plain or gzip-compressed (peer summaries are compressed by default): zlib reads both. */
-void *wdh_json_load(const char *path) {
-  gzFile f = gzopen(path, "rb");
+char *wdh_read_file(const char *path, size_t *len) {
+  gzFile f = gzopen(path, "rb"); /* zlib reads a plain file as it is */
   if (!f) return NULL;
-  size_t cap = 1 << 16, len = 0;
-  char *buf = malloc(cap);
-  while (buf) {
-    if (cap - len < 4096) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-    int got = gzread(f, buf + len, (unsigned)(cap - len - 1));
-    if (got <= 0) break;
-    len += (size_t)got;
+  size_t cap = 1 << 16, n = 0;
+  char *buf = malloc(cap + 1);
+  int got;
+  while (buf && (got = gzread(f, buf + n, (unsigned)(cap - n))) > 0) {
+    n += (size_t)got;
+    if (n < cap) continue;
+    char *nb = realloc(buf, 2 * cap + 1);
+    if (!nb) free(buf);
+    buf = nb;
+    cap *= 2;
   }
   gzclose(f);
   if (!buf) return NULL;
-  buf[len] = 0;
+  buf[n] = '\0';
+  if (len) *len = n;
+  return buf;
+}
+
+void *wdh_json_load(const char *path) {
+  char *buf = wdh_read_file(path, NULL);
+  if (!buf) return NULL;
   cJSON *j = cJSON_Parse(buf);
   free(buf);
   return j;

@@ -321,6 +321,10 @@ void wdh_kill_ranks(pid_t *pids, int n);
 int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status);
 
 /* Read and parse a JSON file (cJSON *, declared void * to keep cJSON out of this header). */
+/* A file's content, NUL-terminated, gunzipped when it is compressed (*.json.gz dumps); NULL when
+ * it cannot be read. Free it. */
+char *wdh_read_file(const char *path, size_t *len);
+/* A dump (plain or compressed) parsed with cJSON, or NULL. */
 void *wdh_json_load(const char *path);
 void wdh_json_free(void *json);
 /* Runs "python3 tests/tools/validate_dump.py FILE" when the script exists (source dir from

@@ -33,31 +33,6 @@ static char *find_suffix(const char *dir, const char *suffix, int *count) {
   return found;
 }
 
-static char *gunzip(const char *path, size_t *len) {
-  gzFile g = gzopen(path, "rb");
-  if (!g) return NULL;
-  size_t cap = 1 << 16, n = 0;
-  char *buf = malloc(cap + 1);
-  int r;
-  while (buf && (r = gzread(g, buf + n, (unsigned)(cap - n))) > 0) {
-    n += (size_t)r;
-    if (n == cap) {
-      char *nb = realloc(buf, 2 * cap + 1);
-      if (!nb) {
-        free(buf);
-        buf = NULL;
-        break;
-      }
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  gzclose(g);
-  if (buf) buf[n] = '\0';
-  *len = n;
-  return buf;
-}
-
 int main(void) {
   const char *path = wdh_plugin_path();
   if (!path) return 77;
@@ -89,9 +64,17 @@ int main(void) {
   free(find_suffix(dir, ".json", &plain));
   WDH_CHECK(plain == 0, "%d plain *.json dumps besides the compressed one", plain);
 
+  /* gzip's magic first (zlib would read a plain file as it is), then the content. */
+  unsigned char magic[2] = {0, 0};
+  FILE *mf = gz ? fopen(gz, "rb") : NULL;
+  if (mf) {
+    if (fread(magic, 1, 2, mf) != 2) magic[0] = 0;
+    fclose(mf);
+  }
+  WDH_CHECK(magic[0] == 0x1f && magic[1] == 0x8b, "not gzip: %s", gz ? gz : "(none)");
   size_t len = 0;
-  char *text = gz ? gunzip(gz, &len) : NULL;
-  WDH_CHECK(text && len > 100, "not gzip, or empty: %s", gz ? gz : "(none)");
+  char *text = gz ? wdh_read_file(gz, &len) : NULL;
+  WDH_CHECK(text && len > 100, "empty: %s", gz ? gz : "(none)");
   cJSON *j = text ? cJSON_Parse(text) : NULL;
   WDH_CHECK(j != NULL, "the decompressed dump is not JSON");
   const char *func = j ? wdh_jstr(j, "trigger.stalls.0.func") : NULL;
