@@ -40,6 +40,7 @@ void wd_ring_destroy(wd_ring *r) {
 void wd_ring_clear(wd_ring *r) {
   /* Only what is backed: clearing a ring file's unallocated part would allocate it. */
   memset(r->recs, 0, sizeof(wd_record) * atomic_load_explicit(&r->ready, memory_order_acquire));
+  atomic_store_explicit(&r->ready_from, 0, memory_order_relaxed);
   atomic_store_explicit(&r->head, 0, memory_order_release);
 }
 
@@ -67,6 +68,7 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
   uint32_t n = 0, bad = 0;
   uint64_t lapped = 0;
   uint32_t ready = atomic_load_explicit(&r->ready, memory_order_acquire);
+  uint64_t ready_from = atomic_load_explicit(&r->ready_from, memory_order_relaxed);
   for (uint64_t t = first; t < head; t++) {
     if ((t & r->mask) >= ready) { /* never written (not backed): lost; do not touch it */
       lapped++;
@@ -83,8 +85,8 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
       turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
     }
     if (turn != want) {
-      /* Never written: a record not backed when it was written (ring_put), now backed. Lost. */
-      if (turn == 0) { lapped++; continue; }
+      /* Never written, from before the ring was backed: skipped by its writer (ring_put). Lost. */
+      if (turn == 0 && t < ready_from) { lapped++; continue; }
       if (turn < want || (turn & 1)) { bad++; continue; } /* a writer inside, or not yet in */
       /* Lapped: every ticket the writers have passed is gone; go past them. */
       uint64_t now = atomic_load_explicit(&r->head, memory_order_relaxed);

@@ -22,6 +22,9 @@ typedef struct wd_ring {
    * carries traffic). A record for a slot beyond it is not written: a hole in a full /dev/shm
    * would raise SIGBUS on the hot path (a reader counts such a record as lost). */
   _Atomic uint32_t ready;
+  /* Tickets from here on found every slot backed; an unwritten slot of an earlier ticket was
+   * skipped for good (lost), not a writer still inside it. 0 for a ring backed from the start. */
+  _Atomic uint64_t ready_from;
   wd_record *recs;
 } wd_ring;
 
@@ -33,8 +36,11 @@ void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem, uint32_t rea
 /* More of a ring's records are backed now (never fewer). */
 static inline void wd_ring_ready(wd_ring *r, uint32_t ready) {
   if (ready > r->mask + 1) ready = r->mask + 1;
-  if (ready > atomic_load_explicit(&r->ready, memory_order_relaxed))
+  if (ready > atomic_load_explicit(&r->ready, memory_order_relaxed)) {
+    atomic_store_explicit(&r->ready_from, atomic_load_explicit(&r->head, memory_order_relaxed),
+                          memory_order_relaxed);
     atomic_store_explicit(&r->ready, ready, memory_order_release);
+  }
 }
 /* The capacity wd_ring_init gives for a requested one. */
 uint32_t wd_ring_round(uint32_t capacity);
