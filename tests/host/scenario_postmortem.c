@@ -14,6 +14,10 @@
  *   segv       SIGSEGV in an application thread: the application's own handler still runs, and
  *              the ring file holds the signal, the faulting thread and its frames.
  *   sigterm    SIGTERM: a "term" dump appears and the process still ends by SIGTERM.
+ *   grow       ring files are allocated on demand: a communicator without traffic holds its
+ *              header, strings and first records only (under 64 KiB of the file system); one
+ *              with traffic has its whole rings allocated after a poll, and more records in its
+ *              file than the first allocation held.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -21,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -353,6 +359,78 @@ static void case_sigterm(const char *dir) {
 
 typedef void (*case_fn)(const char *dir);
 
+/* ---- grow ---- */
+
+static void grow_child(int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm idle, busy;
+  wdh_comm_init(&idle, &p, COMM_A, "pm-idle", 1, 2, 0);
+  wdh_comm_init(&busy, &p, COMM_B, "pm-busy", 1, 2, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  uint64_t end = wdh_now_ns() + 600000000ull; /* several polls of 100 ms */
+  while (wdh_now_ns() < end) {
+    wdh_op op;
+    wdh_op_run(&busy, &cfg, &op);
+  }
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (;;) pause();
+}
+
+/* Allocated bytes of the ring files in dir, smallest first (at most 2). */
+static int ring_blocks(const char *dir, long long *out) {
+  DIR *d = opendir(dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL && n < 2) {
+    size_t len = strlen(e->d_name);
+    if (len < 5 || strcmp(e->d_name + len - 5, ".ring") != 0) continue;
+    char path[2048];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (stat(path, &st) == 0) out[n++] = (long long)st.st_blocks * 512;
+  }
+  if (d) closedir(d);
+  if (n == 2 && out[0] > out[1]) {
+    long long t = out[0];
+    out[0] = out[1];
+    out[1] = t;
+  }
+  return n;
+}
+
+static void case_grow(const char *dir) {
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    grow_child(fds[1]);
+  }
+  close(fds[1]);
+  char ok = 0;
+  WDH_CHECK(read(fds[0], &ok, 1) == 1, "the child did not run its traffic");
+  wdh_sleep_ms(250); /* two more polls */
+  long long bytes[2] = {0, 0};
+  int n = ring_blocks(dir, bytes);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  close(fds[0]);
+  WDH_CHECK(n == 2, "%d ring files, expected 2", n);
+  WDH_CHECK(bytes[0] > 0 && bytes[0] <= 64 * 1024, "the idle communicator's ring file holds %lld bytes",
+            bytes[0]);
+  WDH_CHECK(bytes[1] >= 2LL * 8192 * 80, "the busy communicator's ring file holds %lld bytes, not its "
+            "whole rings", bytes[1]);
+  WDH_CHECK(salvage(dir) == 0, "salvage failed");
+  void *j = salvaged(dir, COMM_B);
+  WDH_CHECK(j && wdh_jnum(j, "postmortem.records", -1) > 2 * 128,
+            "comm B's file holds %g records: no more than its first allocation",
+            j ? wdh_jnum(j, "postmortem.records", -1) : -1);
+  wdh_json_free(j);
+}
+
 static int run_case(const char *name, case_fn fn) {
   char *dir = wdh_scenario_dir(name, "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
@@ -370,5 +448,6 @@ int main(void) {
   rc |= run_case("pm-abort", case_abort);
   rc |= run_case("pm-segv", case_segv);
   rc |= run_case("pm-sigterm", case_sigterm);
+  rc |= run_case("pm-grow", case_grow);
   return rc;
 }
