@@ -458,6 +458,35 @@ static char *analyze_text(const char *name, const char *extra) {
   return slurp(out);
 }
 
+/* Threads that read and parse (--jobs) change the time, not the report: a 3-D job of 32 dumps,
+ * some compressed, with unreadable files among them, gives byte-identical --json and the same
+ * skipped-file messages with 1 and with 4 threads. */
+static void test_jobs(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("jobs", "--layout 2x4x4 --scenario job-root --ring 64"), 0);
+  CU_ASSERT_EQUAL(sh("cd %s/jobs && gzip node001-*.json && : >empty.json && echo junk >bad.json && "
+                     "head -c 200 $(ls node002-*.json | head -1) >trunc.json",
+                     g_tmp),
+                  0);
+  int rc1 = sh("%s --json -j 1 %s/jobs >%s/jobs.1.json 2>%s/jobs.1.err", g_az, g_tmp, g_tmp, g_tmp);
+  int rc4 = sh("%s --json --jobs=4 %s/jobs >%s/jobs.4.json 2>%s/jobs.4.err", g_az, g_tmp, g_tmp, g_tmp);
+  CU_ASSERT_EQUAL(rc1, 0);
+  CU_ASSERT_EQUAL(rc4, 0);
+  CU_ASSERT_EQUAL(sh("cmp -s %s/jobs.1.json %s/jobs.4.json", g_tmp, g_tmp), 0);
+  CU_ASSERT_EQUAL(sh("cmp -s %s/jobs.1.err %s/jobs.4.err", g_tmp, g_tmp), 0);
+  char path[512];
+  snprintf(path, sizeof(path), "%s/jobs.4.json", g_tmp);
+  char *text = slurp(path);
+  cJSON *rep = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  CU_ASSERT_EQUAL(nget(rep, "dumpsRead"), 32);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(rep, "skipped")), 3);
+  const cJSON *root = cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "job"), "root");
+  CU_ASSERT_EQUAL(nget(root, "globalRank"), 20);
+  cJSON_Delete(rep);
+  CU_ASSERT_EQUAL(sh("%s -j 0 %s/jobs >/dev/null 2>&1", g_az, g_tmp), 2);
+}
+
 static void test_job_root(void) {
   cJSON *rep = gen_report("j_root", "--layout 2x4x4 --scenario job-root --ring 64", 0);
   const cJSON *job = cJSON_GetObjectItem(rep, "job");
@@ -671,6 +700,7 @@ int main(int argc, char **argv) {
   CU_add_test(job, "straggler", test_straggler);
   CU_add_test(job, "crashed", test_crashed);
   CU_add_test(job, "healthy_3d", test_healthy_3d);
+  CU_add_test(job, "jobs", test_jobs);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_tests_failed() + CU_get_number_of_failures();

@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,24 +456,36 @@ typedef struct chunk {
   _Alignas(16) char data[];
 } chunk;
 
-static chunk *g_arena;
-static size_t g_arena_total;
+/* One tree's memory. Each thread parses into its own: a default one reused file after file, or,
+ * in a parallel load, one per file that lives until the file is summarised. */
+typedef struct wd_arena {
+  chunk *head;
+  size_t total;
+  size_t first; /* size of the first chunk, 0: ARENA_CHUNK */
+} wd_arena;
+
+static _Thread_local wd_arena t_default;
+static _Thread_local wd_arena *t_cur; /* NULL: t_default */
+
+static wd_arena *arena_cur(void) { return t_cur ? t_cur : &t_default; }
 
 static void *arena_alloc(size_t n) {
+  wd_arena *a = arena_cur();
   n = (n + 15) & ~(size_t)15;
-  if (!g_arena || g_arena->used + n > g_arena->cap) {
-    size_t cap = n > ARENA_CHUNK ? n : ARENA_CHUNK;
-    if (g_arena_total + cap > ARENA_MAX) return NULL;
+  if (!a->head || a->head->used + n > a->head->cap) {
+    size_t want = a->head || !a->first ? ARENA_CHUNK : a->first;
+    size_t cap = n > want ? n : want;
+    if (a->total + cap > ARENA_MAX) return NULL;
     chunk *c = malloc(sizeof(chunk) + cap);
     if (!c) return NULL;
-    c->next = g_arena;
+    c->next = a->head;
     c->used = 0;
     c->cap = cap;
-    g_arena = c;
-    g_arena_total += cap;
+    a->head = c;
+    a->total += cap;
   }
-  void *p = g_arena->data + g_arena->used;
-  g_arena->used += n;
+  void *p = a->head->data + a->head->used;
+  a->head->used += n;
   return p;
 }
 
@@ -480,21 +493,26 @@ static void arena_free(void *p) { (void)p; }
 
 /* Keep one chunk for the next file. */
 static void arena_reset(void) {
-  while (g_arena && g_arena->next) {
-    chunk *c = g_arena;
-    g_arena = c->next;
-    g_arena_total -= c->cap;
+  wd_arena *a = arena_cur();
+  while (a->head && a->head->next) {
+    chunk *c = a->head;
+    a->head = c->next;
+    a->total -= c->cap;
     free(c);
   }
-  if (g_arena) g_arena->used = 0;
+  if (a->head) a->head->used = 0;
 }
 
-void wd_az_load_release(void) {
-  arena_reset();
-  free(g_arena);
-  g_arena = NULL;
-  g_arena_total = 0;
+static void arena_drop(wd_arena *a) {
+  while (a->head) {
+    chunk *c = a->head;
+    a->head = c->next;
+    free(c);
+  }
+  a->total = 0;
 }
+
+void wd_az_load_release(void) { arena_drop(&t_default); }
 
 int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t len, char *why,
                       size_t why_len) {
@@ -687,19 +705,115 @@ static int list_dir(const char *dir, char ***names, size_t *n) {
   return 0;
 }
 
+/* ---- parallel load: worker threads read, decompress and parse files in name order, each into
+ * an arena of its own; this thread summarises them in the same order (interning is not shared),
+ * at most WD_AZ_AHEAD files behind the workers, so memory stays bounded. ---- */
+
+static int g_jobs = 1;
+void wd_az_set_jobs(int jobs) { g_jobs = jobs < 1 ? 1 : jobs > 64 ? 64 : jobs; }
+
+#define WD_AZ_AHEAD 8 /* parsed trees waiting, per worker */
+
+typedef struct pl_file {
+  char *path;
+  cJSON *root;
+  wd_arena arena;
+  int done;
+  char why[256];
+} pl_file;
+
+typedef struct pl_state {
+  pl_file *files;
+  size_t n, next, consumed, ahead;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+} pl_state;
+
+static void pl_parse(pl_file *f) {
+  size_t len = 0;
+  char *buf = read_all(f->path, &len, f->why, sizeof f->why);
+  if (!buf) return;
+  f->arena.first = len * 4 + 65536 < ARENA_CHUNK ? len * 4 + 65536 : ARENA_CHUNK;
+  t_cur = &f->arena;
+  if (len == 0) snprintf(f->why, sizeof f->why, "empty file");
+  else if (wd_az_is_ringfile(buf, len)) f->root = wd_az_ringfile_decode(buf, len, f->path, f->why, sizeof f->why);
+  else if (!(f->root = cJSON_ParseWithLength(buf, len))) snprintf(f->why, sizeof f->why, "truncated or invalid JSON");
+  t_cur = NULL;
+  free(buf);
+}
+
+static void *pl_worker(void *arg) {
+  pl_state *st = arg;
+  pthread_mutex_lock(&st->lock);
+  for (;;) {
+    while (st->next < st->n && st->next >= st->consumed + st->ahead) pthread_cond_wait(&st->cond, &st->lock);
+    if (st->next >= st->n) break;
+    pl_file *f = &st->files[st->next++];
+    pthread_mutex_unlock(&st->lock);
+    pl_parse(f);
+    pthread_mutex_lock(&st->lock);
+    f->done = 1;
+    pthread_cond_broadcast(&st->cond);
+  }
+  pthread_mutex_unlock(&st->lock);
+  return NULL;
+}
+
+/* 0 when the files were loaded, -1 when threads could not be started (nothing loaded). */
+static int load_parallel(wd_az_set *set, char **paths, size_t n, int jobs, int quiet) {
+  pl_state st = {.n = n, .ahead = (size_t)jobs * WD_AZ_AHEAD};
+  st.files = calloc(n, sizeof(*st.files));
+  if (!st.files) return -1;
+  for (size_t i = 0; i < n; i++) st.files[i].path = paths[i];
+  pthread_mutex_init(&st.lock, NULL);
+  pthread_cond_init(&st.cond, NULL);
+  /* Every tree of this load comes from an arena: the hooks are set once, for all threads. */
+  cJSON_Hooks hooks = {arena_alloc, arena_free};
+  cJSON_InitHooks(&hooks);
+  pthread_t th[64];
+  int started = 0;
+  for (; started < jobs; started++)
+    if (pthread_create(&th[started], NULL, pl_worker, &st) != 0) break;
+  int rc = 0;
+  if (started == 0) {
+    rc = -1;
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      pl_file *f = &st.files[i];
+      pthread_mutex_lock(&st.lock);
+      while (!f->done) pthread_cond_wait(&st.cond, &st.lock);
+      pthread_mutex_unlock(&st.lock);
+      if (!f->root || load_root(set, f->path, f->root, f->why, sizeof f->why) != 0) skip(set, f->path, f->why, quiet);
+      arena_drop(&f->arena);
+      pthread_mutex_lock(&st.lock);
+      st.consumed = i + 1;
+      pthread_cond_broadcast(&st.cond);
+      pthread_mutex_unlock(&st.lock);
+    }
+  }
+  for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+  cJSON_InitHooks(NULL); /* the reports build their JSON with malloc */
+  pthread_cond_destroy(&st.cond);
+  pthread_mutex_destroy(&st.lock);
+  free(st.files);
+  return rc;
+}
+
 static int load_dir(wd_az_set *set, const char *dir, int quiet) {
   char **names = NULL;
   size_t n = 0;
   if (list_dir(dir, &names, &n) != 0) return -1;
-  for (size_t i = 0; i < n; i++) {
-    char *path;
-    if (asprintf(&path, "%s/%s", dir, names[i]) >= 0) {
-      wd_az_load_file(set, path, quiet);
-      free(path);
-    }
-    free(names[i]);
-  }
+  char **paths = calloc(n ? n : 1, sizeof(*paths));
+  size_t np = 0;
+  for (size_t i = 0; paths && i < n; i++)
+    if (asprintf(&paths[np], "%s/%s", dir, names[i]) >= 0) np++;
+  int jobs = g_jobs < (int)np ? g_jobs : (int)np;
+  if (!paths || jobs < 2 || load_parallel(set, paths, np, jobs, quiet) != 0)
+    for (size_t i = 0; paths && i < np; i++) wd_az_load_file(set, paths[i], quiet);
+  for (size_t i = 0; i < n; i++) free(names[i]);
+  for (size_t i = 0; paths && i < np; i++) free(paths[i]);
   free(names);
+  free(paths);
   return 0;
 }
 

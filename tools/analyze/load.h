@@ -29,6 +29,9 @@ void wd_az_parse_free(void);
 
 /* Free the parse arena kept between files. */
 void wd_az_load_release(void);
+/* Threads that read and parse the files of a directory (1: this thread alone; default 1). The
+ * dumps are summarised in name order whatever the number: the result does not depend on it. */
+void wd_az_set_jobs(int jobs);
 
 /* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
  * everything when all_dumps. */

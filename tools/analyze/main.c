@@ -27,6 +27,7 @@ enum { EXIT_OK = 0, EXIT_OUTPUT = 1, EXIT_USAGE = 2, EXIT_NO_DUMP = 3 };
 
 typedef struct args {
   int json, verbose, quiet, timings;
+  int jobs; /* 0: one per CPU */
   const char *trace;
   const char *html;
   const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
@@ -49,6 +50,8 @@ static void usage(FILE *f) {
           "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
           "                     a straggler (default 500)\n"
           "  --timings          time of each phase (load, analyze, job verdict, report) on stderr\n"
+          "  -j, --jobs=N       threads reading and parsing dumps (default: one per CPU, at most\n"
+          "                     16; the report does not depend on it)\n"
           "  -v, --verbose      one line per rank in the report\n"
           "  -q, --quiet        do not list skipped files on stderr\n"
           "  -h, --help         this text;  -V, --version: the version\n"
@@ -82,13 +85,14 @@ static int parse_args(int argc, char **argv, args *a) {
       {"straggler-ms", required_argument, NULL, O_STRAG},
       {"timings", no_argument, NULL, O_TIMINGS},
       {"html", required_argument, NULL, O_HTML},
+      {"jobs", required_argument, NULL, 'j'},
       {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof(*a));
   opterr = 0; /* our own messages: they name the option and say what is wrong */
   int c;
-  while ((c = getopt_long(argc, argv, ":vqhV", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":vqhVj:", longopts, NULL)) != -1) {
     switch (c) {
     case O_JSON: a->json = 1; break;
     case O_TRACE: a->trace = optarg; break;
@@ -102,6 +106,14 @@ static int parse_args(int argc, char **argv, args *a) {
     case O_STRAG:
       if (parse_ms("--straggler-ms", optarg, &a->opts.straggler_ms) != 0) return -1;
       break;
+    case 'j': {
+      char *end;
+      errno = 0;
+      long j = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || j < 1 || j > 64) return bad("--jobs", optarg, "expected 1 to 64");
+      a->jobs = (int)j;
+      break;
+    }
     case 'v': a->verbose = 1; break;
     case 'q': a->quiet = 1; break;
     case 'h': usage(stdout); return 1;
@@ -133,6 +145,8 @@ static int run(const args *a) {
   wd_az_set set;
   memset(&set, 0, sizeof(set));
   double t0 = now_s();
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  wd_az_set_jobs(a->jobs ? a->jobs : (int)(cpus < 1 ? 1 : cpus > 16 ? 16 : cpus));
   for (int i = 0; i < a->ninputs; i++) wd_az_load_path(&set, a->inputs[i], a->quiet);
   wd_az_load_release();
   int rc = EXIT_OK;
