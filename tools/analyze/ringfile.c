@@ -180,7 +180,7 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
     return NULL;
   }
   int live_ok = !(h.live_gen & 1) && h.live_gen != 0 && h.live_sum == wd_rf_live_sum(&h);
-  static char strs[WD_RF_STRINGS][WD_RF_STRLEN];
+  static _Thread_local char strs[WD_RF_STRINGS][WD_RF_STRLEN]; /* the loader decodes on several threads */
   memcpy(strs, data + h.strtab_off, sizeof strs);
   for (unsigned i = 0; i < WD_RF_STRINGS; i++) strs[i][WD_RF_STRLEN - 1] = '\0';
   h.host[sizeof h.host - 1] = h.comm_name[sizeof h.comm_name - 1] = h.gpu_uuid[sizeof h.gpu_uuid - 1] = '\0';
