@@ -75,7 +75,9 @@ typedef struct wd_event {
   _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
   struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */
   struct wd_context *ctx;             /* owning context; NULL for detached events */
-  struct wd_ring *ring;               /* where its records go (set at start) */
+  /* Where its records go (set at start); atomic because a stale handle's state may read it
+   * while the slot is restarted. */
+  _Atomic(struct wd_ring *) ring;
   struct wd_pool *pool;               /* immutable */
   uint32_t slot_id;                   /* immutable */
 } __attribute__((aligned(WD_EVENT_ALIGN))) wd_event;

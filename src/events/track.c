@@ -106,7 +106,7 @@ static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   v[WD_RECW_TAGS] = wd_recw_retag(tags, WD_PH_STOP, atomic_load_explicit(&ev->state, memory_order_relaxed));
   v[WD_RECW_TS] = now;
   v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
-  wd_ring_put(ev->ring, v);
+  wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
   return wd_recw_type(tags);
 }
 
@@ -303,7 +303,7 @@ void *wd_track_start(wd_start_req *req) {
   }
 
   ev->parent = parent;
-  ev->ring = wd_ring_for(ev->ctx, type);
+  atomic_store_explicit(&ev->ring, wd_ring_for(ev->ctx, type), memory_order_relaxed);
   atomic_store_explicit(&ev->root, root, memory_order_relaxed);
   atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
   atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
@@ -337,7 +337,7 @@ void *wd_track_start(wd_start_req *req) {
   }
   wd_event_publish(ev);
 
-  wd_ring_put(ev->ring, v);
+  wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
   /* A new child is progress of its root op; like a state change, it is carried up to the root
    * by the watchdog's scan of open children (stall.c), not stamped here. */
   return wd_event_handle(ev);
@@ -391,5 +391,5 @@ void wd_track_state(void *handle, int state, int has_value, uint64_t value, int3
   }
   atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
-  wd_ring_put(ev->ring, v);
+  wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
 }
