@@ -117,6 +117,7 @@ static void put_int(wd_sb *b, const char *key_lit, size_t key_len, int64_t v) {
 
 static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev_snap *ev) {
   int state_rec = !ev && r->phase == WD_PH_STATE;
+  int stop_rec = !ev && r->phase == WD_PH_STOP;
   switch (r->type) {
   case WD_T_COLL:
   case WD_T_CECOLL:
@@ -155,7 +156,9 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
   case WD_T_PROXYSTEP:
     PUT_INT(b, "step", r->n);
     if (state_rec) {
-      PUT_INT(b, "transSize", r->a);
+      PUT_INT(b, "transSize", r->a); /* records of older builds */
+    } else if (stop_rec && r->state != 0xff) {
+      PUT_INT(b, "transSize", r->count);
     } else if (ev) {
       PUT_INT(b, "transSize", ev->last_trans);
     }
@@ -164,9 +167,9 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     PUT_INT(b, "channel", r->channel);
     WD_SB_LIT(b, ",\"pTimer\":");
     wd_sb_hex(b, r->a);
-    if (ev && ev->last_trans) {
+    if ((ev && ev->last_trans) || (stop_rec && r->count)) {
       WD_SB_LIT(b, ",\"pTimerStop\":");
-      wd_sb_hex(b, ev->last_trans);
+      wd_sb_hex(b, ev ? ev->last_trans : r->count);
     }
     break;
   case WD_T_PROXYCTRL:
@@ -226,6 +229,9 @@ static int put_record(wd_ctx *c, wd_sb *b, const wd_record *r, int comma) {
   wd_sb_i64(b, r->tid);
   if (r->phase == WD_PH_STATE) {
     WD_SB_LIT(b, ",\"state\":");
+    wd_sb_name(b, &c->states[r->state]);
+  } else if (r->phase == WD_PH_STOP && r->state != 0xff) {
+    WD_SB_LIT(b, ",\"lastState\":");
     wd_sb_name(b, &c->states[r->state]);
   }
   put_type_fields(c, b, r, NULL);

@@ -72,6 +72,9 @@ typedef struct wd_event {
   _Atomic uint32_t wd_gpu;       /* WD_GPU_* bits */
   _Atomic uint64_t wd_reached_ns; /* ground truth: when the start event was first seen complete */
   _Atomic int32_t wd_proxy_tid;  /* thread that last drove its proxy-level children */
+  /* Any event: its state and value as the last scan saw them (a start resets it): a state that
+   * stays in the slot is dated by the scan that first sees it (stall.c, track.h). */
+  _Atomic uint64_t wd_seen;
   _Atomic(struct wd_event *) root;   /* root operation this event progresses, NULL if none */
   struct wd_event *parent;            /* parent slot we hold a reference on, NULL if none */
   struct wd_context *ctx;             /* owning context; NULL for detached events */
@@ -81,6 +84,9 @@ typedef struct wd_event {
   struct wd_pool *pool;               /* immutable */
   uint32_t slot_id;                   /* immutable */
 } __attribute__((aligned(WD_EVENT_ALIGN))) wd_event;
+
+/* Four slots per 1 KiB: the handle check's modulo is a mask. */
+_Static_assert(sizeof(wd_event) == 256, "an event slot is 256 bytes");
 
 /* Live tracked children, derived from the reference count (self while open, the hold, the
  * children): keeping a separate counter would cost two more atomic operations per child. */

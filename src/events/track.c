@@ -106,8 +106,11 @@ static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   v[WD_RECW_TAGS] = wd_recw_retag(tags, WD_PH_STOP, atomic_load_explicit(&ev->state, memory_order_relaxed));
   v[WD_RECW_TS] = now;
   v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
+  unsigned type = wd_recw_type(tags);
+  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH)
+    v[WD_RECW_COUNT] = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
   wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
-  return wd_recw_type(tags);
+  return type;
 }
 
 /* Called as a child of op closes: every expected kernel channel stopped and this child was the
@@ -312,6 +315,7 @@ void *wd_track_start(wd_start_req *req) {
   atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_seen, WD_SIG_NONE, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   if (kind == WD_KIND_ROOT) {
     atomic_store_explicit(&ev->kch_expected, hold && type != WD_T_CECOLL ? rec->nChannels : 0,
@@ -345,7 +349,7 @@ void *wd_track_start(wd_start_req *req) {
 
 /* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
  * ignored, and counted on the communicator the slot belongs to (immutable, memory still ours). */
-static void wd_count_stale(void *handle) {
+static __attribute__((noinline)) void wd_count_stale(void *handle) {
   const wd_event *slot = wd_event_slot_of(handle);
   if (slot == NULL) return; /* NULL or not ours: no communicator to count it on */
   wd_context *ctx = __atomic_load_n(&slot->ctx, __ATOMIC_RELAXED);
@@ -367,29 +371,38 @@ void wd_track_stop(void *handle) {
   wd_close(ev, wd_now_ns(), 0);
 }
 
+/* A state record in the ring (operation-level types, ProxyCtrl): kept out of line so the common
+ * in-slot state needs no stack frame. */
+static __attribute__((noinline)) void wd_state_record(wd_event *ev, unsigned type, unsigned st,
+                                                      int has_value, int32_t n) {
+  uint64_t now = wd_now_ns();
+  uint64_t v[WD_RECORD_WORDS];
+  wd_event_read_words(ev, v);
+  v[WD_RECW_TAGS] = wd_recw_retag(v[WD_RECW_TAGS], WD_PH_STATE, st);
+  v[WD_RECW_TS] = now;
+  v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
+  if (has_value && type == WD_T_PROXYCTRL) v[WD_RECW_N] = wd_recw_low32(v[WD_RECW_N], (uint32_t)n);
+  atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
+}
+
 void wd_track_state(void *handle, int state, int has_value, uint64_t value, int32_t n) {
   wd_event *ev = wd_event_from_handle(handle);
   if (ev == NULL) {
     wd_count_stale(handle);
     return;
   }
-  uint64_t now = wd_now_ns();
-  uint64_t v[WD_RECORD_WORDS];
-  wd_event_read_words(ev, v);
-  unsigned type = wd_recw_type(v[WD_RECW_TAGS]);
   unsigned st = state >= 0 && state < 255 ? (unsigned)state : 255u;
-  v[WD_RECW_TAGS] = wd_recw_retag(v[WD_RECW_TAGS], WD_PH_STATE, st);
-  v[WD_RECW_TS] = now;
-  v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
-  if (has_value) {
-    if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH) {
-      v[WD_RECW_A] = value;
-      atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
-    } else if (type == WD_T_PROXYCTRL) {
-      v[WD_RECW_N] = wd_recw_low32(v[WD_RECW_N], (uint32_t)n);
-    }
+  unsigned type = wd_event_type(ev);
+  /* The proxy thread's states (half of all callbacks) stay in the event's own slot: the live
+   * tree shows them, the stop record carries the last one and its value, the watchdog's scan
+   * dates them (track.h). The verdicts read operation-level records only (analyzer: load.c,
+   * op_level_kept). */
+  if (__builtin_expect(wd_state_in_slot(type), 1)) {
+    if (has_value && type != WD_T_PROXYOP) atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
+    atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
+    return;
   }
-  atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
-  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
-  wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
+  wd_state_record(ev, type, st, has_value, n);
 }

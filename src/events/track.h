@@ -56,4 +56,19 @@ static inline int wd_type_is_proxy_level(unsigned type) {
          type == WD_T_KERNELCH || type == WD_T_NETPLUGIN;
 }
 
+/* Types whose state changes update only their slot, never the ring, and read no clock: NCCL's
+ * proxy thread reports several per step. Their stop record carries the last state and value;
+ * the watchdog's scan dates a state by when it first sees it (at most one poll late: a stall is
+ * found late, never early). */
+static inline int wd_state_in_slot(unsigned type) {
+  return type == WD_T_PROXYSTEP || type == WD_T_PROXYOP || type == WD_T_KERNELCH;
+}
+
+/* What the scan compares to tell that a slot's state moved: the state id and its value. */
+static inline uint64_t wd_state_sig(const wd_event *ev) {
+  return atomic_load_explicit(&ev->state, memory_order_relaxed) |
+         (atomic_load_explicit(&ev->last_trans, memory_order_relaxed) << 8);
+}
+#define WD_SIG_NONE 0xffu /* a fresh start: no state, no value */
+
 #endif

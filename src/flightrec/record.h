@@ -62,8 +62,8 @@ enum {
  *   CollApi:     c=count p=root; func dtype      P2pApi: c=count; func dtype
  *   GroupApi:    n=groupDepth
  *   ProxyOp:     pid n=nSteps c=chunkSize p=peer channel; flags SEND
- *   ProxyStep:   n=step; state records: a=transSize
- *   KernelCh:    a=pTimer channel (start: GPU start time; KernelChStop state: GPU stop time)
+ *   ProxyStep:   n=step; stop: c=last transSize, state=last state (no state records: track.h)
+ *   KernelCh:    a=pTimer channel (GPU start time); stop: c=GPU stop time from KernelChStop
  *   ProxyCtrl:   state records: n=appendedProxyOps
  *   NetPlugin:   a=id
  *   CeSync:      n=nRanks     CeBatch: n=numOps c=totalBytes
@@ -110,6 +110,7 @@ _Static_assert(offsetof(wd_record, raw) % 8 == 0 && offsetof(wd_record, phase) %
 /* The words the hot path rewrites when it turns a start record into a state or stop record. */
 #define WD_RECW_TS (offsetof(wd_record, ts_ns) / sizeof(uint64_t))
 #define WD_RECW_A (offsetof(wd_record, a) / sizeof(uint64_t))
+#define WD_RECW_COUNT (offsetof(wd_record, count) / sizeof(uint64_t))
 #define WD_RECW_TID (offsetof(wd_record, tid) / sizeof(uint64_t)) /* tid: its low half */
 #define WD_RECW_N (offsetof(wd_record, n) / sizeof(uint64_t))     /* n: its low half */
 _Static_assert(offsetof(wd_record, tid) % 8 == 0 && offsetof(wd_record, n) % 8 == 0 &&

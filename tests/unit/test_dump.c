@@ -27,7 +27,7 @@ typedef struct fixture {
   wd_dump_input in;
   wd_comm_snap comms[2];
   wd_ev_snap ev0[6];
-  wd_record ring0[4], pring0[6], dring[1];
+  wd_record ring0[4], pring0[8], dring[1];
   wd_ev_snap det[1];
   wd_stall stall;
   wd_bt_result bt;
@@ -45,6 +45,7 @@ static wd_record rec(uint8_t type, uint8_t phase, uint32_t slot, uint32_t parent
   r.ts_ns = MONO - ago_ns;
   r.tid = 4242;
   r.peer = -1;
+  r.state = 0xff; /* none yet, as the plugin writes it */
   return r;
 }
 
@@ -187,7 +188,16 @@ static void build(fixture *f) {
   f->pring0[5].phase = WD_PH_STOP;
   f->pring0[5].flags = WD_F_ABANDONED;
   f->pring0[5].ts_ns = MONO;
-  c->proxy_ring = (wd_ring_snap){4096, 6, 0, 0, 6, f->pring0};
+  /* This build's stops: the last state and its value (no state records for these types). */
+  f->pring0[6] = step;
+  f->pring0[6].phase = WD_PH_STOP;
+  f->pring0[6].state = 10;
+  f->pring0[6].count = 8192;
+  f->pring0[7] = kch;
+  f->pring0[7].phase = WD_PH_STOP;
+  f->pring0[7].state = 22;
+  f->pring0[7].count = 0x9abc;
+  c->proxy_ring = (wd_ring_snap){4096, 8, 0, 0, 8, f->pring0};
 
   /* comm 1: nothing in flight. */
   wd_comm_snap *c1 = &f->comms[1];
@@ -486,7 +496,7 @@ static void test_records(void) {
   CU_ASSERT_EQUAL(getn(r3, "groupDepth"), 1);
 
   cJSON *prec = get(get(c, "proxyRing"), "records");
-  CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(prec), 6);
+  CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(prec), 8);
   cJSON *p0 = cJSON_GetArrayItem(prec, 0);
   CU_ASSERT(streq(gets(p0, "type"), "ProxyOp"));
   CU_ASSERT_EQUAL(getn(p0, "parent"), 10);
@@ -510,7 +520,17 @@ static void test_records(void) {
   cJSON *p5 = cJSON_GetArrayItem(prec, 5);
   CU_ASSERT(streq(gets(p5, "ph"), "stop"));
   CU_ASSERT(cJSON_IsTrue(get(p5, "abandoned")));
-  CU_ASSERT_PTR_NULL(get(p5, "transSize")); /* only on state records */
+  CU_ASSERT_PTR_NULL(get(p5, "transSize")); /* a stop without a state has none */
+  CU_ASSERT_PTR_NULL(get(p5, "lastState"));
+  cJSON *p6 = cJSON_GetArrayItem(prec, 6);
+  CU_ASSERT(streq(gets(p6, "ph"), "stop"));
+  CU_ASSERT(streq(gets(p6, "lastState"), "RecvWait"));
+  CU_ASSERT_EQUAL(getn(p6, "transSize"), 8192);
+  CU_ASSERT_PTR_NULL(get(p6, "state"));
+  cJSON *p7 = cJSON_GetArrayItem(prec, 7);
+  CU_ASSERT(streq(gets(p7, "lastState"), "KernelChStop"));
+  CU_ASSERT(streq(gets(p7, "pTimer"), "0x1234"));
+  CU_ASSERT(streq(gets(p7, "pTimerStop"), "0x9abc"));
   CU_ASSERT_EQUAL(getn(p5, "t"), 0);
   cJSON_Delete(d);
 }

@@ -97,6 +97,11 @@ static cJSON *records_json(const rec_t *recs, uint32_t n, char (*strs)[WD_RF_STR
       cJSON_AddNumberToObject(o, "channel", r->channel);
     }
     if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "stateId", r->state);
+    /* Proxy-level states stay in their slot; the stop carries the last one (track.h). */
+    if (r->phase == WD_PH_STOP && r->state != 0xff) {
+      cJSON_AddNumberToObject(o, "lastStateId", r->state);
+      if (r->type == WD_T_PROXYSTEP) cJSON_AddNumberToObject(o, "transSize", (double)r->count);
+    }
   }
   return arr;
 }
