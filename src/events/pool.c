@@ -152,10 +152,6 @@ void wd_pool_destroy(wd_pool *p) {
   p->cells = NULL;
 }
 
-static inline wd_event *wd_pool_at(const wd_pool *p, uint32_t idx) {
-  wd_event *chunk = atomic_load_explicit(&p->chunks[idx / WD_CHUNK_SLOTS], memory_order_acquire);
-  return &chunk[idx % WD_CHUNK_SLOTS];
-}
 
 /* When the queue is empty, one thread adds a chunk; the others drop their event rather than
  * wait. Only happens while the pool warms up or under a burst beyond what the watchdog reserved. */
@@ -166,7 +162,7 @@ static int wd_pool_grow_now(wd_pool *p) {
   return rc;
 }
 
-wd_event *wd_pool_alloc(wd_pool *p) {
+wd_event *wd_pool_alloc_slow(wd_pool *p) {
   uint32_t idx;
   for (int attempt = 0; attempt < 64; attempt++) {
     if (wd_q_pop(p, &idx) != 0) {
@@ -193,12 +189,7 @@ wd_event *wd_pool_alloc(wd_pool *p) {
   return NULL;
 }
 
-void wd_pool_free(wd_pool *p, wd_event *ev) {
-  atomic_store_explicit(&ev->live, 0, memory_order_release);
-  atomic_store_explicit(&ev->tag, atomic_load_explicit(&ev->tag, memory_order_relaxed) + 1,
-                        memory_order_release);
-  wd_q_push(p, ev->slot_id & ~p->id_base);
-}
+void wd_pool_free_slow(wd_pool *p, wd_event *ev) { wd_q_push(p, ev->slot_id & ~p->id_base); }
 
 void wd_pool_retire(wd_pool *p) {
   uint32_t n = wd_pool_nslots(p);

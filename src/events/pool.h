@@ -43,11 +43,10 @@ typedef struct wd_pool {
 int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
                  struct wd_context *ctx);
 void wd_pool_destroy(wd_pool *p);
-/* A slot with live=1, refs=0, seq odd (the caller initialises it and calls wd_event_publish),
- * or NULL when the pool is at its maximum. */
-wd_event *wd_pool_alloc(wd_pool *p);
-/* Return a slot whose refs reached zero. */
-void wd_pool_free(wd_pool *p, wd_event *ev);
+/* The general allocation and free (wd_pool_alloc and wd_pool_free below try the common case
+ * inline first). */
+wd_event *wd_pool_alloc_slow(wd_pool *p);
+void wd_pool_free_slow(wd_pool *p, wd_event *ev);
 /* Retire every slot (stale handles stop matching) and make all of them free again, keeping the
  * chunks: a finalized communicator's pool is recycled for the next one, so memory NCCL may still
  * hold handles into is never freed while the plugin is loaded. No concurrent allocation. */
@@ -64,6 +63,56 @@ uint32_t wd_pool_nfree(const wd_pool *p);
 wd_event *wd_pool_slot(const wd_pool *p, uint32_t idx);
 /* Whether ptr is a slot of this pool (checked against the arena before anything is read). */
 int wd_pool_owns(const wd_pool *p, const void *ptr);
+
+/* Slot idx of a pool (a chunk that exists). */
+static inline wd_event *wd_pool_at(const wd_pool *p, uint32_t idx) {
+  wd_event *chunk = atomic_load_explicit(&p->chunks[idx / WD_CHUNK_SLOTS], memory_order_acquire);
+  return &chunk[idx % WD_CHUNK_SLOTS];
+}
+
+/* A slot with live=1, refs=0, seq odd (the caller initialises it and calls wd_event_publish),
+ * or NULL when the pool is at its maximum. Inline: the head cell is ready and nobody races for
+ * it, in a pool without a blacklist (the queue is pool.c's; the slow path does everything). */
+static inline wd_event *wd_pool_alloc(wd_pool *p) {
+  uint32_t pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
+  wd_pool_cell *c = &p->cells[pos & p->qmask];
+  if (__builtin_expect(p->blacklist != NULL ||
+                           atomic_load_explicit(&c->seq, memory_order_acquire) != pos + 1 ||
+                           !atomic_compare_exchange_strong_explicit(&p->qhead, &pos, pos + 1,
+                                                                    memory_order_relaxed,
+                                                                    memory_order_relaxed),
+                       0))
+    return wd_pool_alloc_slow(p);
+  uint32_t idx = atomic_load_explicit(&c->val, memory_order_relaxed);
+  atomic_store_explicit(&c->seq, pos + p->qmask + 1, memory_order_release);
+  wd_event *ev = wd_pool_at(p, idx);
+  /* Only the thread that popped the slot writes seq, tag and live until it is freed again. */
+  atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
+                        memory_order_relaxed); /* odd: initialising */
+  atomic_store_explicit(&ev->live, 1, memory_order_release);
+  return ev;
+}
+
+/* Return a slot whose refs reached zero. */
+static inline void wd_pool_free(wd_pool *p, wd_event *ev) {
+  atomic_store_explicit(&ev->live, 0, memory_order_release);
+  atomic_store_explicit(&ev->tag, atomic_load_explicit(&ev->tag, memory_order_relaxed) + 1,
+                        memory_order_release);
+  uint32_t pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
+  wd_pool_cell *c = &p->cells[pos & p->qmask];
+  uint32_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);
+  /* A never used cell is zero on the queue's first lap (pool.c, wd_q_push). */
+  if (__builtin_expect((seq == pos || (seq == 0 && pos <= p->qmask)) &&
+                           atomic_compare_exchange_strong_explicit(&p->qtail, &pos, pos + 1,
+                                                                   memory_order_relaxed,
+                                                                   memory_order_relaxed),
+                       1)) {
+    atomic_store_explicit(&c->val, ev->slot_id & ~p->id_base, memory_order_relaxed);
+    atomic_store_explicit(&c->seq, pos + 1, memory_order_release);
+    return;
+  }
+  wd_pool_free_slow(p, ev);
+}
 
 /* Make a freshly initialised slot visible to readers (seq turns even). */
 static inline void wd_event_publish(wd_event *ev) {

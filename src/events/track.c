@@ -347,6 +347,74 @@ void *wd_track_start(wd_start_req *req) {
   return wd_event_handle(ev);
 }
 
+/* The generic start for what wd_track_child_start could not take (no live parent of ctx). */
+static __attribute__((noinline)) void *wd_child_start_slow(void *context, void *parent_obj, unsigned type,
+                                                           uint64_t a, int32_t n, uint8_t channel) {
+  wd_start_req req;
+  memset(&req, 0, sizeof req);
+  req.context = context;
+  req.parent_obj = parent_obj;
+  req.rec.type = (uint8_t)type;
+  req.rec.peer = -1;
+  req.rec.a = a;
+  req.rec.n = n;
+  req.rec.channel = channel;
+  return wd_track_start(&req);
+}
+
+void *wd_track_child_start(void *context, void *parent_obj, unsigned type, uint64_t a, int32_t n,
+                           uint8_t channel) {
+  wd_context *ctx = (wd_context *)context;
+  wd_event *pslot = wd_event_slot_of(parent_obj);
+  wd_event *parent;
+  /* As in wd_track_start: a parent live in one of ctx's pools proves ctx is live and ours. */
+  if (__builtin_expect(pslot == NULL || __atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
+      __builtin_expect((parent = wd_try_ref(pslot, parent_obj)) == NULL, 0))
+    return wd_child_start_slow(context, parent_obj, type, a, n, channel);
+  wd_event *ev = wd_pool_alloc(&ctx->proxy_pool);
+  if (__builtin_expect(ev == NULL, 0)) {
+    atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
+    wd_event_unref(parent);
+    return NULL;
+  }
+  uint64_t now = wd_now_ns();
+  wd_event *root = atomic_load_explicit(&parent->root, memory_order_relaxed);
+  wd_bump(&parent->children_seen);
+  if (type == WD_T_KERNELCH) {
+    wd_bump(&parent->kch_seen);
+    wd_mark_reached(root, now);
+  }
+  ev->parent = parent;
+  atomic_store_explicit(&ev->ring, &ctx->proxy_ring, memory_order_relaxed);
+  atomic_store_explicit(&ev->root, root, memory_order_relaxed);
+  atomic_store_explicit(&ev->kind, WD_KIND_CHILD, memory_order_relaxed);
+  atomic_store_explicit(&ev->hold, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->gpu_key, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_seen, WD_SIG_NONE, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
+                        memory_order_release);
+  atomic_store_explicit(&ev->refs, 1, memory_order_release);
+  /* The record a generic start would write, built in registers. */
+  uint64_t w[WD_RECORD_WORDS] = {0};
+  w[WD_RECW_TS] = now;
+  w[WD_RECW_A] = a;
+  w[WD_RECW_SLOT] = wd_recw_pair(ev->slot_id, parent->slot_id);
+  w[WD_RECW_TID] = wd_recw_pair((uint32_t)wd_tid(), UINT32_MAX); /* peer -1 */
+  w[WD_RECW_N] = (uint32_t)n;
+  w[WD_RECW_TAGS] = wd_recw_tags(WD_PH_START, type, 0xff, 0);
+  w[WD_RECW_CHAN] = channel;
+#pragma GCC unroll 16
+  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
+  wd_event_publish(ev);
+  wd_ring_put(&ctx->proxy_ring, w);
+  return wd_event_handle(ev);
+}
+
 /* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
  * ignored, and counted on the communicator the slot belongs to (immutable, memory still ours). */
 static __attribute__((noinline)) void wd_count_stale(void *handle) {

@@ -24,6 +24,11 @@ typedef struct wd_start_req {
 } wd_start_req;
 
 void *wd_track_start(wd_start_req *req);
+/* The common start, a ProxyStep or KernelCh (a: its pTimer, n: its step, channel) under a live
+ * parent of the same communicator, without the general request; anything else goes the general
+ * way. */
+void *wd_track_child_start(void *context, void *parent_obj, unsigned type, uint64_t a, int32_t n,
+                           uint8_t channel);
 void wd_track_stop(void *handle);
 /* A state change: NCCL's state id and, when NCCL gave arguments, both readings of them (which
  * union member is meant depends on the event's type): ProxyStep transSize / KernelCh pTimer, and

@@ -122,6 +122,20 @@ static inline uint64_t wd_recw_retag(uint64_t tags, unsigned phase, unsigned sta
 }
 static inline uint64_t wd_recw_low32(uint64_t w, uint32_t v) { return (w & ~(uint64_t)0xffffffff) | v; }
 
+/* Words of a record built in registers: two 32-bit fields in one word (low, high), and the
+ * tags word from its bytes. */
+#define WD_RECW_SLOT (offsetof(wd_record, slot) / sizeof(uint64_t))
+#define WD_RECW_CHAN (offsetof(wd_record, channel) / sizeof(uint64_t))
+_Static_assert(offsetof(wd_record, slot) % 8 == 0 && offsetof(wd_record, parent) == offsetof(wd_record, slot) + 4 &&
+                   offsetof(wd_record, peer) == offsetof(wd_record, tid) + 4 &&
+                   offsetof(wd_record, pid) == offsetof(wd_record, n) + 4 &&
+                   offsetof(wd_record, channel) % 8 == 0,
+               "slot/parent, tid/peer and n/pid share a word; channel opens the last one");
+static inline uint64_t wd_recw_pair(uint32_t lo, uint32_t hi) { return lo | ((uint64_t)hi << 32); }
+static inline uint64_t wd_recw_tags(unsigned phase, unsigned type, unsigned state, unsigned flags) {
+  return phase | (type << 8) | ((uint64_t)state << 16) | ((uint64_t)flags << 24);
+}
+
 /* A record seen as the words the ring stores (union punning is defined in C). */
 typedef union wd_recw {
   wd_record r;

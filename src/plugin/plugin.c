@@ -110,6 +110,15 @@ static inline int wd_accepting(void *context, void **eHandle) {
 static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
   unsigned type = wd_type_of(d->type);
+  /* Most starts: the proxy thread's steps and kernel channels. */
+  if (type == WD_T_PROXYSTEP) {
+    *eHandle = wd_track_child_start(context, d->parentObj, type, 0, d->proxyStep.step, 0);
+    return ncclSuccess;
+  }
+  if (type == WD_T_KERNELCH) {
+    *eHandle = wd_track_child_start(context, d->parentObj, type, d->kernelCh.pTimer, 0, d->kernelCh.channelId);
+    return ncclSuccess;
+  }
   if (type == WD_T_UNKNOWN) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
@@ -138,6 +147,15 @@ static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEvent
 static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
   unsigned type = wd_type_of(d->type);
+  /* Most starts: the proxy thread's steps and kernel channels. */
+  if (type == WD_T_PROXYSTEP) {
+    *eHandle = wd_track_child_start(context, d->parentObj, type, 0, d->proxyStep.step, 0);
+    return ncclSuccess;
+  }
+  if (type == WD_T_KERNELCH) {
+    *eHandle = wd_track_child_start(context, d->parentObj, type, d->kernelCh.pTimer, 0, d->kernelCh.channelId);
+    return ncclSuccess;
+  }
   if (type == WD_T_UNKNOWN || type >= WD_T_CECOLL) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
@@ -153,6 +171,15 @@ static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEvent
 static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
   unsigned type = wd_type_of(d->type);
+  /* Most starts: the proxy thread's steps and kernel channels. */
+  if (type == WD_T_PROXYSTEP) {
+    *eHandle = wd_track_child_start(context, d->parentObj, type, 0, d->proxyStep.step, 0);
+    return ncclSuccess;
+  }
+  if (type == WD_T_KERNELCH) {
+    *eHandle = wd_track_child_start(context, d->parentObj, type, d->kernelCh.pTimer, 0, d->kernelCh.channelId);
+    return ncclSuccess;
+  }
   if (type == WD_T_UNKNOWN || type >= WD_T_GROUPAPI) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
