@@ -117,7 +117,7 @@ static void put_int(wd_sb *b, const char *key_lit, size_t key_len, int64_t v) {
 
 static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev_snap *ev) {
   int state_rec = !ev && r->phase == WD_PH_STATE;
-  int stop_rec = !ev && r->phase == WD_PH_STOP;
+  int stop_rec = !ev && (r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN);
   switch (r->type) {
   case WD_T_COLL:
   case WD_T_CECOLL:
@@ -214,6 +214,7 @@ static int put_record(wd_ctx *c, wd_sb *b, const wd_record *r, int comma) {
   case WD_PH_START: WD_SB_LIT(b, ",\"ph\":\"start\""); break;
   case WD_PH_STATE: WD_SB_LIT(b, ",\"ph\":\"state\""); break;
   case WD_PH_STOP: WD_SB_LIT(b, ",\"ph\":\"stop\""); break;
+  case WD_PH_SPAN: WD_SB_LIT(b, ",\"ph\":\"span\""); break;
   default:
     WD_SB_LIT(b, ",\"ph\":\"phase");
     wd_sb_u64(b, r->phase);
@@ -230,9 +231,13 @@ static int put_record(wd_ctx *c, wd_sb *b, const wd_record *r, int comma) {
   if (r->phase == WD_PH_STATE) {
     WD_SB_LIT(b, ",\"state\":");
     wd_sb_name(b, &c->states[r->state]);
-  } else if (r->phase == WD_PH_STOP && r->state != 0xff) {
+  } else if ((r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN) && r->state != 0xff) {
     WD_SB_LIT(b, ",\"lastState\":");
     wd_sb_name(b, &c->states[r->state]);
+  }
+  if (r->phase == WD_PH_SPAN) {
+    WD_SB_LIT(b, ",\"dur\":");
+    wd_sb_i64(b, r->ts_ns >= r->raw ? (int64_t)(r->ts_ns - r->raw) : 0);
   }
   put_type_fields(c, b, r, NULL);
   wd_sb_ch(b, '}');

@@ -103,7 +103,13 @@ static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
   uint64_t tags = v[WD_RECW_TAGS] | ((uint64_t)extra_flags << 24);
-  v[WD_RECW_TAGS] = wd_recw_retag(tags, WD_PH_STOP, atomic_load_explicit(&ev->state, memory_order_relaxed));
+  /* A span carries its start time where a detached event keeps its foreign parent (never both). */
+  unsigned phase = WD_PH_STOP;
+  if (wd_recw_flags(tags) & WD_F_SPAN) {
+    phase = WD_PH_SPAN;
+    v[WD_RECW_RAW] = v[WD_RECW_TS];
+  }
+  v[WD_RECW_TAGS] = wd_recw_retag(tags, phase, atomic_load_explicit(&ev->state, memory_order_relaxed));
   v[WD_RECW_TS] = now;
   v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
   unsigned type = wd_recw_type(tags);
@@ -348,29 +354,36 @@ void *wd_track_start(wd_start_req *req) {
 }
 
 /* The generic start for what wd_track_child_start could not take (no live parent of ctx). */
-static __attribute__((noinline)) void *wd_child_start_slow(void *context, void *parent_obj, unsigned type,
-                                                           uint64_t a, int32_t n, uint8_t channel) {
+static __attribute__((noinline)) void *wd_child_start_slow(void *context, void *parent_obj, uint64_t a,
+                                                           uint64_t count, uint64_t n_pid, uint64_t meta) {
   wd_start_req req;
   memset(&req, 0, sizeof req);
   req.context = context;
   req.parent_obj = parent_obj;
-  req.rec.type = (uint8_t)type;
-  req.rec.peer = -1;
+  req.pid = (int32_t)(n_pid >> 32);
+  req.rec.type = (uint8_t)meta;
+  req.rec.flags = (uint8_t)(meta >> 8);
+  req.rec.channel = (uint8_t)(meta >> 16);
+  req.rec.peer = (int32_t)(meta >> 32);
   req.rec.a = a;
-  req.rec.n = n;
-  req.rec.channel = channel;
+  req.rec.count = count;
+  req.rec.n = (int32_t)n_pid;
+  req.rec.pid = req.pid;
   return wd_track_start(&req);
 }
 
-void *wd_track_child_start(void *context, void *parent_obj, unsigned type, uint64_t a, int32_t n,
-                           uint8_t channel) {
+void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t count,
+                           uint64_t n_pid, uint64_t meta) {
   wd_context *ctx = (wd_context *)context;
   wd_event *pslot = wd_event_slot_of(parent_obj);
   wd_event *parent;
-  /* As in wd_track_start: a parent live in one of ctx's pools proves ctx is live and ours. */
+  unsigned type = (uint8_t)meta;
+  /* As in wd_track_start: a parent live in one of ctx's pools proves ctx is live and ours; a
+   * ProxyOp of another process (PXN) is kept apart. */
   if (__builtin_expect(pslot == NULL || __atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
+      __builtin_expect(type == WD_T_PROXYOP && (int32_t)(n_pid >> 32) != wd_store.pid, 0) ||
       __builtin_expect((parent = wd_try_ref(pslot, parent_obj)) == NULL, 0))
-    return wd_child_start_slow(context, parent_obj, type, a, n, channel);
+    return wd_child_start_slow(context, parent_obj, a, count, n_pid, meta);
   wd_event *ev = wd_pool_alloc(&ctx->proxy_pool);
   if (__builtin_expect(ev == NULL, 0)) {
     atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
@@ -403,15 +416,16 @@ void *wd_track_child_start(void *context, void *parent_obj, unsigned type, uint6
   uint64_t w[WD_RECORD_WORDS] = {0};
   w[WD_RECW_TS] = now;
   w[WD_RECW_A] = a;
+  w[WD_RECW_COUNT] = count;
   w[WD_RECW_SLOT] = wd_recw_pair(ev->slot_id, parent->slot_id);
-  w[WD_RECW_TID] = wd_recw_pair((uint32_t)wd_tid(), UINT32_MAX); /* peer -1 */
-  w[WD_RECW_N] = (uint32_t)n;
-  w[WD_RECW_TAGS] = wd_recw_tags(WD_PH_START, type, 0xff, 0);
-  w[WD_RECW_CHAN] = channel;
+  w[WD_RECW_TID] = wd_recw_pair((uint32_t)wd_tid(), (uint32_t)(meta >> 32));
+  w[WD_RECW_N] = n_pid;
+  w[WD_RECW_TAGS] = wd_recw_tags(WD_PH_START, type, 0xff, (uint8_t)(meta >> 8) | WD_F_SPAN);
+  w[WD_RECW_CHAN] = (uint8_t)(meta >> 16);
 #pragma GCC unroll 16
   for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
+  /* No ring record now: the stop writes the span (record.h). */
   wd_event_publish(ev);
-  wd_ring_put(&ctx->proxy_ring, w);
   return wd_event_handle(ev);
 }
 

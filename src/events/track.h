@@ -24,11 +24,14 @@ typedef struct wd_start_req {
 } wd_start_req;
 
 void *wd_track_start(wd_start_req *req);
-/* The common start, a ProxyStep or KernelCh (a: its pTimer, n: its step, channel) under a live
- * parent of the same communicator, without the general request; anything else goes the general
- * way. */
-void *wd_track_child_start(void *context, void *parent_obj, unsigned type, uint64_t a, int32_t n,
-                           uint8_t channel);
+/* The common start: a ProxyStep, KernelCh or ProxyOp under a live parent of the same
+ * communicator, without the general request (anything else goes the general way). Its fields
+ * as in wd_record, packed into registers: n_pid = n | pid << 32, meta = wd_child_meta(). */
+static inline uint64_t wd_child_meta(unsigned type, unsigned flags, unsigned channel, int32_t peer) {
+  return type | (flags << 8) | (channel << 16) | ((uint64_t)(uint32_t)peer << 32);
+}
+void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t count,
+                           uint64_t n_pid, uint64_t meta);
 void wd_track_stop(void *handle);
 /* A state change: NCCL's state id and, when NCCL gave arguments, both readings of them (which
  * union member is meant depends on the event's type): ProxyStep transSize / KernelCh pTimer, and

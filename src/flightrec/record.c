@@ -27,6 +27,7 @@ const char *wd_phase_name(unsigned phase) {
   case WD_PH_START: return "start";
   case WD_PH_STATE: return "state";
   case WD_PH_STOP: return "stop";
+  case WD_PH_SPAN: return "span";
   default: return "unknown";
   }
 }

@@ -29,7 +29,9 @@ enum {
   WD_T_UNKNOWN = 255
 };
 
-enum { WD_PH_START = 0, WD_PH_STATE = 1, WD_PH_STOP = 2 };
+/* A span is a child's whole life in one record, written at its stop: ts is the stop, raw the
+ * start (WD_F_SPAN events, whose start record stays in their slot). */
+enum { WD_PH_START = 0, WD_PH_STATE = 1, WD_PH_STOP = 2, WD_PH_SPAN = 3 };
 
 /* NCCL's ProxyStep state ids the watchdog reasons about (v4-v6 share them). */
 enum {
@@ -47,6 +49,7 @@ enum {
   WD_F_DETACHED = 1 << 2,      /* PXN: context or pid not ours */
   WD_F_ORPHAN = 1 << 3,        /* parent handle was stale or unknown */
   WD_F_ABANDONED = 1 << 4,     /* stop record written by the watchdog, not NCCL */
+  WD_F_SPAN = 1 << 5,          /* its start is not in the ring: its stop writes a span */
 };
 
 #define WD_SLOT_NONE 0xffffffffu    /* no parent */
@@ -68,6 +71,7 @@ enum {
  *   NetPlugin:   a=id
  *   CeSync:      n=nRanks     CeBatch: n=numOps c=totalBytes
  *   detached:    raw = parentObj value as NCCL passed it (for correlation across processes)
+ *   span:        raw = start time (ProxyStep, KernelCh, ProxyOp under a live parent)
  */
 typedef struct wd_record {
   uint64_t turn;  /* publication word: 2*ticket+1 while written, 2*ticket+2 once complete */
@@ -163,6 +167,6 @@ static inline unsigned wd_recw_flags(uint64_t tags) { return (unsigned)(tags >> 
 
 const char *wd_type_name(unsigned type);   /* "Coll", "ProxyStep", ... "Unknown" */
 const char *wd_state_name(unsigned state); /* "RecvWait", "KernelChStop", ... "State<n>" */
-const char *wd_phase_name(unsigned phase); /* "start", "state", "stop" */
+const char *wd_phase_name(unsigned phase); /* "start", "state", "stop", "span" */
 
 #endif

@@ -30,6 +30,20 @@ static inline unsigned wd_type_of(uint64_t bit) {
   return t < WD_T_COUNT ? t : WD_T_UNKNOWN;
 }
 
+/* The proxy-level members are the same in v4, v5 and v6. */
+#define wd_child_start(context, d, type)                                                       \
+  ((type) == WD_T_PROXYSTEP                                                                    \
+       ? wd_track_child_start((context), (d)->parentObj, 0, 0, (uint32_t)(d)->proxyStep.step,  \
+                              wd_child_meta((type), 0, 0, -1))                                 \
+   : (type) == WD_T_KERNELCH                                                                   \
+       ? wd_track_child_start((context), (d)->parentObj, (d)->kernelCh.pTimer, 0, 0,           \
+                              wd_child_meta((type), 0, (d)->kernelCh.channelId, -1))           \
+       : wd_track_child_start(                                                                 \
+             (context), (d)->parentObj, 0, (uint64_t)(d)->proxyOp.chunkSize,                   \
+             (uint32_t)(d)->proxyOp.nSteps | ((uint64_t)(uint32_t)(d)->proxyOp.pid << 32),     \
+             wd_child_meta((type), (d)->proxyOp.isSend ? WD_F_SEND : 0,                        \
+                           (d)->proxyOp.channelId, (d)->proxyOp.peer)))
+
 static inline void wd_req_init(wd_start_req *req, void *context, void *parent, unsigned type) {
   /* Field by field: the record's ten words as stores the compiler inlines, not a memset call. */
   for (unsigned i = 0; i < WD_RECORD_WORDS; i++) req->recw.w[i] = 0;
@@ -110,13 +124,9 @@ static inline int wd_accepting(void *context, void **eHandle) {
 static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
   unsigned type = wd_type_of(d->type);
-  /* Most starts: the proxy thread's steps and kernel channels. */
-  if (type == WD_T_PROXYSTEP) {
-    *eHandle = wd_track_child_start(context, d->parentObj, type, 0, d->proxyStep.step, 0);
-    return ncclSuccess;
-  }
-  if (type == WD_T_KERNELCH) {
-    *eHandle = wd_track_child_start(context, d->parentObj, type, d->kernelCh.pTimer, 0, d->kernelCh.channelId);
+  /* Most starts: the proxy thread's steps, ops and kernel channels. */
+  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_PROXYOP) {
+    *eHandle = wd_child_start(context, d, type);
     return ncclSuccess;
   }
   if (type == WD_T_UNKNOWN) return ncclSuccess;
@@ -147,13 +157,9 @@ static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEvent
 static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
   unsigned type = wd_type_of(d->type);
-  /* Most starts: the proxy thread's steps and kernel channels. */
-  if (type == WD_T_PROXYSTEP) {
-    *eHandle = wd_track_child_start(context, d->parentObj, type, 0, d->proxyStep.step, 0);
-    return ncclSuccess;
-  }
-  if (type == WD_T_KERNELCH) {
-    *eHandle = wd_track_child_start(context, d->parentObj, type, d->kernelCh.pTimer, 0, d->kernelCh.channelId);
+  /* Most starts: the proxy thread's steps, ops and kernel channels. */
+  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_PROXYOP) {
+    *eHandle = wd_child_start(context, d, type);
     return ncclSuccess;
   }
   if (type == WD_T_UNKNOWN || type >= WD_T_CECOLL) return ncclSuccess;
@@ -171,13 +177,9 @@ static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEvent
 static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
   unsigned type = wd_type_of(d->type);
-  /* Most starts: the proxy thread's steps and kernel channels. */
-  if (type == WD_T_PROXYSTEP) {
-    *eHandle = wd_track_child_start(context, d->parentObj, type, 0, d->proxyStep.step, 0);
-    return ncclSuccess;
-  }
-  if (type == WD_T_KERNELCH) {
-    *eHandle = wd_track_child_start(context, d->parentObj, type, d->kernelCh.pTimer, 0, d->kernelCh.channelId);
+  /* Most starts: the proxy thread's steps, ops and kernel channels. */
+  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_PROXYOP) {
+    *eHandle = wd_child_start(context, d, type);
     return ncclSuccess;
   }
   if (type == WD_T_UNKNOWN || type >= WD_T_GROUPAPI) return ncclSuccess;

@@ -418,6 +418,15 @@ static void test_trace(void) {
   }
   CU_ASSERT_EQUAL(procs, 4);
   CU_ASSERT_TRUE(open > 0); /* the stalled operations of ranks 0-2 */
+  /* Completed steps come as spans; the open one from the open tree (its start is in no ring). */
+  int step_done = 0, step_open = 0;
+  cJSON_ArrayForEach(e, ev) {
+    if (strcmp(sget(e, "ph"), "X") || strcmp(sget(e, "cat"), "ProxyStep")) continue;
+    if (cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(e, "args"), "open"))) step_open++;
+    else step_done += nget(e, "dur") > 500.0 && strcmp(sget(cJSON_GetObjectItem(e, "args"), "lastState"), "RecvWait") == 0;
+  }
+  CU_ASSERT_TRUE(step_done > 10);
+  CU_ASSERT_TRUE(step_open >= 3);
   CU_ASSERT_EQUAL(negative, 0);
   /* Markers: one dump marker per process, the stall the watchdog detected; a counter track of
    * completed seqs per communicator rank that climbs. */

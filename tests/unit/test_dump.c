@@ -27,7 +27,7 @@ typedef struct fixture {
   wd_dump_input in;
   wd_comm_snap comms[2];
   wd_ev_snap ev0[6];
-  wd_record ring0[4], pring0[8], dring[1];
+  wd_record ring0[4], pring0[9], dring[1];
   wd_ev_snap det[1];
   wd_stall stall;
   wd_bt_result bt;
@@ -197,7 +197,15 @@ static void build(fixture *f) {
   f->pring0[7].phase = WD_PH_STOP;
   f->pring0[7].state = 22;
   f->pring0[7].count = 0x9abc;
-  c->proxy_ring = (wd_ring_snap){4096, 8, 0, 0, 8, f->pring0};
+  /* A span: the whole life of a step under a live parent, written at its stop. */
+  f->pring0[8] = step;
+  f->pring0[8].phase = WD_PH_SPAN;
+  f->pring0[8].flags = WD_F_SPAN;
+  f->pring0[8].state = 12;
+  f->pring0[8].count = 1024;
+  f->pring0[8].raw = MONO - 3 * MS;
+  f->pring0[8].ts_ns = MONO - 1 * MS;
+  c->proxy_ring = (wd_ring_snap){4096, 9, 0, 0, 9, f->pring0};
 
   /* comm 1: nothing in flight. */
   wd_comm_snap *c1 = &f->comms[1];
@@ -496,7 +504,7 @@ static void test_records(void) {
   CU_ASSERT_EQUAL(getn(r3, "groupDepth"), 1);
 
   cJSON *prec = get(get(c, "proxyRing"), "records");
-  CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(prec), 8);
+  CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(prec), 9);
   cJSON *p0 = cJSON_GetArrayItem(prec, 0);
   CU_ASSERT(streq(gets(p0, "type"), "ProxyOp"));
   CU_ASSERT_EQUAL(getn(p0, "parent"), 10);
@@ -531,6 +539,14 @@ static void test_records(void) {
   CU_ASSERT(streq(gets(p7, "lastState"), "KernelChStop"));
   CU_ASSERT(streq(gets(p7, "pTimer"), "0x1234"));
   CU_ASSERT(streq(gets(p7, "pTimerStop"), "0x9abc"));
+  cJSON *p8 = cJSON_GetArrayItem(prec, 8);
+  CU_ASSERT(streq(gets(p8, "ph"), "span"));
+  CU_ASSERT_EQUAL(getn(p8, "t"), -1.0 * 1e6);
+  CU_ASSERT_EQUAL(getn(p8, "dur"), 2.0 * 1e6);
+  CU_ASSERT(streq(gets(p8, "lastState"), "RecvGPUWait"));
+  CU_ASSERT_EQUAL(getn(p8, "transSize"), 1024);
+  CU_ASSERT_EQUAL(getn(p8, "step"), 4);
+  CU_ASSERT_PTR_NULL(get(p8, "raw")); /* not a detached event's */
   CU_ASSERT_EQUAL(getn(p5, "t"), 0);
   cJSON_Delete(d);
 }

@@ -273,30 +273,39 @@ static void test_coll_completion_with_kernels(void) {
   CU_ASSERT_EQUAL(atomic_load(&c->dropped), 0);
 
   /* The flight recorder saw every step, operation records and proxy records apart; the proxy
-   * thread's states stay in their slot and the stop carries the last one with its value. */
+   * thread's events under a live parent leave one span each at their stop, with their last state
+   * and its value, their start time and their start's fields. */
   CU_ASSERT_EQUAL(ring_head(&c->ring), 2);
   wd_record recs[16];
   uint32_t torn;
   uint64_t lost;
   uint32_t n = wd_ring_snapshot(&c->proxy_ring, recs, 16, &torn, &lost);
   static const uint8_t want[][2] = {
-      {WD_T_KERNELCH, WD_PH_START},  {WD_T_PROXYOP, WD_PH_START},  {WD_T_KERNELCH, WD_PH_STOP},
-      {WD_T_KERNELCH, WD_PH_START},  {WD_T_KERNELCH, WD_PH_STOP},   {WD_T_PROXYSTEP, WD_PH_START},
-      {WD_T_PROXYSTEP, WD_PH_STOP},  {WD_T_PROXYOP, WD_PH_STOP}};
-  CU_ASSERT_EQUAL_FATAL(n, 8);
+      {WD_T_KERNELCH, WD_PH_SPAN}, {WD_T_KERNELCH, WD_PH_SPAN}, {WD_T_PROXYSTEP, WD_PH_SPAN},
+      {WD_T_PROXYOP, WD_PH_SPAN}};
+  CU_ASSERT_EQUAL_FATAL(n, 4);
   for (uint32_t i = 0; i < n; i++) {
     CU_ASSERT_EQUAL(recs[i].type, want[i][0]);
     CU_ASSERT_EQUAL(recs[i].phase, want[i][1]);
+    CU_ASSERT_TRUE(recs[i].flags & WD_F_SPAN);
+    CU_ASSERT_TRUE(recs[i].raw != 0 && recs[i].raw <= recs[i].ts_ns); /* its start time */
   }
-  CU_ASSERT_EQUAL(recs[2].state, ncclProfilerKernelChStop);
-  CU_ASSERT_EQUAL(recs[2].count, 5000);
-  CU_ASSERT_EQUAL(recs[2].a, recs[0].a); /* the GPU's start time stays */
-  CU_ASSERT_EQUAL(recs[4].state, 0xff);  /* stopped without a state */
-  CU_ASSERT_EQUAL(recs[4].count, 0);
-  CU_ASSERT_EQUAL(recs[6].state, ncclProfilerProxyStepSendWait);
-  CU_ASSERT_EQUAL(recs[6].count, 65536);
-  CU_ASSERT_EQUAL(recs[7].flags & WD_F_ABANDONED, 0);
-  CU_ASSERT_EQUAL(recs[7].flags & WD_F_SEND, WD_F_SEND);
+  CU_ASSERT_EQUAL(recs[0].state, ncclProfilerKernelChStop);
+  CU_ASSERT_EQUAL(recs[0].count, 5000);
+  CU_ASSERT_EQUAL(recs[0].a, 1000); /* the GPU's start time stays */
+  CU_ASSERT_EQUAL(recs[0].channel, 0);
+  CU_ASSERT_EQUAL(recs[0].parent, ev->slot_id);
+  CU_ASSERT_EQUAL(recs[1].state, 0xff); /* stopped without a state */
+  CU_ASSERT_EQUAL(recs[1].count, 0);
+  CU_ASSERT_EQUAL(recs[1].channel, 1);
+  CU_ASSERT_EQUAL(recs[2].state, ncclProfilerProxyStepSendWait);
+  CU_ASSERT_EQUAL(recs[2].count, 65536);
+  CU_ASSERT_EQUAL(recs[2].n, 0); /* step 0 */
+  CU_ASSERT_EQUAL(recs[2].peer, -1);
+  CU_ASSERT_EQUAL(recs[3].flags & WD_F_ABANDONED, 0);
+  CU_ASSERT_EQUAL(recs[3].flags & WD_F_SEND, WD_F_SEND);
+  CU_ASSERT_EQUAL(recs[3].pid, getpid());
+  CU_ASSERT_EQUAL(recs[3].parent, ev->slot_id);
   free_ctx(c);
 }
 
@@ -751,7 +760,7 @@ static void test_superseded_retired(void) {
 
 static int find_stop(const wd_record *recs, uint32_t n, uint32_t slot_id) {
   for (uint32_t i = 0; i < n; i++)
-    if (recs[i].slot == slot_id && recs[i].phase == WD_PH_STOP) return (int)i;
+    if (recs[i].slot == slot_id && (recs[i].phase == WD_PH_STOP || recs[i].phase == WD_PH_SPAN)) return (int)i;
   return -1;
 }
 

@@ -253,7 +253,7 @@ static int op_level_kept(const char *type) {
 
 static uint8_t phase(const char *ph) {
   if (ph && strcmp(ph, "state") == 0) return 1;
-  if (ph && strcmp(ph, "stop") == 0) return 2;
+  if (ph && (strcmp(ph, "stop") == 0 || strcmp(ph, "span") == 0)) return 2;
   return 0;
 }
 
@@ -294,13 +294,25 @@ static void rotate(void *arr, size_t elem, size_t cap, size_t written, int *n) {
   free(tmp);
 }
 
+/* When a record's event began: a span's start lies dur before it. */
+static int64_t rec_begin(const cJSON *r) { return lnum(r, "t", 0) - lnum(r, "dur", 0); }
+
 static void ring_min_t(const cJSON *ring, int64_t *min_t) {
   const cJSON *r, *recs = get(ring, "records");
   if (!cJSON_IsArray(recs)) return;
   cJSON_ArrayForEach(r, recs) {
-    int64_t t = lnum(r, "t", 0);
+    int64_t t = rec_begin(r);
     if (t < *min_t) *min_t = t;
   }
+}
+
+/* Open events started before everything in the rings (a long hang) bound the time line too. */
+static void tree_min_t(const cJSON *node, int64_t *min_t, int depth) {
+  if (!cJSON_IsObject(node) || depth > 16) return;
+  int64_t t = -(int64_t)(num(node, "ageMs", 0) * 1e6);
+  if (t < *min_t) *min_t = t;
+  const cJSON *k;
+  cJSON_ArrayForEach(k, get(node, "children")) tree_min_t(k, min_t, depth + 1);
 }
 
 static void load_ring(wd_az_crank *cr, const cJSON *ring, int64_t *min_t) {
@@ -310,7 +322,7 @@ static void load_ring(wd_az_crank *cr, const cJSON *ring, int64_t *min_t) {
   if (!cJSON_IsArray(recs)) return;
   size_t nlast = 0, nhist = 0;
   cJSON_ArrayForEach(r, recs) {
-    int64_t t = lnum(r, "t", 0);
+    int64_t t = rec_begin(r);
     if (t < *min_t) *min_t = t;
     const char *type = str(r, "type");
     if (!op_level_kept(type)) continue;
@@ -358,6 +370,8 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   cr->p2p_enq = lnum(p2p, "enqueued", -1);
   cr->p2p_done = lnum(p2p, "completed", -1);
   load_inflight(cr, get(c, "inflight"));
+  const cJSON *n;
+  cJSON_ArrayForEach(n, get(c, "inflight")) tree_min_t(n, min_t, 0);
   load_ring(cr, get(c, "ring"), min_t);
   ring_min_t(get(c, "proxyRing"), min_t);
   return 0;

@@ -32,7 +32,8 @@ static const char *type_name(unsigned t) {
 }
 
 static const char *phase_name(unsigned p) {
-  return p == WD_PH_START ? "start" : p == WD_PH_STATE ? "state" : p == WD_PH_STOP ? "stop" : "unknown";
+  return p == WD_PH_START ? "start" : p == WD_PH_STATE ? "state" : p == WD_PH_STOP ? "stop"
+         : p == WD_PH_SPAN ? "span" : "unknown";
 }
 
 static void add_hex(cJSON *o, const char *key, uint64_t v) {
@@ -98,7 +99,9 @@ static cJSON *records_json(const rec_t *recs, uint32_t n, char (*strs)[WD_RF_STR
     }
     if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "stateId", r->state);
     /* Proxy-level states stay in their slot; the stop carries the last one (track.h). */
-    if (r->phase == WD_PH_STOP && r->state != 0xff) {
+    if (r->phase == WD_PH_SPAN)
+      cJSON_AddNumberToObject(o, "dur", (double)(r->ts_ns >= r->raw ? r->ts_ns - r->raw : 0));
+    if ((r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN) && r->state != 0xff) {
       cJSON_AddNumberToObject(o, "lastStateId", r->state);
       if (r->type == WD_T_PROXYSTEP) cJSON_AddNumberToObject(o, "transSize", (double)r->count);
     }

@@ -171,18 +171,23 @@ static void map_free(slotmap *m) {
 
 /* ---- events ---- */
 
-static void complete(tw *w, int tid, const cJSON *start, int64_t t_end, int open) {
+/* A slice from start's fields: from t_begin (its start record's time, or a span's start) to t_end. */
+static void slice(tw *w, int tid, const cJSON *start, int64_t t_begin, int64_t t_end, int open) {
   w->nslices++;
-  w->nzero += t_end == rt(start);
+  w->nzero += t_end == t_begin;
   char name[128];
   event_name(start, name, sizeof(name));
   sep(w);
   fprintf(w->f, "{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":", w->pid,
-          tid, ts_us(w, rt(start)), ((double)t_end - (double)rt(start)) / 1000.0);
+          tid, ts_us(w, t_begin), ((double)t_end - (double)t_begin) / 1000.0);
   put_str(w->f, name);
   fprintf(w->f, ",\"cat\":\"%s\"", rstr(start, "type") ? rstr(start, "type") : "?");
   put_args(w->f, start, open);
   fputc('}', w->f);
+}
+
+static void complete(tw *w, int tid, const cJSON *start, int64_t t_end, int open) {
+  slice(w, tid, start, rt(start), t_end, open);
 }
 
 static void instant(tw *w, int tid, const cJSON *r) {
@@ -288,6 +293,15 @@ static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
       on_start(w, rc, &m, r, tid);
     } else if (strcmp(ph, "state") == 0) {
       instant(w, tid, r);
+    } else if (strcmp(ph, "span") == 0) {
+      /* A child's whole life in one record (its start never was in the ring). */
+      int64_t dur = (int64_t)rnum(r, "dur", 0);
+      const cJSON *parent = cJSON_GetObjectItemCaseSensitive(r, "parent");
+      if (has_type(r, "ProxyOp") && cJSON_IsNumber(parent)) {
+        const parent_start *p = find_parent(rc->ps, to_slot(parent->valuedouble), rt(r) - dur);
+        if (p) flow(w, p, tid, rt(r) - dur);
+      }
+      slice(w, tid, r, rt(r) - dur, rt(r), 0);
     } else if (strcmp(ph, "stop") == 0) {
       const cJSON **start = map_at(&m, rslot(r));
       if (*start) complete(w, track_of(w, rc, *start), *start, rt(r), 0);
@@ -299,6 +313,30 @@ static void emit_ring(tw *w, const cJSON *ring, const ring_ctx *rc) {
   for (size_t i = 0; i < m.cap; i++)
     if (m.keys[i] && m.vals[i]) complete(w, track_of(w, rc, m.vals[i]), m.vals[i], 0, 1);
   map_free(&m);
+}
+
+/* Whether the proxy ring already draws this open event (a start record of it from t on). */
+static int ring_has_start(const cJSON *ring, uint32_t slot, int64_t t) {
+  const cJSON *r, *recs = cJSON_GetObjectItemCaseSensitive(ring, "records");
+  cJSON_ArrayForEach(r, recs) {
+    const char *ph = rstr(r, "ph");
+    if (ph && strcmp(ph, "start") == 0 && rslot(r) == slot && rt(r) >= t) return 1;
+  }
+  return 0;
+}
+
+/* Proxy-level events still open at the dump: under a live parent their start stays in their slot
+ * (the ring gets a span at their stop), so the open trees are where they are. */
+static void emit_open_tree(tw *w, const ring_ctx *rc, const cJSON *ring, const cJSON *node, int depth) {
+  if (!cJSON_IsObject(node) || depth > 16) return;
+  if (has_type(node, "ProxyOp") || has_type(node, "ProxyStep") || has_type(node, "KernelCh")) {
+    /* ageMs is rounded: a start record from a millisecond earlier is the same event. */
+    int64_t t = -(int64_t)(rnum(node, "ageMs", 0) * 1e6);
+    if (!ring_has_start(ring, rslot(node), t - 1000000)) slice(w, track_of(w, rc, node), node, t, 0, 1);
+  }
+  const cJSON *k;
+  cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(node, "children"))
+    emit_open_tree(w, rc, ring, k, depth + 1);
 }
 
 static void emit_comm(tw *w, const cJSON *c, int index) {
@@ -316,7 +354,10 @@ static void emit_comm(tw *w, const cJSON *c, int index) {
   name_track(w, rc.comm_track, label);
   emit_ring(w, cJSON_GetObjectItemCaseSensitive(c, "ring"), &rc);
   rc.proxy = 1;
-  emit_ring(w, cJSON_GetObjectItemCaseSensitive(c, "proxyRing"), &rc);
+  const cJSON *pring = cJSON_GetObjectItemCaseSensitive(c, "proxyRing");
+  emit_ring(w, pring, &rc);
+  const cJSON *n;
+  cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(c, "inflight")) emit_open_tree(w, &rc, pring, n, 0);
   free(ps.v);
 }
 
