@@ -456,20 +456,24 @@ void wd_track_stop(void *handle) {
 /* A state record in the ring (operation-level types, ProxyCtrl): kept out of line so the common
  * in-slot state needs no stack frame. */
 static __attribute__((noinline)) void wd_state_record(wd_event *ev, unsigned type, unsigned st,
-                                                      int has_value, int32_t n) {
+                                                      const void *args) {
   uint64_t now = wd_now_ns();
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
   v[WD_RECW_TAGS] = wd_recw_retag(v[WD_RECW_TAGS], WD_PH_STATE, st);
   v[WD_RECW_TS] = now;
   v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
-  if (has_value && type == WD_T_PROXYCTRL) v[WD_RECW_N] = wd_recw_low32(v[WD_RECW_N], (uint32_t)n);
+  if (args && type == WD_T_PROXYCTRL) {
+    int32_t n;
+    memcpy(&n, args, sizeof n);
+    v[WD_RECW_N] = wd_recw_low32(v[WD_RECW_N], (uint32_t)n);
+  }
   atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
 }
 
-void wd_track_state(void *handle, int state, int has_value, uint64_t value, int32_t n) {
+void wd_track_state(void *handle, int state, const void *args) {
   wd_event *ev = wd_event_from_handle(handle);
   if (ev == NULL) {
     wd_count_stale(handle);
@@ -482,9 +486,13 @@ void wd_track_state(void *handle, int state, int has_value, uint64_t value, int3
    * dates them (track.h). The verdicts read operation-level records only (analyzer: load.c,
    * op_level_kept). */
   if (__builtin_expect(wd_state_in_slot(type), 1)) {
-    if (has_value && type != WD_T_PROXYOP) atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
+    if (args && type != WD_T_PROXYOP) {
+      uint64_t value;
+      memcpy(&value, args, sizeof value);
+      atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
+    }
     atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
     return;
   }
-  wd_state_record(ev, type, st, has_value, n);
+  wd_state_record(ev, type, st, args);
 }

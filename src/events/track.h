@@ -33,11 +33,11 @@ static inline uint64_t wd_child_meta(unsigned type, unsigned flags, unsigned cha
 void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t count,
                            uint64_t n_pid, uint64_t meta);
 void wd_track_stop(void *handle);
-/* A state change: NCCL's state id and, when NCCL gave arguments, both readings of them (which
- * union member is meant depends on the event's type): ProxyStep transSize / KernelCh pTimer, and
- * ProxyCtrl appendedProxyOps. Touches only the event's own slot: the watchdog carries progress
- * up to the root operation when it scans (stall.c). */
-void wd_track_state(void *handle, int state, int has_value, uint64_t value, int32_t n);
+/* A state change: NCCL's state id and its arguments, NULL when NCCL gave none (a union whose
+ * members all begin at its start: ProxyStep transSize / KernelCh pTimer read as the whole word,
+ * ProxyCtrl appendedProxyOps as its first int). Touches only the event's own slot: the watchdog
+ * carries progress up to the root operation when it scans (stall.c). */
+void wd_track_state(void *handle, int state, const void *args);
 
 /* Drop one reference; the last one completes the event and returns its slot. */
 void wd_event_unref(wd_event *ev);

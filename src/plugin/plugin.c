@@ -3,6 +3,7 @@
  * normalised into one internal start request; everything after that is version-independent.
  * Every callback returns ncclSuccess; init "fails" only by returning a NULL context.
  */
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -123,12 +124,16 @@ static inline int wd_accepting(void *context, void **eHandle) {
 
 static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
-  unsigned type = wd_type_of(d->type);
-  /* Most starts: the proxy thread's steps, ops and kernel channels. */
-  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_PROXYOP) {
-    *eHandle = wd_child_start(context, d, type);
+  /* Most starts: the proxy thread's steps, ops and kernel channels, told apart first. */
+  if (d->type == ncclProfileProxyStep) {
+    *eHandle = wd_child_start(context, d, WD_T_PROXYSTEP);
     return ncclSuccess;
   }
+  if (d->type == ncclProfileKernelCh || d->type == ncclProfileProxyOp) {
+    *eHandle = wd_child_start(context, d, d->type == ncclProfileKernelCh ? WD_T_KERNELCH : WD_T_PROXYOP);
+    return ncclSuccess;
+  }
+  unsigned type = wd_type_of(d->type);
   if (type == WD_T_UNKNOWN) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
@@ -156,12 +161,16 @@ static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEvent
 
 static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
-  unsigned type = wd_type_of(d->type);
-  /* Most starts: the proxy thread's steps, ops and kernel channels. */
-  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_PROXYOP) {
-    *eHandle = wd_child_start(context, d, type);
+  /* Most starts: the proxy thread's steps, ops and kernel channels, told apart first. */
+  if (d->type == ncclProfileProxyStep) {
+    *eHandle = wd_child_start(context, d, WD_T_PROXYSTEP);
     return ncclSuccess;
   }
+  if (d->type == ncclProfileKernelCh || d->type == ncclProfileProxyOp) {
+    *eHandle = wd_child_start(context, d, d->type == ncclProfileKernelCh ? WD_T_KERNELCH : WD_T_PROXYOP);
+    return ncclSuccess;
+  }
+  unsigned type = wd_type_of(d->type);
   if (type == WD_T_UNKNOWN || type >= WD_T_CECOLL) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
@@ -176,12 +185,16 @@ static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEvent
 
 static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
   if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
-  unsigned type = wd_type_of(d->type);
-  /* Most starts: the proxy thread's steps, ops and kernel channels. */
-  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_PROXYOP) {
-    *eHandle = wd_child_start(context, d, type);
+  /* Most starts: the proxy thread's steps, ops and kernel channels, told apart first. */
+  if (d->type == ncclProfileProxyStep) {
+    *eHandle = wd_child_start(context, d, WD_T_PROXYSTEP);
     return ncclSuccess;
   }
+  if (d->type == ncclProfileKernelCh || d->type == ncclProfileProxyOp) {
+    *eHandle = wd_child_start(context, d, d->type == ncclProfileKernelCh ? WD_T_KERNELCH : WD_T_PROXYOP);
+    return ncclSuccess;
+  }
+  unsigned type = wd_type_of(d->type);
   if (type == WD_T_UNKNOWN || type >= WD_T_GROUPAPI) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
@@ -218,12 +231,18 @@ static ncclResult_t wd_stop(void *eHandle) {
   return ncclSuccess;
 }
 
+/* How wd_track_state reads NCCL's state arguments: every member starts at offset 0. */
+_Static_assert(offsetof(ncclProfilerEventStateArgs_t, proxyStep.transSize) == 0 &&
+                   sizeof(((ncclProfilerEventStateArgs_t *)0)->proxyStep.transSize) == sizeof(uint64_t) &&
+                   offsetof(ncclProfilerEventStateArgs_t, proxyCtrl.appendedProxyOps) == 0 &&
+                   offsetof(ncclProfilerEventStateArgs_t, kernelCh.pTimer) == 0 &&
+                   sizeof(ncclProfilerEventStateArgs_t) >= sizeof(uint64_t),
+               "state arguments begin at the union's start");
+
 static ncclResult_t wd_record_state(void *eHandle, ncclProfilerEventState_t eState,
                                     ncclProfilerEventStateArgs_t *eStateArgs) {
   if (!eHandle || !atomic_load_explicit(&wd_store_active, memory_order_acquire)) return ncclSuccess;
-  uint64_t value = eStateArgs ? eStateArgs->proxyStep.transSize : 0;
-  int32_t n = eStateArgs ? eStateArgs->proxyCtrl.appendedProxyOps : 0;
-  wd_track_state(eHandle, (int)eState, eStateArgs != NULL, value, n);
+  wd_track_state(eHandle, (int)eState, eStateArgs);
   return ncclSuccess;
 }
 
