@@ -844,6 +844,40 @@ static void test_abandon_under_superseded(void) {
   free_ctx(c);
 }
 
+/* A ProxyStep's state reads no clock: the scan that first sees it dates it by the scan before. */
+static void test_state_dated_by_scan(void) {
+  wd_context *c = new_ctx("dating", 1);
+  wd_stall st[4];
+  void *h = coll(c, NULL, "AllReduce", 0, 1);
+  stop(h);
+  void *op = proxyop(c, h, getpid(), 0, 1, 4, 0);
+  void *k = kch(c, h, 0); /* the GPU got there */
+  CU_ASSERT_PTR_NOT_NULL(k);
+  void *s = step(c, op, 0);
+  wd_event *ev = slot(s);
+  uint64_t t0 = atomic_load(&ev->last_ns); /* its start */
+  CU_ASSERT_TRUE(t0 > 0);
+  CU_ASSERT_EQUAL(scan(c, t0 + 1 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0); /* nothing moved */
+  state(s, ncclProfilerProxyStepRecvWait, 0);
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0); /* no clock on the hot path */
+  CU_ASSERT_EQUAL(atomic_load(&ev->state), ncclProfilerProxyStepRecvWait);
+  CU_ASSERT_EQUAL(scan(c, t0 + 2 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 1 * SEC); /* after the scan before */
+  CU_ASSERT_EQUAL(atomic_load(&slot(h)->last_ns) >= t0 + 1 * SEC, 1); /* carried to the root */
+  CU_ASSERT_EQUAL(scan(c, t0 + 3 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 1 * SEC); /* seen already: not progress */
+  /* The value alone moving is progress too (a receive that got more bytes). */
+  state(s, ncclProfilerProxyStepRecvWait, 4096);
+  CU_ASSERT_EQUAL(scan(c, t0 + 4 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 3 * SEC);
+  /* Then nothing: stalled once the timeout (10 s) has passed since that date, not before. */
+  CU_ASSERT_EQUAL(scan(c, t0 + 12 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(scan(c, t0 + 13 * SEC + 1, &tcfg, st, 4), 1);
+  CU_ASSERT_TRUE(st[0].since_progress_ns >= 10 * SEC && st[0].since_progress_ns < 11 * SEC);
+  free_ctx(c);
+}
+
 static void test_stall_rule(void) {
   wd_context *c = new_ctx("stall", 1);
   wd_stall st[4];
@@ -1322,6 +1356,7 @@ int main(void) {
   CU_add_test(s, "foreign context never dereferenced", test_foreign_context);
   CU_add_test(s, "superseded operation retired", test_superseded_retired);
   CU_add_test(s, "abandon under superseded", test_abandon_under_superseded);
+  CU_add_test(s, "a slot state is dated by the scan", test_state_dated_by_scan);
   CU_add_test(s, "stall rule", test_stall_rule);
   CU_add_test(s, "settle holds when now is behind last_ns", test_settle_when_now_is_behind);
   CU_add_test(s, "hung send not superseded by its recv (no group)",
