@@ -44,6 +44,43 @@ static inline void wd_mark_reached(wd_event *root, uint64_t now) {
     atomic_store_explicit(&root->reached_ns, now, memory_order_relaxed);
 }
 
+/* A tracked child's start, for its parent: one more child seen; a kernel channel's start is a
+ * sign the GPU got to the operation (the kernel wrote its start counter: transport/profiler.cc).
+ * Returns the root operation the child progresses. */
+static inline wd_event *wd_child_started(wd_event *parent, unsigned type, uint64_t now) {
+  wd_event *root = atomic_load_explicit(&parent->root, memory_order_relaxed);
+  wd_bump(&parent->children_seen);
+  if (type == WD_T_KERNELCH) {
+    wd_bump(&parent->kch_seen);
+    wd_mark_reached(root, now);
+  }
+  return root;
+}
+
+/* The fields every start sets (a root's own come after, then wd_slot_open). */
+static inline void wd_slot_fill(wd_event *ev, wd_event *parent, wd_ring *ring, wd_event *root,
+                                uint32_t kind, uint32_t hold, uint64_t gkey, uint64_t now) {
+  ev->parent = parent;
+  atomic_store_explicit(&ev->ring, ring, memory_order_relaxed);
+  atomic_store_explicit(&ev->root, root, memory_order_relaxed);
+  atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
+  atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
+  atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
+  atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_seen, WD_SIG_NONE, memory_order_relaxed);
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+}
+
+/* Release: a stop that claims the event (acq_rel) sees the fields set before, parent included. */
+static inline void wd_slot_open(wd_event *ev, uint32_t refs) {
+  atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
+                        memory_order_release);
+  atomic_store_explicit(&ev->refs, refs, memory_order_release);
+}
+
 /* Take a reference on parent slot p (already range-checked) if it is live in the incarnation the
  * handle names and not completed (refs == 0), then re-check the incarnation. */
 static wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
@@ -302,27 +339,10 @@ void *wd_track_start(wd_start_req *req) {
     atomic_store_explicit(&ev->order, atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
                           memory_order_relaxed);
   } else if (parent) {
-    root = atomic_load_explicit(&parent->root, memory_order_relaxed);
-    wd_bump(&parent->children_seen);
-    /* The kernel wrote its start counter for this channel (transport/profiler.cc). */
-    if (type == WD_T_KERNELCH) {
-      wd_bump(&parent->kch_seen);
-      wd_mark_reached(root, now);
-    }
+    root = wd_child_started(parent, type, now);
   }
 
-  ev->parent = parent;
-  atomic_store_explicit(&ev->ring, wd_ring_for(ev->ctx, type), memory_order_relaxed);
-  atomic_store_explicit(&ev->root, root, memory_order_relaxed);
-  atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
-  atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
-  atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
-  atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
-  atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->wd_seen, WD_SIG_NONE, memory_order_relaxed);
-  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  wd_slot_fill(ev, parent, wd_ring_for(ev->ctx, type), root, kind, hold, gkey, now);
   if (kind == WD_KIND_ROOT) {
     atomic_store_explicit(&ev->kch_expected, hold && type != WD_T_CECOLL ? rec->nChannels : 0,
                           memory_order_relaxed);
@@ -334,10 +354,7 @@ void *wd_track_start(wd_start_req *req) {
     atomic_store_explicit(&ev->wd_reached_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
   }
-  /* Release: a stop that claims the event (acq_rel) sees the fields above, parent included. */
-  atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
-                        memory_order_release);
-  atomic_store_explicit(&ev->refs, refs + hold, memory_order_release);
+  wd_slot_open(ev, refs + hold);
   uint64_t v[WD_RECORD_WORDS];
   const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
 #pragma GCC unroll 16
@@ -391,27 +408,9 @@ void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t
     return NULL;
   }
   uint64_t now = wd_now_ns();
-  wd_event *root = atomic_load_explicit(&parent->root, memory_order_relaxed);
-  wd_bump(&parent->children_seen);
-  if (type == WD_T_KERNELCH) {
-    wd_bump(&parent->kch_seen);
-    wd_mark_reached(root, now);
-  }
-  ev->parent = parent;
-  atomic_store_explicit(&ev->ring, &ctx->proxy_ring, memory_order_relaxed);
-  atomic_store_explicit(&ev->root, root, memory_order_relaxed);
-  atomic_store_explicit(&ev->kind, WD_KIND_CHILD, memory_order_relaxed);
-  atomic_store_explicit(&ev->hold, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->gpu_key, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
-  atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->wd_seen, WD_SIG_NONE, memory_order_relaxed);
-  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
-  atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
-                        memory_order_release);
-  atomic_store_explicit(&ev->refs, 1, memory_order_release);
+  wd_event *root = wd_child_started(parent, type, now);
+  wd_slot_fill(ev, parent, &ctx->proxy_ring, root, WD_KIND_CHILD, 0, 0, now);
+  wd_slot_open(ev, 1);
   /* The record a generic start would write, built in registers. */
   uint64_t w[WD_RECORD_WORDS] = {0};
   w[WD_RECW_TS] = now;

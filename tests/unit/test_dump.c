@@ -35,6 +35,13 @@ typedef struct fixture {
   wd_bt_module modules[1];
 } fixture;
 
+/* A later record of the event whose start is r. */
+static wd_record later(wd_record r, uint8_t phase, uint8_t state) {
+  r.phase = phase;
+  r.state = state;
+  return r;
+}
+
 static wd_record rec(uint8_t type, uint8_t phase, uint32_t slot, uint32_t parent, uint64_t ago_ns) {
   wd_record r;
   memset(&r, 0, sizeof(r));
@@ -171,37 +178,26 @@ static void build(fixture *f) {
   /* Proxy ring: ProxyOp start, ProxyStep state, KernelCh state, ProxyCtrl state, NetPlugin,
    * an abandoned ProxyStep stop. */
   f->pring0[0] = pop;
-  f->pring0[1] = step;
-  f->pring0[1].phase = WD_PH_STATE;
-  f->pring0[1].state = 10;
+  f->pring0[1] = later(step, WD_PH_STATE, 10); /* older builds' state records */
   f->pring0[1].a = 4096;
-  f->pring0[2] = kch;
-  f->pring0[2].phase = WD_PH_STATE;
-  f->pring0[2].state = 22;
+  f->pring0[2] = later(kch, WD_PH_STATE, 22);
   f->pring0[2].a = 0x5678;
   f->pring0[3] = rec(WD_T_PROXYCTRL, WD_PH_STATE, 30, WD_SLOT_NONE, 2 * MS);
   f->pring0[3].state = 17;
   f->pring0[3].n = 3;
   f->pring0[4] = rec(WD_T_NETPLUGIN, WD_PH_START, 31, 12, 2 * MS);
   f->pring0[4].a = 0xabcdef;
-  f->pring0[5] = step;
-  f->pring0[5].phase = WD_PH_STOP;
+  f->pring0[5] = later(step, WD_PH_STOP, 0xff);
   f->pring0[5].flags = WD_F_ABANDONED;
   f->pring0[5].ts_ns = MONO;
-  /* This build's stops: the last state and its value (no state records for these types). */
-  f->pring0[6] = step;
-  f->pring0[6].phase = WD_PH_STOP;
-  f->pring0[6].state = 10;
+  /* Stops: the last state and its value (no state records for these types). */
+  f->pring0[6] = later(step, WD_PH_STOP, 10);
   f->pring0[6].count = 8192;
-  f->pring0[7] = kch;
-  f->pring0[7].phase = WD_PH_STOP;
-  f->pring0[7].state = 22;
+  f->pring0[7] = later(kch, WD_PH_STOP, 22);
   f->pring0[7].count = 0x9abc;
   /* A span: the whole life of a step under a live parent, written at its stop. */
-  f->pring0[8] = step;
-  f->pring0[8].phase = WD_PH_SPAN;
+  f->pring0[8] = later(step, WD_PH_SPAN, 12);
   f->pring0[8].flags = WD_F_SPAN;
-  f->pring0[8].state = 12;
   f->pring0[8].count = 1024;
   f->pring0[8].raw = MONO - 3 * MS;
   f->pring0[8].ts_ns = MONO - 1 * MS;
