@@ -11,6 +11,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "events/budget.h"
+#include "events/track.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
   if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
@@ -126,6 +127,44 @@ static void wd_context_grow_file(wd_context *ctx) {
   }
 }
 
+/* The proxy-level events open now, into the file's header: their starts are in no ring (a span is
+ * written at their stop), so this is what a decoder of a process that dies before its next
+ * refresh has of them. The longest without progress are kept when more are open than fit. */
+static void wd_context_list_open(wd_context *ctx, wd_rf_header *h) {
+  uint32_t n = 0, total = 0;
+  for (uint32_t i = 0, ns = wd_pool_nslots(&ctx->proxy_pool); i < ns; i++) {
+    wd_event *ev = wd_pool_slot(&ctx->proxy_pool, i);
+    uint64_t seq = atomic_load_explicit(&ev->seq, memory_order_acquire);
+    if ((seq & 1) || !atomic_load_explicit(&ev->live, memory_order_relaxed) ||
+        !atomic_load_explicit(&ev->open, memory_order_relaxed))
+      continue;
+    wd_record r;
+    wd_event_read_start(ev, &r);
+    if (!(r.flags & WD_F_SPAN)) continue; /* its start is in the ring */
+    wd_rf_open_ev e = {
+        .type = r.type, .state = atomic_load_explicit(&ev->state, memory_order_relaxed),
+        .channel = r.channel, .flags = r.flags, .slot = r.slot, .parent = r.parent, .n = r.n,
+        .peer = r.peer, .pid = r.pid, .tid = r.tid,
+        .steps_done = atomic_load_explicit(&ev->steps_done, memory_order_relaxed),
+        .a = r.a, .count = r.count, .trans = atomic_load_explicit(&ev->last_trans, memory_order_relaxed),
+        .start_ns = r.ts_ns, .last_ns = atomic_load_explicit(&ev->last_ns, memory_order_relaxed)};
+    if (atomic_load_explicit(&ev->seq, memory_order_acquire) != seq) continue; /* reused meanwhile */
+    total++;
+    uint32_t at = n;
+    if (n == WD_RF_OPEN_EVENTS) { /* full: replace the one that progressed last, if later */
+      at = 0;
+      for (uint32_t k = 1; k < n; k++)
+        if (h->open[k].last_ns > h->open[at].last_ns) at = k;
+      if (h->open[at].last_ns <= e.last_ns) continue;
+    } else {
+      n++;
+    }
+    h->open[at] = e;
+  }
+  h->nopen = n;
+  h->open_total = total;
+}
+
 void wd_context_refresh_file(wd_context *ctx) {
   wd_rf_header *h = wd_ringfile_header(&ctx->file);
   if (!h) return;
@@ -144,6 +183,7 @@ void wd_context_refresh_file(wd_context *ctx) {
   h->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   h->p2p_completed = atomic_load(&ctx->p2p_done);
   h->finalized = ctx->magic != WD_CTX_MAGIC;
+  wd_context_list_open(ctx, h);
   wd_ringfile_live_end(&ctx->file);
 }
 

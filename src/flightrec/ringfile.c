@@ -206,6 +206,7 @@ void wd_ringfile_live_end(wd_ringfile *f) {
   wd_rf_header *h = f->base;
   if (!h) return;
   h->live_sum = wd_rf_live_sum(h);
+  h->open_sum = wd_rf_open_sum(h);
   __atomic_store_n(&h->live_gen, (h->live_gen | 1) + 1, __ATOMIC_RELEASE);
 }
 

@@ -22,7 +22,9 @@
 #include "flightrec/record.h"
 
 #define WD_RF_MAGIC "NCCLWDRF"
-#define WD_RF_VERSION 2u /* 2: the record check became a sum (record.h) */
+/* 2: the record check became a sum (record.h); 3: the header lists the proxy-level events open
+ * at the last refresh (their starts are in no ring: record.h, spans). A decoder reads both. */
+#define WD_RF_VERSION 3u
 #define WD_RF_HEADER_BYTES 4096u
 #define WD_RF_STRINGS 256u
 #define WD_RF_STRLEN 32u
@@ -42,6 +44,18 @@ typedef struct wd_rf_fatal {
   uint64_t wall_ns, mono_ns;
   uint64_t frames[WD_RF_FATAL_FRAMES]; /* return addresses, frame 0 where it happened */
 } wd_rf_fatal;
+
+/* A proxy-level event open at the last refresh (ProxyOp, ProxyStep, KernelCh): its start record's
+ * fields and where it was. */
+#define WD_RF_OPEN_EVENTS 24u
+typedef struct wd_rf_open_ev {
+  uint8_t type, state, channel, flags;
+  uint32_t slot, parent;
+  int32_t n, peer, pid, tid; /* n: a ProxyStep's step, a ProxyOp's nSteps */
+  uint32_t steps_done;       /* ProxyOp */
+  uint64_t a, count, trans;  /* a: KernelCh pTimer; count: ProxyOp chunkSize; trans: last value */
+  uint64_t start_ns, last_ns;
+} wd_rf_open_ev;
 
 typedef struct wd_rf_header {
   /* Fixed at creation. */
@@ -69,6 +83,11 @@ typedef struct wd_rf_header {
   /* Written once by a fatal-signal handler (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT). */
   wd_rf_fatal fatal;
   uint64_t fatal_sum; /* FNV-1a 64 of fatal */
+  /* Version 3, refreshed with the live part (under live_gen): the open proxy-level events, the
+   * longest without progress first when there are more than fit. */
+  uint32_t nopen, open_total;
+  wd_rf_open_ev open[WD_RF_OPEN_EVENTS];
+  uint64_t open_sum; /* FNV-1a 64 of nopen .. open[] */
 } wd_rf_header;
 
 _Static_assert(sizeof(wd_rf_header) <= WD_RF_HEADER_BYTES, "ring file header fits its page");
@@ -84,6 +103,9 @@ static inline uint64_t wd_rf_ident_sum(const wd_rf_header *h) {
 }
 static inline uint64_t wd_rf_live_sum(const wd_rf_header *h) {
   return wd_rf_fnv(&h->live_mono_ns, offsetof(wd_rf_header, live_sum) - offsetof(wd_rf_header, live_mono_ns));
+}
+static inline uint64_t wd_rf_open_sum(const wd_rf_header *h) {
+  return wd_rf_fnv(&h->nopen, offsetof(wd_rf_header, open_sum) - offsetof(wd_rf_header, nopen));
 }
 static inline uint64_t wd_rf_file_bytes(uint32_t ring_cap, uint32_t proxy_ring_cap) {
   return WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN +

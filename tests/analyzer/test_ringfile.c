@@ -158,7 +158,17 @@ static void test_corrupt(void) {
   memcpy(buf, orig, len);
   ((wd_rf_header *)buf)->version = WD_RF_VERSION + 1;
   CU_ASSERT_PTR_NULL(wd_az_ringfile_decode(buf, len, "x", why, sizeof why));
-  CU_ASSERT_PTR_NOT_NULL(strstr(why, "version 3"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(why, "version 4"));
+  /* Version 2 (before the open-events list) still decodes, without the list. */
+  memcpy(buf, orig, len);
+  ((wd_rf_header *)buf)->version = 2;
+  ((wd_rf_header *)buf)->nopen = 1;
+  ((wd_rf_header *)buf)->ident_sum = wd_rf_ident_sum((wd_rf_header *)buf);
+  cJSON *v2 = wd_az_ringfile_decode(buf, len, "x", why, sizeof why);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(v2);
+  cJSON *c2 = cJSON_GetArrayItem(cJSON_GetObjectItem(v2, "comms"), 0);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c2, "open")), 0);
+  cJSON_Delete(v2);
   /* Random garbage after a valid magic. */
   srand(7);
   for (int k = 0; k < 200; k++) {

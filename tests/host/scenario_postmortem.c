@@ -141,6 +141,69 @@ static void case_killed(const char *dir) {
   wdh_json_free(j);
 }
 
+/* ---- killed while hung: the open proxy events are in the file's header ---- */
+
+static void hung_child(int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm a;
+  wdh_comm_init(&a, &p, COMM_A, "pm-hung", 1, 2, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&a, NULL, &cfg, 3);
+  cfg.hang_channel = 0; /* step 1 of channel 0's receive stays in RecvWait */
+  cfg.hang_step = 1;
+  wdh_op op;
+  wdh_op_enqueue(&a, &cfg, &op);
+  wdh_op_proxy(&op);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  pause();
+  _exit(0);
+}
+
+static void case_hung(const char *dir) {
+  int fds[2];
+  WDH_CHECK(pipe(fds) == 0, "pipe");
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    hung_child(fds[1]);
+  }
+  close(fds[1]);
+  char ok = 0;
+  WDH_CHECK(read(fds[0], &ok, 1) == 1, "the child did not reach its hang");
+  close(fds[0]);
+  wdh_sleep_ms(350); /* a few polls: the header lists what is open */
+  kill(pid, SIGKILL);
+  int st;
+  waitpid(pid, &st, 0);
+  WDH_CHECK(salvage(dir) == 0, "salvage failed");
+  void *j = salvaged(dir, COMM_A);
+  WDH_CHECK(j != NULL, "no postmortem dump");
+  if (!j) return;
+  /* Its steps leave spans at their stop: the hung one is in no ring, only in the open list. */
+  int step = 0, op = 0, spans = 0;
+  cJSON *e;
+  cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.open")) {
+    const char *type = wdh_jstr(e, "type"), *state = wdh_jstr(e, "state");
+    if (type && !strcmp(type, "ProxyStep") && state && !strcmp(state, "RecvWait") &&
+        wdh_jnum(e, "step", -1) == 1 && wdh_jnum(e, "sinceProgressMs", -1) >= 200)
+      step++;
+    if (type && !strcmp(type, "ProxyOp") && cJSON_IsFalse(cJSON_GetObjectItem(e, "isSend")) &&
+        wdh_jnum(e, "channel", -1) == 0 && wdh_jnum(e, "peer", -2) >= 0)
+      op++;
+  }
+  cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records")) {
+    const char *ph = wdh_jstr(e, "ph");
+    spans += ph && !strcmp(ph, "span") && wdh_jnum(e, "dur", -1) >= 0;
+  }
+  WDH_CHECK(step == 1, "%d open ProxySteps 1 in RecvWait in the ring file's header", step);
+  WDH_CHECK(op >= 1, "the hung receive ProxyOp is not listed open");
+  WDH_CHECK(spans > 10, "%d spans of the completed operations", spans);
+  wdh_json_free(j);
+}
+
 /* ---- two jobs on one node ---- */
 
 static void case_two_jobs(const char *dir) {
@@ -443,6 +506,7 @@ int main(void) {
   if (!wdh_plugin_path()) return 77;
   int rc = 0;
   rc |= run_case("pm-killed", case_killed);
+  rc |= run_case("pm-hung", case_hung);
   rc |= run_case("pm-two-jobs", case_two_jobs);
   rc |= run_case("pm-culprit", case_culprit);
   rc |= run_case("pm-abort", case_abort);

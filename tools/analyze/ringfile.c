@@ -24,18 +24,6 @@ static int cmp_ticket(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static const char *type_name(unsigned t) {
-  static const char *const names[] = {"Group", "Coll", "P2p", "ProxyOp", "ProxyStep", "ProxyCtrl",
-                                      "KernelCh", "NetPlugin", "GroupApi", "CollApi", "P2pApi",
-                                      "KernelLaunch", "CeColl", "CeSync", "CeBatch"};
-  return t < sizeof(names) / sizeof(names[0]) ? names[t] : "Unknown";
-}
-
-static const char *phase_name(unsigned p) {
-  return p == WD_PH_START ? "start" : p == WD_PH_STATE ? "state" : p == WD_PH_STOP ? "stop"
-         : p == WD_PH_SPAN ? "span" : "unknown";
-}
-
 static void add_hex(cJSON *o, const char *key, uint64_t v) {
   char buf[24];
   snprintf(buf, sizeof buf, "0x%" PRIx64, v);
@@ -75,8 +63,8 @@ static cJSON *records_json(const rec_t *recs, uint32_t n, char (*strs)[WD_RF_STR
     if (!o) break;
     cJSON_AddItemToArray(arr, o);
     cJSON_AddNumberToObject(o, "t", (double)((int64_t)(r->ts_ns - mono_ref)));
-    cJSON_AddStringToObject(o, "ph", phase_name(r->phase));
-    cJSON_AddStringToObject(o, "type", type_name(r->type));
+    cJSON_AddStringToObject(o, "ph", wd_phase_name(r->phase));
+    cJSON_AddStringToObject(o, "type", wd_type_name(r->type));
     cJSON_AddNumberToObject(o, "slot", r->slot);
     cJSON_AddNumberToObject(o, "tid", r->tid);
     if (r->type == WD_T_COLL || r->type == WD_T_CECOLL || r->type == WD_T_P2P ||
@@ -156,6 +144,49 @@ static void add_seqs(cJSON *comm, const wd_rf_header *h, int live_ok, const rec_
   }
 }
 
+/* The proxy-level events open at the last refresh (version 3), as nodes of the dump's open list:
+ * their starts are in no ring (spans are written at the stop). */
+static void add_open(cJSON *comm, const wd_rf_header *h, int live_ok, uint64_t mono_ref) {
+  cJSON *arr = cJSON_AddArrayToObject(comm, "open");
+  if (!arr || h->version < 3 || !live_ok || h->open_sum != wd_rf_open_sum(h)) return;
+  uint32_t n = h->nopen < WD_RF_OPEN_EVENTS ? h->nopen : WD_RF_OPEN_EVENTS;
+  if (h->open_total > n) cJSON_AddNumberToObject(comm, "openNotListed", h->open_total - n);
+  for (uint32_t i = 0; i < n; i++) {
+    const wd_rf_open_ev *e = &h->open[i];
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddItemToArray(arr, o);
+    cJSON_AddNumberToObject(o, "slot", e->slot);
+    cJSON_AddStringToObject(o, "type", wd_type_name(e->type));
+    if (e->parent == WD_SLOT_NONE) cJSON_AddNullToObject(o, "parentSlot");
+    else if (e->parent == WD_SLOT_FOREIGN) cJSON_AddStringToObject(o, "parentSlot", "foreign");
+    else cJSON_AddNumberToObject(o, "parentSlot", e->parent);
+    cJSON_AddBoolToObject(o, "stopped", 0);
+    cJSON_AddNumberToObject(o, "ageMs", e->start_ns < mono_ref ? (double)(mono_ref - e->start_ns) / 1e6 : 0);
+    uint64_t last = e->last_ns > e->start_ns ? e->last_ns : e->start_ns;
+    cJSON_AddNumberToObject(o, "sinceProgressMs", last < mono_ref ? (double)(mono_ref - last) / 1e6 : 0);
+    if (e->state == 0xff) cJSON_AddNullToObject(o, "state");
+    else cJSON_AddStringToObject(o, "state", wd_state_name(e->state));
+    cJSON_AddNumberToObject(o, "tid", e->tid);
+    if (e->type == WD_T_PROXYOP) {
+      cJSON_AddNumberToObject(o, "pid", e->pid);
+      cJSON_AddNumberToObject(o, "channel", e->channel);
+      cJSON_AddNumberToObject(o, "peer", e->peer);
+      cJSON_AddNumberToObject(o, "nSteps", e->n);
+      cJSON_AddNumberToObject(o, "chunkSize", (double)e->count);
+      cJSON_AddBoolToObject(o, "isSend", (e->flags & WD_F_SEND) != 0);
+      cJSON_AddNumberToObject(o, "stepsDone", e->steps_done);
+    } else if (e->type == WD_T_PROXYSTEP) {
+      cJSON_AddNumberToObject(o, "step", e->n);
+      cJSON_AddNumberToObject(o, "transSize", (double)e->trans);
+    } else if (e->type == WD_T_KERNELCH) {
+      cJSON_AddNumberToObject(o, "channel", e->channel);
+      add_hex(o, "pTimer", e->a);
+    }
+    cJSON_AddArrayToObject(o, "children");
+  }
+}
+
 cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, char *why,
                              size_t why_len) {
   if (len < WD_RF_HEADER_BYTES || !wd_az_is_ringfile(data, len)) {
@@ -164,8 +195,8 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   }
   wd_rf_header h;
   memcpy(&h, data, sizeof h);
-  if (h.version != WD_RF_VERSION) {
-    snprintf(why, why_len, "ring file version %u (this analyzer reads %u)", h.version, WD_RF_VERSION);
+  if (h.version != WD_RF_VERSION && h.version != 2) {
+    snprintf(why, why_len, "ring file version %u (this analyzer reads 2 and %u)", h.version, WD_RF_VERSION);
     return NULL;
   }
   if (h.ident_sum != wd_rf_ident_sum(&h)) {
@@ -272,7 +303,7 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
     cJSON_AddNumberToObject(p2p, "completed", live_ok ? (double)h.p2p_completed : -1);
   }
   cJSON_AddArrayToObject(c, "inflight");
-  cJSON_AddArrayToObject(c, "open");
+  add_open(c, &h, live_ok, mono_ref);
   cJSON_AddItemToObject(c, "ring", ring_json(r1, n1, t1, h.ring_cap, strs, mono_ref));
   cJSON_AddItemToObject(c, "proxyRing", ring_json(r2, n2, t2, h.proxy_ring_cap, strs, mono_ref));
   if (h.global_rank >= 0) {
