@@ -358,6 +358,8 @@ static void emit_comm(tw *w, const cJSON *c, int index) {
   emit_ring(w, pring, &rc);
   const cJSON *n;
   cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(c, "inflight")) emit_open_tree(w, &rc, pring, n, 0);
+  /* Outside every tree (a post-mortem dump lists its open proxy-level events there). */
+  cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(c, "open")) emit_open_tree(w, &rc, pring, n, 0);
   free(ps.v);
 }
 
