@@ -83,7 +83,7 @@ static inline void wd_slot_open(wd_event *ev, uint32_t refs) {
 
 /* Take a reference on parent slot p (already range-checked) if it is live in the incarnation the
  * handle names and not completed (refs == 0), then re-check the incarnation. */
-static wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
+static inline __attribute__((always_inline)) wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
   if (!wd_event_matches(p, parent_handle)) return NULL;
   uint32_t r = atomic_load_explicit(&p->refs, memory_order_relaxed);
   do {
