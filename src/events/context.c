@@ -32,7 +32,6 @@ static void wd_context_reset(wd_context *ctx) {
   atomic_store(&ctx->dropped, 0);
   ctx->dropped_logged = 0;
   atomic_store(&ctx->stale, 0);
-  ctx->scanned_ns = 0;
   memset(&ctx->launches, 0, sizeof(ctx->launches));
   ctx->next = NULL;
 }

@@ -44,7 +44,6 @@ typedef struct wd_context {
   uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
   uint64_t seen_tickets;   /* watchdog only: ring tickets at the last poll (metrics) */
   uint64_t active_ns;      /* watchdog only: when a poll last saw new records (metrics) */
-  uint64_t scanned_ns;     /* watchdog only: its last scan (stall.c dates slot states by it) */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
   wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
   wd_ringfile file;        /* the rings' file-backed mapping, when NCCL_WATCHDOG_RING_DIR is on */

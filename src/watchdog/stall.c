@@ -174,17 +174,18 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
 /* Pass 2, open children: the progress their states made (the hot path stamps only the event's
  * own slot on a state change: the root's stamp is carried up here), what each root op's kernel
  * still owes, and which thread drives its proxy part. */
-static void wd_scan_child(wd_event *ev, uint64_t since) {
+static void wd_scan_child(wd_event *ev, uint64_t now) {
   if (!atomic_load_explicit(&ev->live, memory_order_acquire) ||
       !atomic_load_explicit(&ev->open, memory_order_relaxed))
     return;
   unsigned type = wd_event_type(ev);
-  /* A state kept in the slot moved since the last scan: progress made after that scan (track.h).
-   * It is dated by that scan, the earliest it can have been, or by the event's start. */
+  /* A state kept in the slot moved since the last scan (track.h): progress, dated now, the latest
+   * it can have been. Never earlier: a watchdog thread that was itself held up (a loaded host)
+   * must not take progress made meanwhile for none; a stall is found at most a poll late. */
   if (wd_state_in_slot(type)) {
     uint64_t sig = wd_state_sig(ev);
     if (sig != atomic_exchange_explicit(&ev->wd_seen, sig, memory_order_relaxed) && sig != WD_SIG_NONE)
-      wd_raise_u64(&ev->last_ns, since);
+      wd_raise_u64(&ev->last_ns, now);
   }
   wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
   if (!root || root == ev) return;
@@ -239,8 +240,6 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
                          uint32_t max) {
   uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
-  uint64_t since = ctx->scanned_ns < now ? ctx->scanned_ns : now;
-  ctx->scanned_ns = now;
   wd_tid_cache tids = {0};
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
@@ -249,7 +248,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
     }
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++)
-      wd_scan_child(wd_pool_slot(wd_ctx_pool(ctx, p), i), since);
+      wd_scan_child(wd_pool_slot(wd_ctx_pool(ctx, p), i), now);
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
       wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);

@@ -176,6 +176,12 @@ static uint32_t scan(wd_context *c, uint64_t now, const wd_config *cfg, wd_stall
   return n;
 }
 
+/* The watchdog's regular poll, now: it sees (and dates) the states set so far (track.h). */
+static void seen(wd_context *c) {
+  wd_stall st[4];
+  scan(c, wd_now_ns(), &tcfg, st, 4);
+}
+
 static int superseded(wd_context *c, void *h) {
   wd_slot_view v;
   if (!wd_view_read(slot(h), wd_now_ns(), c, &tcfg, &v)) return -1;
@@ -820,13 +826,13 @@ static void test_abandon_under_superseded(void) {
 
   /* The newest operation's open ProxyOp with a step its kernel still needs is never
    * abandoned, whatever its kernel channels say (they may belong to another op). */
-  c->scanned_ns = 0; /* the scans above ran an hour ahead of the clock this part uses */
   void *d = coll(c, NULL, "AllReduce", 3, 1);
   stop(d);
   void *pd = proxyop(c, d, getpid(), 0, 1, 1, 0);
   void *sd = step(c, pd, 0);
   state(sd, ncclProfilerProxyStepRecvWait, 0);
   stop(kch(c, d, 0));
+  seen(c);
   CU_ASSERT_EQUAL(scan(c, wd_now_ns() + 11 * SEC, &tcfg, st, 4), 1);
   CU_ASSERT_TRUE(alive(pd));
   CU_ASSERT_TRUE(alive(d));
@@ -844,7 +850,8 @@ static void test_abandon_under_superseded(void) {
   free_ctx(c);
 }
 
-/* A ProxyStep's state reads no clock: the scan that first sees it dates it by the scan before. */
+/* A ProxyStep's state reads no clock: the scan that first sees it dates it (the latest it can have
+ * been: a watchdog held up meanwhile never takes that progress for none). */
 static void test_state_dated_by_scan(void) {
   wd_context *c = new_ctx("dating", 1);
   wd_stall st[4];
@@ -863,17 +870,17 @@ static void test_state_dated_by_scan(void) {
   CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0); /* no clock on the hot path */
   CU_ASSERT_EQUAL(atomic_load(&ev->state), ncclProfilerProxyStepRecvWait);
   CU_ASSERT_EQUAL(scan(c, t0 + 2 * SEC, &tcfg, st, 4), 0);
-  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 1 * SEC); /* after the scan before */
-  CU_ASSERT_EQUAL(atomic_load(&slot(h)->last_ns) >= t0 + 1 * SEC, 1); /* carried to the root */
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 2 * SEC); /* when the scan saw it */
+  CU_ASSERT_EQUAL(atomic_load(&slot(h)->last_ns) >= t0 + 2 * SEC, 1); /* carried to the root */
   CU_ASSERT_EQUAL(scan(c, t0 + 3 * SEC, &tcfg, st, 4), 0);
-  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 1 * SEC); /* seen already: not progress */
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 2 * SEC); /* seen already: not progress */
   /* The value alone moving is progress too (a receive that got more bytes). */
   state(s, ncclProfilerProxyStepRecvWait, 4096);
   CU_ASSERT_EQUAL(scan(c, t0 + 4 * SEC, &tcfg, st, 4), 0);
-  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 3 * SEC);
+  CU_ASSERT_EQUAL(atomic_load(&ev->last_ns), t0 + 4 * SEC);
   /* Then nothing: stalled once the timeout (10 s) has passed since that date, not before. */
-  CU_ASSERT_EQUAL(scan(c, t0 + 12 * SEC, &tcfg, st, 4), 0);
-  CU_ASSERT_EQUAL(scan(c, t0 + 13 * SEC + 1, &tcfg, st, 4), 1);
+  CU_ASSERT_EQUAL(scan(c, t0 + 13 * SEC, &tcfg, st, 4), 0);
+  CU_ASSERT_EQUAL(scan(c, t0 + 14 * SEC + 1, &tcfg, st, 4), 1);
   CU_ASSERT_TRUE(st[0].since_progress_ns >= 10 * SEC && st[0].since_progress_ns < 11 * SEC);
   free_ctx(c);
 }
@@ -891,6 +898,7 @@ static void test_stall_rule(void) {
   void *s = step(c, op, 4);
   state(s, ncclProfilerProxyStepRecvWait, 0);
   void *k = kch(c, h, 2);
+  seen(c);
   uint64_t t0 = wd_now_ns();
   CU_ASSERT_EQUAL(scan(c, t0 + 5 * SEC, &tcfg, st, 4), 0);
   CU_ASSERT_EQUAL(status_of(c, h, t0 + 5 * SEC), WD_OP_REACHED);
@@ -1032,6 +1040,7 @@ static void test_p2p_group_hang_not_superseded(void) {
   stop(rk);
   CU_ASSERT_FALSE(alive(recv));
   CU_ASSERT_EQUAL(atomic_load(&c->p2p_done), 1);
+  seen(c);
   uint64_t t0 = wd_now_ns();
   uint32_t n = scan(c, t0 + 11 * SEC, &tcfg, st, 4);
   CU_ASSERT_EQUAL(n, 1);
@@ -1082,6 +1091,7 @@ static void test_group_members_not_superseded(void) {
   stop(rop);
   stop(kch(c, recv, 1));
   CU_ASSERT_FALSE(alive(recv));
+  seen(c);
   uint64_t t0 = wd_now_ns();
   uint32_t n = scan(c, t0 + 11 * SEC, &tcfg, st, 4);
   CU_ASSERT_EQUAL(n, 1);
