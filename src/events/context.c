@@ -105,9 +105,9 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   return ctx;
 }
 
-/* A ring file's rings are allocated whole once their communicator carries traffic (records
- * written past the first WD_RF_INITIAL_RECORDS), one poll after: until then only the first
- * records are backed, and the rest of a first lap is lost. */
+/* A ring file's rings are allocated whole once their communicator carries traffic, one poll after:
+ * until then only the first WD_RF_INITIAL_RECORDS slots are backed, and records wrap within them
+ * (the newest kept: ring.h). */
 static void wd_context_grow_file(wd_context *ctx) {
   for (int proxy = 0; proxy < 2; proxy++) {
     wd_ring *r = proxy ? &ctx->proxy_ring : &ctx->ring;
@@ -118,10 +118,10 @@ static void wd_context_grow_file(wd_context *ctx) {
     if (wd_ringfile_reserve(&ctx->file, proxy, cap) == 0) {
       wd_ring_ready(r, cap);
     } else {
-      /* /dev/shm is full: the ring stays at what is backed (its first records), never SIGBUS. */
+      /* /dev/shm is full: the ring stays at what is backed (its newest records), never SIGBUS. */
       ctx->file_full = 1;
       WD_WARN("comm 0x%llx: cannot allocate its ring file %s (%s): its rings keep only their "
-              "first %u records", (unsigned long long)ctx->comm_id, ctx->file.path, strerror(errno),
+              "newest %u records", (unsigned long long)ctx->comm_id, ctx->file.path, strerror(errno),
               atomic_load_explicit(&r->ready, memory_order_relaxed));
     }
   }

@@ -18,7 +18,10 @@ void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem, uint32_t rea
   r->mask = capacity - 1;
   r->external = 1;
   atomic_init(&r->head, 0);
-  atomic_init(&r->ready, ready < capacity ? ready : capacity);
+  if (ready > capacity) ready = capacity;
+  while (ready & (ready - 1)) ready &= ready - 1; /* a power of two: it is a mask */
+  atomic_init(&r->ready, ready);
+  r->ready0 = ready;
 }
 
 int wd_ring_init(wd_ring *r, uint32_t capacity) {
@@ -29,6 +32,7 @@ int wd_ring_init(wd_ring *r, uint32_t capacity) {
   r->mask = cap - 1;
   atomic_init(&r->head, 0);
   atomic_init(&r->ready, cap); /* calloc'ed: its pages arrive when first written */
+  r->ready0 = cap;
   return 0;
 }
 
@@ -70,11 +74,9 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
   uint32_t ready = atomic_load_explicit(&r->ready, memory_order_acquire);
   uint64_t ready_from = atomic_load_explicit(&r->ready_from, memory_order_relaxed);
   for (uint64_t t = first; t < head; t++) {
-    if ((t & r->mask) >= ready) { /* never written (not backed): lost; do not touch it */
-      lapped++;
-      continue;
-    }
-    const uint64_t *src = (const uint64_t *)&r->recs[t & r->mask];
+    /* Where its writer put it: within what was backed then (wd_ring_put). */
+    uint32_t m = (t < ready_from ? r->ready0 : ready) - 1;
+    const uint64_t *src = (const uint64_t *)&r->recs[t & m];
     uint64_t want = 2 * t + 2;
     uint64_t turn = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
     uint64_t w[WD_RECORD_WORDS];
@@ -85,7 +87,7 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
       turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
     }
     if (turn != want) {
-      /* Never written, from before the ring was backed: skipped by its writer (ring_put). Lost. */
+      /* Never written, from around the ring's growth (its writer saw the other size). Lost. */
       if (turn == 0 && t < ready_from) { lapped++; continue; }
       if (turn < want || (turn & 1)) { bad++; continue; } /* a writer inside, or not yet in */
       /* Lapped: every ticket the writers have passed is gone; go past them. */

@@ -17,13 +17,14 @@ typedef struct wd_ring {
   _Alignas(64) _Atomic uint64_t head; /* next ticket */
   uint32_t mask;                      /* capacity - 1, capacity a power of two */
   uint32_t external;                  /* recs belong to a mapping the ring does not free */
-  /* Records backed by memory: the capacity for a ring in memory; for a ring in a ring file, the
-   * part of the file allocated so far (the watchdog allocates the rest once the communicator
-   * carries traffic). A record for a slot beyond it is not written: a hole in a full /dev/shm
-   * would raise SIGBUS on the hot path (a reader counts such a record as lost). */
+  /* Records backed by memory, a power of two: the capacity for a ring in memory; for a ring in a
+   * ring file, the part of the file allocated so far (the watchdog allocates the rest once the
+   * communicator carries traffic). Until then records wrap within that part: the newest are
+   * kept, and no store lands in a hole, which a full /dev/shm would answer with SIGBUS. */
   _Atomic uint32_t ready;
-  /* Tickets from here on found every slot backed; an unwritten slot of an earlier ticket was
-   * skipped for good (lost), not a writer still inside it. 0 for a ring backed from the start. */
+  uint32_t ready0; /* ready when the ring was made: what tickets before ready_from wrapped in */
+  /* The head when ready last grew: tickets from here on use the grown ready. 0 for a ring backed
+   * from the start. */
   _Atomic uint64_t ready_from;
   wd_record *recs;
 } wd_ring;
@@ -36,6 +37,7 @@ void wd_ring_init_at(wd_ring *r, uint32_t capacity, wd_record *mem, uint32_t rea
 /* More of a ring's records are backed now (never fewer). */
 static inline void wd_ring_ready(wd_ring *r, uint32_t ready) {
   if (ready > r->mask + 1) ready = r->mask + 1;
+  while (ready & (ready - 1)) ready &= ready - 1; /* a power of two: it is a mask */
   if (ready > atomic_load_explicit(&r->ready, memory_order_relaxed)) {
     atomic_store_explicit(&r->ready_from, atomic_load_explicit(&r->head, memory_order_relaxed),
                           memory_order_relaxed);
@@ -58,10 +60,8 @@ void wd_ring_write(wd_ring *r, const wd_record *rec);
  * the slot (the turn check discards such copies). */
 static inline void wd_ring_put(wd_ring *r, uint64_t *v) {
   uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
-  uint32_t idx = (uint32_t)t & r->mask;
-  /* Not backed yet (a ring file's first lap, before the watchdog allocated it): the record is
-   * lost, and a reader counts it so. */
-  if (__builtin_expect(idx >= atomic_load_explicit(&r->ready, memory_order_relaxed), 0)) return;
+  /* Within the backed part (all of it, once a ring file's ring is allocated whole). */
+  uint32_t idx = (uint32_t)t & (atomic_load_explicit(&r->ready, memory_order_relaxed) - 1);
   uint64_t *dst = (uint64_t *)&r->recs[idx]; /* ring memory is only accessed as words */
   /* Callers fill v with an unrolled copy loop, which cppcheck does not follow. */
   // cppcheck-suppress uninitvar

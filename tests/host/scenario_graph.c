@@ -62,6 +62,9 @@ int main(void) {
   cfg.capture_emits_coll = 1;
   wdh_op_run(&c, &cfg, &enq);
   WDH_CHECK(g_captured[0].coll_api != NULL, "capture-time CollApi handle is NULL");
+  /* A few polls: the watchdog allocates the rings' files whole once they carry traffic; until
+   * then they keep only their newest records, and the capture-time ones are checked below. */
+  wdh_sleep_ms(150);
 
   pthread_t t;
   pthread_create(&t, NULL, replayer, NULL);

@@ -130,6 +130,45 @@ static void test_wrap(void) {
   wd_ring_destroy(&r);
 }
 
+/* A ring file's ring is backed in part until the watchdog allocates the rest: records wrap
+ * within that part, so the newest are kept, and nothing is ever stored beyond it. */
+static void test_backed_part(void) {
+  wd_record *mem = calloc(64, sizeof(wd_record));
+  CU_ASSERT_PTR_NOT_NULL_FATAL(mem);
+  wd_ring r;
+  wd_ring_init_at(&r, 64, mem, 16);
+  write_recs(&r, 1, 40);
+  for (uint32_t i = 16; i < 64; i++) CU_ASSERT_EQUAL(mem[i].turn, 0); /* beyond: untouched */
+  wd_record out[64];
+  uint32_t torn;
+  uint64_t lost;
+  uint32_t n = wd_ring_snapshot(&r, out, 64, &torn, &lost);
+  CU_ASSERT_EQUAL_FATAL(n, 16); /* the newest 16: 24..39 */
+  CU_ASSERT_EQUAL(torn, 0);
+  CU_ASSERT_EQUAL(lost, 24);
+  for (uint32_t i = 0; i < n; i++) {
+    CU_ASSERT_EQUAL(out[i].n, (int32_t)(24 + i));
+    CU_ASSERT_TRUE(rec_ok(&out[i]));
+  }
+  /* The rest allocated: later tickets use the whole ring, the earlier ones stay where they are. */
+  wd_ring_ready(&r, 64);
+  write_recs(&r, 1, 10);
+  n = wd_ring_snapshot(&r, out, 64, &torn, &lost);
+  CU_ASSERT_EQUAL_FATAL(n, 26); /* 24..39 from before, then the 10 new ones */
+  CU_ASSERT_EQUAL(torn, 0);
+  CU_ASSERT_EQUAL(lost, 24);
+  for (uint32_t i = 0; i < 16; i++) CU_ASSERT_EQUAL(out[i].turn, 2 * (uint64_t)(24 + i) + 2);
+  for (uint32_t i = 16; i < n; i++) CU_ASSERT_EQUAL(out[i].turn, 2 * (uint64_t)(40 + i - 16) + 2);
+  /* A whole lap later the early part is gone, counted lost. */
+  write_recs(&r, 1, 64);
+  n = wd_ring_snapshot(&r, out, 64, &torn, &lost);
+  CU_ASSERT_EQUAL(n, 64);
+  CU_ASSERT_EQUAL(lost, 114 - 64);
+  CU_ASSERT_EQUAL(out[0].turn, 2 * (uint64_t)50 + 2);
+  wd_ring_destroy(&r);
+  free(mem);
+}
+
 /* A writer inside a slot leaves its turn odd; a slot already taken by a newer ticket has a turn
  * that does not match the ticket the reader expects. Both are skipped and counted. */
 /* Two writers a lap apart inside one slot leave a mix behind a complete-looking turn: the
@@ -292,6 +331,7 @@ int main(void) {
   CU_add_test(s, "empty ring", test_empty);
   CU_add_test(s, "oldest first", test_order);
   CU_add_test(s, "wrap-around counts lost records", test_wrap);
+  CU_add_test(s, "a partly backed ring keeps its newest records", test_backed_part);
   CU_add_test(s, "torn records are skipped", test_torn);
   CU_add_test(s, "a lap-mixed record is rejected by its check", test_mixed_lap);
   CU_add_test(s, "clear", test_clear);
