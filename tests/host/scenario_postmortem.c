@@ -143,15 +143,17 @@ static void case_killed(const char *dir) {
 
 /* ---- killed while hung: the open proxy events are in the file's header ---- */
 
-static void hung_child(int fd) {
+#define COMM_HUNG 0x70a70a70a70aull
+
+static void hung_rank(int rank, int fd) {
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm a;
-  wdh_comm_init(&a, &p, COMM_A, "pm-hung", 1, 2, 0);
+  wdh_comm_init(&a, &p, COMM_HUNG, "pm-hung", 1, 2, rank);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
   wdh_run_ops(&a, NULL, &cfg, 3);
-  cfg.hang_channel = 0; /* step 1 of channel 0's receive stays in RecvWait */
+  cfg.hang_channel = 0; /* seq 3: step 1 of channel 0's receive stays in RecvWait on both */
   cfg.hang_step = 1;
   wdh_op op;
   wdh_op_enqueue(&a, &cfg, &op);
@@ -163,45 +165,61 @@ static void hung_child(int fd) {
 }
 
 static void case_hung(const char *dir) {
-  int fds[2];
-  WDH_CHECK(pipe(fds) == 0, "pipe");
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    hung_child(fds[1]);
-  }
-  close(fds[1]);
-  char ok = 0;
-  WDH_CHECK(read(fds[0], &ok, 1) == 1, "the child did not reach its hang");
-  close(fds[0]);
+  pid_t pids[2];
+  WDH_CHECK(wdh_fork_ranks(2, hung_rank, pids) == 2, "ranks not ready");
+  pid_t dead = pids[1];
   wdh_sleep_ms(350); /* a few polls: the header lists what is open */
-  kill(pid, SIGKILL);
-  int st;
-  waitpid(pid, &st, 0);
+  wdh_kill_ranks(&pids[1], 1); /* killed while it waits, before the timeout */
+  int n = wdh_wait_dumps(dir, "stall", 1, 8000);
+  WDH_CHECK(n >= 1, "no stall dump from the living rank");
+  wdh_kill_ranks(pids, 2);
   WDH_CHECK(salvage(dir) == 0, "salvage failed");
-  void *j = salvaged(dir, COMM_A);
-  WDH_CHECK(j != NULL, "no postmortem dump");
-  if (!j) return;
-  /* Its steps leave spans at their stop: the hung one is in no ring, only in the open list. */
+  /* The dead rank's steps left spans at their stop; the hung one is in no ring, only in the open
+   * list its ring file's header kept. */
+  char *paths[16];
+  int np = wdh_list_dumps(dir, "postmortem", paths, 16);
   int step = 0, op = 0, spans = 0;
-  cJSON *e;
-  cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.open")) {
-    const char *type = wdh_jstr(e, "type"), *state = wdh_jstr(e, "state");
-    if (type && !strcmp(type, "ProxyStep") && state && !strcmp(state, "RecvWait") &&
-        wdh_jnum(e, "step", -1) == 1 && wdh_jnum(e, "sinceProgressMs", -1) >= 200)
-      step++;
-    if (type && !strcmp(type, "ProxyOp") && cJSON_IsFalse(cJSON_GetObjectItem(e, "isSend")) &&
-        wdh_jnum(e, "channel", -1) == 0 && wdh_jnum(e, "peer", -2) >= 0)
-      op++;
+  for (int i = 0; i < np && i < 16; i++) {
+    cJSON *j = wdh_json_load(paths[i]);
+    if (!j || wdh_jnum(j, "pid", -1) != dead) {
+      wdh_json_free(j);
+      continue;
+    }
+    cJSON *e;
+    cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.open")) {
+      const char *type = wdh_jstr(e, "type"), *state = wdh_jstr(e, "state");
+      if (type && !strcmp(type, "ProxyStep") && state && !strcmp(state, "RecvWait") &&
+          wdh_jnum(e, "step", -1) == 1 && wdh_jnum(e, "sinceProgressMs", -1) >= 200)
+        step++;
+      if (type && !strcmp(type, "ProxyOp") && cJSON_IsFalse(cJSON_GetObjectItem(e, "isSend")) &&
+          wdh_jnum(e, "channel", -1) == 0 && wdh_jnum(e, "peer", -2) == 0)
+        op++;
+    }
+    cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records")) {
+      const char *ph = wdh_jstr(e, "ph");
+      spans += ph && !strcmp(ph, "span") && wdh_jnum(e, "dur", -1) >= 0;
+    }
+    wdh_json_free(j);
   }
-  cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records")) {
-    const char *ph = wdh_jstr(e, "ph");
-    spans += ph && !strcmp(ph, "span") && wdh_jnum(e, "dur", -1) >= 0;
-  }
-  WDH_CHECK(step == 1, "%d open ProxySteps 1 in RecvWait in the ring file's header", step);
+  wdh_free_paths(paths, np < 16 ? np : 16);
+  WDH_CHECK(step == 1, "%d open ProxySteps 1 in RecvWait in the dead rank's ring file", step);
   WDH_CHECK(op >= 1, "the hung receive ProxyOp is not listed open");
   WDH_CHECK(spans > 10, "%d spans of the completed operations", spans);
-  wdh_json_free(j);
+  /* The analyzer says where the dead rank's proxy thread was. */
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return;
+  char cmd[2048], line[2048];
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
+  FILE *p = popen(cmd, "r");
+  int said = 0;
+  while (p && fgets(line, sizeof line, p)) {
+    fputs(line, stderr);
+    if (strstr(line, "died") &&
+        strstr(line, "its proxy thread waited on recv from peer 0, channel 0, step 1 in RecvWait"))
+      said = 1;
+  }
+  if (p) pclose(p);
+  WDH_CHECK(said, "the analyzer does not say where the dead rank's proxy thread waited");
 }
 
 /* ---- two jobs on one node ---- */

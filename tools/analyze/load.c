@@ -233,6 +233,26 @@ static void load_op(wd_az_op *op, const cJSON *node) {
   walk_children(op, node, type && strcmp(type, "ProxyOp") == 0 ? node : NULL, 0);
 }
 
+/* The open list's proxy-level events, flat: a step's ProxyOp is found by its parentSlot. */
+static void load_open_wait(wd_az_crank *cr, const cJSON *open) {
+  wd_az_op tmp;
+  memset(&tmp, 0, sizeof tmp);
+  const cJSON *node, *op;
+  cJSON_ArrayForEach(node, open) {
+    const char *type = str(node, "type");
+    if (!type || (strcmp(type, "ProxyStep") && strcmp(type, "ProxyOp") && strcmp(type, "KernelCh")))
+      continue;
+    const cJSON *proxyop = NULL;
+    if (strcmp(type, "ProxyStep") == 0)
+      cJSON_ArrayForEach(op, open) {
+        const char *t = str(op, "type");
+        if (t && strcmp(t, "ProxyOp") == 0 && num(op, "slot", -1) == num(node, "parentSlot", -2)) proxyop = op;
+      }
+    consider_wait(&tmp, node, proxyop);
+  }
+  cr->open_wait = tmp.wait;
+}
+
 static void load_inflight(wd_az_crank *cr, const cJSON *inflight) {
   const cJSON *node;
   cJSON_ArrayForEach(node, inflight) {
@@ -370,6 +390,7 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   cr->p2p_enq = lnum(p2p, "enqueued", -1);
   cr->p2p_done = lnum(p2p, "completed", -1);
   load_inflight(cr, get(c, "inflight"));
+  load_open_wait(cr, get(c, "open"));
   const cJSON *n;
   cJSON_ArrayForEach(n, get(c, "inflight")) tree_min_t(n, min_t, 0);
   load_ring(cr, get(c, "ring"), min_t);

@@ -83,6 +83,9 @@ typedef struct wd_az_crank {
   int64_t p2p_enq, p2p_done;
   int nops, ops_total;
   wd_az_op ops[WD_AZ_MAX_OPS];
+  /* Proxy-level events listed outside the open trees (a post-mortem dump's, from the ring file's
+   * last refresh): where its proxy thread waited. */
+  wd_az_wait open_wait;
   int nlast;
   wd_az_rec last[WD_AZ_LAST_RECS]; /* oldest first */
   int nhist;

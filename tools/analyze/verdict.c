@@ -830,6 +830,14 @@ static void died_check(const wd_az_set *set, wd_az_comm *c) {
                 "was inside %s seq %" PRId64 " when it died (only its post-mortem ring file is left)",
                 wd_az_s(c->stuck_func), c->stuck_seq);
     }
+    /* Where its proxy thread was at the file's last refresh (ring file version 3). */
+    if (cr->open_wait.valid) {
+      char wait[160];
+      wd_az_wait_text(&cr->open_wait, wait, sizeof wait);
+      size_t used = strlen(s->detail);
+      wd_az_fmt(s->detail + used, sizeof(s->detail) - used,
+                "; at its ring file's last refresh its proxy thread waited on %s", wait);
+    }
     s->reason = WD_AZ_DIED;
     s->culprit = 1;
   }
