@@ -144,6 +144,7 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
   h->version = WD_RF_VERSION;
   h->header_bytes = WD_RF_HEADER_BYTES;
   h->record_bytes = sizeof(wd_record);
+  h->wrap_records = WD_RF_INITIAL_RECORDS;
   h->ring_cap = ring_cap;
   h->proxy_ring_cap = proxy_ring_cap;
   h->file_bytes = bytes;

@@ -61,7 +61,10 @@ typedef struct wd_rf_header {
   /* Fixed at creation. */
   char magic[8];
   uint32_t version, header_bytes;
-  uint32_t record_bytes, ring_cap, proxy_ring_cap, rsv0;
+  uint32_t record_bytes, ring_cap, proxy_ring_cap;
+  /* Version 3: records of each ring backed at creation (WD_RF_INITIAL_RECORDS), within which its
+   * records wrap until the watchdog allocates it whole (ring.h). 0 in version 2. */
+  uint32_t wrap_records;
   uint64_t file_bytes, strtab_off, ring_off, proxy_ring_off;
   /* Identity, at communicator init. */
   int32_t pid, rank, nranks, nnodes, abi, cuda_dev;

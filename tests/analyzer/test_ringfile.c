@@ -77,6 +77,43 @@ static double jnum(cJSON *o, const char *a, const char *b) {
   return cJSON_IsNumber(x) ? x->valuedouble : -1e9;
 }
 
+/* A process killed before the watchdog allocated its ring whole: the records wrapped within the
+ * part allocated at creation, and the decoder finds the newest of them there. */
+static void test_wrapped(void) {
+  wd_ringfile f;
+  CU_ASSERT_EQUAL_FATAL(wd_ringfile_create(&f, g_dir, "testhost", 1024, 16), 0);
+  wd_ring r, pr;
+  wd_ring_init_at(&r, 1024, wd_ringfile_ring(&f, 0), WD_RF_INITIAL_RECORDS);
+  wd_ring_init_at(&pr, 16, wd_ringfile_ring(&f, 1), 16);
+  wd_rf_header *h = wd_ringfile_header(&f);
+  h->rank = 0;
+  h->nranks = 2;
+  h->comm_id = 0xabd;
+  wd_ringfile_seal_identity(&f);
+  for (int i = 0; i < 300; i++) {
+    wd_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.type = WD_T_COLL;
+    rec.phase = WD_PH_START;
+    rec.a = (uint64_t)i;
+    rec.ts_ns = h->bind_mono_ns + (uint64_t)i * 1000;
+    wd_ring_write(&r, &rec);
+  }
+  char why[256] = "";
+  cJSON *doc = wd_az_ringfile_decode(f.base, (size_t)f.bytes, f.path, why, sizeof why);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+  cJSON *ring = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0), "ring");
+  cJSON *recs = cJSON_GetObjectItem(ring, "records");
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(recs), (int)WD_RF_INITIAL_RECORDS); /* 172..299 */
+  CU_ASSERT_EQUAL(jnum(ring, "written", NULL), 300);
+  CU_ASSERT_EQUAL(jnum(ring, "lost", NULL), 300 - WD_RF_INITIAL_RECORDS);
+  CU_ASSERT_EQUAL(jnum(ring, "torn", NULL), 0);
+  CU_ASSERT_EQUAL(jnum(cJSON_GetArrayItem(recs, 0), "seq", NULL), 300 - WD_RF_INITIAL_RECORDS);
+  CU_ASSERT_EQUAL(jnum(cJSON_GetArrayItem(recs, (int)WD_RF_INITIAL_RECORDS - 1), "seq", NULL), 299);
+  cJSON_Delete(doc);
+  wd_ringfile_close(&f, 0);
+}
+
 static void test_decode(void) {
   size_t len;
   char path[600];
@@ -187,6 +224,7 @@ int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
   CU_pSuite s = CU_add_suite("ringfile", NULL, NULL);
   CU_add_test(s, "write, decode, load, a torn record", test_decode);
+  CU_add_test(s, "records wrapped before the ring was allocated whole", test_wrapped);
   CU_add_test(s, "every byte corrupted, truncations, versions, garbage", test_corrupt);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();

@@ -11,21 +11,28 @@ printf '%s\n' "$out"
 took=$(( $(date +%s) - start ))
 [ "$rc" -eq 0 ] || { echo "check-demo: run-demo.sh exited $rc"; exit 1; }
 [ "$took" -le 30 ] || { echo "check-demo: the demo took ${took}s (budget 30s)"; exit 1; }
+# Here-strings, not `printf | grep -q`: under pipefail, grep -q leaving early makes printf's write
+# of a long report fail (SIGPIPE), and the check with it.
 if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
+  jobs=$(grep '^JOB:' <<<"$out")
   # The first line of the report names the root across communicators: global rank 2, its host.
-  printf '%s\n' "$out" | grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b' ||
+  grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b' <<<"$out" ||
     { echo "check-demo: the report's first line does not name global rank 2 on node-b as the root"; exit 1; }
-  printf '%s\n' "$out" | grep '^JOB:' | grep -q 'Chain: rank 0 of dp_p1 waits in AllReduce' ||
+  grep -q 'Chain: rank 0 of dp_p1 waits in AllReduce' <<<"$jobs" ||
     { echo "check-demo: the job verdict does not start from dp_p1"; exit 1; }
   # With Debian's python3, rank 2 is a Python program: the report names its line.
   if [ -x /usr/bin/python3 ] && [ -e "$build/lib/libwdpyhost.so" ]; then
-    printf '%s\n' "$out" | grep '^JOB:' | grep -q 'now in Python demo_rank.py:[0-9]* in wait_for_data_loader' ||
+    grep -q 'now in Python demo_rank.py:[0-9]* in wait_for_data_loader' <<<"$jobs" ||
       { echo "check-demo: the first line does not name rank 2's Python frame"; exit 1; }
   fi
   # Part 2: rank 2 SIGKILLed, named from its ring file.
-  part2=$(printf '%s\n' "$out" | sed -n '/== part 2/,$p')
-  printf '%s\n' "$part2" | grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b.*: died: only its post-mortem ring file is left' ||
+  part2=$(sed -n '/== part 2/,$p' <<<"$out")
+  grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b.*: died: only its post-mortem ring file is left' <<<"$part2" ||
     { echo "check-demo: part 2: the analyzer did not name the SIGKILLed rank 2 (died) from its ring file"; exit 1; }
+  # Its ring file still holds its last operation (records written before the watchdog allocated
+  # the file's rings whole are found where they wrapped).
+  grep -q '^rank 0 of "pp_d1" (global rank 2 on host node-b, pid [0-9]*) was last in: Send' <<<"$part2" ||
+    { echo "check-demo: part 2: the dead rank's ring file does not show its last Send"; exit 1; }
   [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 2 ] ||
     { echo "check-demo: part 2: expected exactly rank 2's two ring files in demo-rings"; exit 1; }
 fi

@@ -31,7 +31,9 @@ static void add_hex(cJSON *o, const char *key, uint64_t v) {
 }
 
 /* Every slot that holds a complete record of its own ticket, oldest first; the others counted. */
-static rec_t *read_ring(const unsigned char *base, uint32_t cap, uint32_t *n, uint32_t *torn) {
+/* Every slot's record, by ticket. A record sits at its ticket modulo the capacity, or modulo
+ * `wrap` (a power of two, 0 for none) when it was written before the ring was allocated whole. */
+static rec_t *read_ring(const unsigned char *base, uint32_t cap, uint32_t wrap, uint32_t *n, uint32_t *torn) {
   rec_t *out = malloc(sizeof(rec_t) * (cap ? cap : 1));
   *n = *torn = 0;
   if (!out) return NULL;
@@ -40,7 +42,8 @@ static rec_t *read_ring(const unsigned char *base, uint32_t cap, uint32_t *n, ui
     memcpy(w, base + (size_t)i * sizeof(wd_record), sizeof w);
     if (w[0] == 0) continue; /* never written */
     uint64_t ticket = w[0] / 2 - 1;
-    if ((w[0] & 1) || w[0] < 2 || (ticket & (cap - 1)) != i ||
+    int placed = (ticket & (cap - 1)) == i || (wrap && (ticket & (wrap - 1)) == i);
+    if ((w[0] & 1) || w[0] < 2 || !placed ||
         (uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(ticket, w)) {
       (*torn)++;
       continue;
@@ -104,7 +107,8 @@ static cJSON *ring_json(const rec_t *recs, uint32_t n, uint32_t torn, uint32_t c
   uint64_t written = n ? recs[n - 1].ticket + 1 : 0;
   cJSON_AddNumberToObject(o, "capacity", cap);
   cJSON_AddNumberToObject(o, "written", (double)written);
-  cJSON_AddNumberToObject(o, "lost", (double)(written > cap ? written - cap : 0));
+  /* Overwritten: a lap of the ring, or wrapped over before it was allocated whole. */
+  cJSON_AddNumberToObject(o, "lost", (double)(written > (uint64_t)n + torn ? written - n - torn : 0));
   cJSON_AddNumberToObject(o, "torn", torn);
   cJSON_AddItemToObject(o, "records", records_json(recs, n, strs, mono_ref));
   return o;
@@ -225,8 +229,12 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   h.host[sizeof h.host - 1] = h.comm_name[sizeof h.comm_name - 1] = h.gpu_uuid[sizeof h.gpu_uuid - 1] = '\0';
 
   uint32_t n1, t1, n2, t2;
-  rec_t *r1 = read_ring((const unsigned char *)data + h.ring_off, h.ring_cap, &n1, &t1);
-  rec_t *r2 = read_ring((const unsigned char *)data + h.proxy_ring_off, h.proxy_ring_cap, &n2, &t2);
+  uint32_t wrap = h.version >= 3 ? h.wrap_records : 0;
+  if (wrap & (wrap - 1)) wrap = 0; /* not a size the plugin writes: no wrapped records */
+  rec_t *r1 = read_ring((const unsigned char *)data + h.ring_off, h.ring_cap, wrap < h.ring_cap ? wrap : 0,
+                        &n1, &t1);
+  rec_t *r2 = read_ring((const unsigned char *)data + h.proxy_ring_off, h.proxy_ring_cap,
+                        wrap < h.proxy_ring_cap ? wrap : 0, &n2, &t2);
   if (!r1 || !r2) {
     free(r1);
     free(r2);
