@@ -79,6 +79,15 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
     const uint64_t *src = (const uint64_t *)&r->recs[t & m];
     uint64_t want = 2 * t + 2;
     uint64_t turn = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
+    /* A writer that read the ring's size on the other side of its growth put it at the other
+     * place (the watchdog may be held up between setting ready_from and ready). */
+    if (turn != want && ready != r->ready0) {
+      const uint64_t *alt = (const uint64_t *)&r->recs[t & ((t < ready_from ? ready : r->ready0) - 1)];
+      if (__atomic_load_n(&alt[0], __ATOMIC_ACQUIRE) == want) {
+        src = alt;
+        turn = want;
+      }
+    }
     uint64_t w[WD_RECORD_WORDS];
     if (turn == want) {
       for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);

@@ -159,8 +159,21 @@ static void test_backed_part(void) {
   CU_ASSERT_EQUAL(lost, 24);
   for (uint32_t i = 0; i < 16; i++) CU_ASSERT_EQUAL(out[i].turn, 2 * (uint64_t)(24 + i) + 2);
   for (uint32_t i = 16; i < n; i++) CU_ASSERT_EQUAL(out[i].turn, 2 * (uint64_t)(40 + i - 16) + 2);
+  /* The watchdog held up between its two stores (ready_from, then ready): a writer meanwhile
+   * still wraps within the old size, and the reader finds its records there. */
+  wd_ring_destroy(&r);
+  memset(mem, 0, 64 * sizeof(wd_record));
+  wd_ring_init_at(&r, 64, mem, 16);
+  write_recs(&r, 1, 20);
+  atomic_store(&r.ready_from, atomic_load(&r.head));
+  write_recs(&r, 2, 5); /* tickets 20..24, at 4..8 */
+  atomic_store(&r.ready, 64);
+  n = wd_ring_snapshot(&r, out, 64, &torn, &lost);
+  CU_ASSERT_EQUAL(n, 16); /* 9..24: the newest 16 of the small ring */
+  CU_ASSERT_EQUAL(torn, 0);
+  CU_ASSERT_EQUAL(out[n - 1].turn, 2 * (uint64_t)24 + 2);
+  write_recs(&r, 1, 64 + 25); /* a lap on the grown ring */
   /* A whole lap later the early part is gone, counted lost. */
-  write_recs(&r, 1, 64);
   n = wd_ring_snapshot(&r, out, 64, &torn, &lost);
   CU_ASSERT_EQUAL(n, 64);
   CU_ASSERT_EQUAL(lost, 114 - 64);
