@@ -57,22 +57,9 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
   req->rec.peer = -1;
 }
 
-/* Fields common to v4, v5 and v6 (the union members they share). */
+/* Fields common to v4, v5 and v6 (the union members they share), beyond the proxy thread's types
+ * that wd_child_start takes before the switch. */
 #define WD_FILL_COMMON(req, d)                                                                 \
-  case WD_T_PROXYOP:                                                                           \
-    (req)->pid = (d)->proxyOp.pid;                                                             \
-    (req)->rec.pid = (d)->proxyOp.pid;                                                         \
-    (req)->rec.channel = (d)->proxyOp.channelId;                                               \
-    (req)->rec.peer = (d)->proxyOp.peer;                                                       \
-    (req)->rec.n = (d)->proxyOp.nSteps;                                                        \
-    (req)->rec.count = (uint64_t)(d)->proxyOp.chunkSize;                                       \
-    if ((d)->proxyOp.isSend) (req)->rec.flags |= WD_F_SEND;                                    \
-    break;                                                                                     \
-  case WD_T_PROXYSTEP: (req)->rec.n = (d)->proxyStep.step; break;                              \
-  case WD_T_KERNELCH:                                                                          \
-    (req)->rec.channel = (d)->kernelCh.channelId;                                              \
-    (req)->rec.a = (d)->kernelCh.pTimer;                                                       \
-    break;                                                                                     \
   case WD_T_NETPLUGIN: (req)->rec.a = (uint64_t)(d)->netPlugin.id; break;
 
 /* Fields of the v5 members (also in v6). */
