@@ -19,6 +19,22 @@
 
 static char g_dir[256];
 
+/* Coll starts seq 0..n-1 (AllReduce, ncclFloat32 from the file's string table), 1 us apart. */
+static void put_colls(wd_ring *r, uint64_t t0, int n) {
+  for (int i = 0; i < n; i++) {
+    wd_record rec;
+    memset(&rec, 0, sizeof rec);
+    rec.type = WD_T_COLL;
+    rec.phase = WD_PH_START;
+    rec.func = 1;
+    rec.dtype = 2;
+    rec.a = (uint64_t)i;
+    rec.ts_ns = t0 + (uint64_t)i * 1000;
+    rec.count = 1024;
+    wd_ring_write(r, &rec);
+  }
+}
+
 /* A file for comm 0xabc rank 2 of 4: 40 Coll starts (seq 0..39) through a 16-record ring, 5
  * ProxyOp starts in the proxy ring. Returns its bytes (malloc'ed). */
 static char *make_file(size_t *len, char *path, size_t path_len) {
@@ -44,18 +60,7 @@ static char *make_file(size_t *len, char *path, size_t path_len) {
   h->nseq = 1;
   h->seq[0] = (wd_rf_seq){.func = 1, .enqueued = 38, .completed = 37};
   wd_ringfile_live_end(&f);
-  for (int i = 0; i < 40; i++) {
-    wd_record rec;
-    memset(&rec, 0, sizeof rec);
-    rec.type = WD_T_COLL;
-    rec.phase = WD_PH_START;
-    rec.func = 1;
-    rec.dtype = 2;
-    rec.a = (uint64_t)i;
-    rec.ts_ns = h->bind_mono_ns + (uint64_t)i * 1000;
-    rec.count = 1024;
-    wd_ring_write(&r, &rec);
-  }
+  put_colls(&r, h->bind_mono_ns, 40);
   for (int i = 0; i < 5; i++) {
     wd_record rec;
     memset(&rec, 0, sizeof rec);
@@ -90,15 +95,7 @@ static void test_wrapped(void) {
   h->nranks = 2;
   h->comm_id = 0xabd;
   wd_ringfile_seal_identity(&f);
-  for (int i = 0; i < 300; i++) {
-    wd_record rec;
-    memset(&rec, 0, sizeof rec);
-    rec.type = WD_T_COLL;
-    rec.phase = WD_PH_START;
-    rec.a = (uint64_t)i;
-    rec.ts_ns = h->bind_mono_ns + (uint64_t)i * 1000;
-    wd_ring_write(&r, &rec);
-  }
+  put_colls(&r, h->bind_mono_ns, 300);
   char why[256] = "";
   cJSON *doc = wd_az_ringfile_decode(f.base, (size_t)f.bytes, f.path, why, sizeof why);
   CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
