@@ -119,11 +119,14 @@ static inline wd_event *wd_event_slot_of(const void *h) {
   return (wd_event *)wd_arena_slot_at((uintptr_t)h & ~(uintptr_t)WD_TAG_MASK, sizeof(wd_event));
 }
 
-/* Whether slot ev (ours, from wd_event_slot_of) is live in the incarnation handle h names. */
+/* Whether slot ev (ours, from wd_event_slot_of) is in the incarnation handle h names. The tag
+ * alone decides: it moves on when a slot is freed or retired, so a handle NCCL was given stops
+ * matching then. What it does not catch (a free slot named by a forged handle, or one from 64
+ * incarnations ago) is harmless: a stop or a reference needs open or refs set, which a free slot
+ * has not, and a state stored there is overwritten when the slot is next allocated. */
 static inline int wd_event_matches(const wd_event *ev, const void *h) {
   uint32_t tag = (uint32_t)((uintptr_t)h & WD_TAG_MASK);
-  return (atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) == tag &&
-         atomic_load_explicit(&ev->live, memory_order_acquire);
+  return (atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) == tag;
 }
 
 /* The slot a handle names, or NULL when the handle is NULL, not ours, or stale. */
