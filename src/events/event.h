@@ -129,6 +129,19 @@ static inline int wd_event_matches(const wd_event *ev, const void *h) {
   return (atomic_load_explicit(&ev->tag, memory_order_acquire) & WD_TAG_MASK) == tag;
 }
 
+/* Whether h names a slot of ours in its current incarnation; *ev receives that slot. A flag and
+ * an out-pointer rather than a pointer or NULL: the hot path's callers then branch once, on the
+ * checks themselves, not again on the result. */
+static inline int wd_event_lookup(const void *h, wd_event **ev) {
+  uintptr_t a = (uintptr_t)h & ~(uintptr_t)WD_TAG_MASK;
+  uintptr_t off = a - wd_arena.base; /* wraps to a huge value below base (and for NULL) */
+  if (off >= atomic_load_explicit(&wd_arena.committed, memory_order_acquire) ||
+      off % sizeof(wd_event) != 0)
+    return 0;
+  *ev = (wd_event *)a;
+  return wd_event_matches(*ev, h);
+}
+
 /* The slot a handle names, or NULL when the handle is NULL, not ours, or stale. */
 static inline wd_event *wd_event_from_handle(void *h) {
   wd_event *ev = wd_event_slot_of(h);

@@ -86,6 +86,7 @@ static inline wd_event *wd_pool_alloc(wd_pool *p) {
   uint32_t idx = atomic_load_explicit(&c->val, memory_order_relaxed);
   atomic_store_explicit(&c->seq, pos + p->qmask + 1, memory_order_release);
   wd_event *ev = wd_pool_at(p, idx);
+  if (ev == NULL) __builtin_unreachable(); /* a queued index names a slot: callers skip the test */
   /* Only the thread that popped the slot writes seq, tag and live until it is freed again. */
   atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
                         memory_order_relaxed); /* odd: initialising */

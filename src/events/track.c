@@ -81,20 +81,24 @@ static inline void wd_slot_open(wd_event *ev, uint32_t refs) {
   atomic_store_explicit(&ev->refs, refs, memory_order_release);
 }
 
-/* Take a reference on parent slot p (already range-checked) if it is live in the incarnation the
- * handle names and not completed (refs == 0), then re-check the incarnation. */
-static inline __attribute__((always_inline)) wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
-  if (!wd_event_matches(p, parent_handle)) return NULL;
+/* Take a reference on slot p, already found to match parent_handle (wd_event_lookup), if it is
+ * not completed (refs == 0), then re-check the incarnation. 1 when taken. */
+static inline __attribute__((always_inline)) int wd_ref_matched(wd_event *p, void *parent_handle) {
   uint32_t r = atomic_load_explicit(&p->refs, memory_order_relaxed);
   do {
-    if (r == 0) return NULL;
+    if (r == 0) return 0;
   } while (!atomic_compare_exchange_weak_explicit(&p->refs, &r, r + 1, memory_order_acq_rel,
                                                   memory_order_relaxed));
   if (!wd_event_matches(p, parent_handle)) {
     wd_event_unref(p);
-    return NULL;
+    return 0;
   }
-  return p;
+  return 1;
+}
+
+/* The same for parent slot p (already range-checked) and the incarnation the handle names. */
+static inline wd_event *wd_try_ref(wd_event *p, void *parent_handle) {
+  return wd_event_matches(p, parent_handle) && wd_ref_matched(p, parent_handle) ? p : NULL;
 }
 
 static void wd_complete_root(wd_event *ev) {
@@ -392,15 +396,16 @@ static __attribute__((noinline)) void *wd_child_start_slow(void *context, void *
 void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t count,
                            uint64_t n_pid, uint64_t meta) {
   wd_context *ctx = (wd_context *)context;
-  wd_event *pslot = wd_event_slot_of(parent_obj);
-  wd_event *parent;
+  wd_event *pslot;
   unsigned type = (uint8_t)meta;
   /* As in wd_track_start: a parent live in one of ctx's pools proves ctx is live and ours; a
    * ProxyOp of another process (PXN) is kept apart. */
-  if (__builtin_expect(pslot == NULL || __atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
+  if (__builtin_expect(!wd_event_lookup(parent_obj, &pslot), 0) ||
+      __builtin_expect(__atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
       __builtin_expect(type == WD_T_PROXYOP && (int32_t)(n_pid >> 32) != wd_store.pid, 0) ||
-      __builtin_expect((parent = wd_try_ref(pslot, parent_obj)) == NULL, 0))
+      __builtin_expect(!wd_ref_matched(pslot, parent_obj), 0))
     return wd_child_start_slow(context, parent_obj, a, count, n_pid, meta);
+  wd_event *parent = pslot;
   wd_event *ev = wd_pool_alloc(&ctx->proxy_pool);
   if (__builtin_expect(ev == NULL, 0)) {
     atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
@@ -439,8 +444,8 @@ static __attribute__((noinline)) void wd_count_stale(void *handle) {
 }
 
 void wd_track_stop(void *handle) {
-  wd_event *ev = wd_event_from_handle(handle);
-  if (ev == NULL) {
+  wd_event *ev;
+  if (!wd_event_lookup(handle, &ev)) {
     wd_count_stale(handle);
     return;
   }
@@ -473,8 +478,8 @@ static __attribute__((noinline)) void wd_state_record(wd_event *ev, unsigned typ
 }
 
 void wd_track_state(void *handle, int state, const void *args) {
-  wd_event *ev = wd_event_from_handle(handle);
-  if (ev == NULL) {
+  wd_event *ev;
+  if (!wd_event_lookup(handle, &ev)) {
     wd_count_stale(handle);
     return;
   }

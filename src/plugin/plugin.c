@@ -213,8 +213,11 @@ static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEvent
   return ncclSuccess;
 }
 
+/* Stop and state need no check that the plugin is running: a handle is followed only when it
+ * names a live slot in the arena, and every slot is retired (its tag moved on) before the last
+ * finalize returns (pool.c, wd_pool_retire), so a late call finds a stale handle. */
 static ncclResult_t wd_stop(void *eHandle) {
-  if (eHandle && atomic_load_explicit(&wd_store_active, memory_order_acquire)) wd_track_stop(eHandle);
+  wd_track_stop(eHandle);
   return ncclSuccess;
 }
 
@@ -228,7 +231,6 @@ _Static_assert(offsetof(ncclProfilerEventStateArgs_t, proxyStep.transSize) == 0 
 
 static ncclResult_t wd_record_state(void *eHandle, ncclProfilerEventState_t eState,
                                     ncclProfilerEventStateArgs_t *eStateArgs) {
-  if (!eHandle || !atomic_load_explicit(&wd_store_active, memory_order_acquire)) return ncclSuccess;
   wd_track_state(eHandle, (int)eState, eStateArgs);
   return ncclSuccess;
 }
