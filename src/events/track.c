@@ -120,8 +120,8 @@ static void wd_complete_root(wd_event *ev) {
     wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed));
 }
 
-void wd_event_unref(wd_event *ev) {
-  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return;
+int wd_event_unref(wd_event *ev) {
+  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return 0;
   if (atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT) wd_complete_root(ev);
   if (ev->ctx == NULL) {
     uint64_t raw = wd_event_raw(ev);
@@ -131,7 +131,7 @@ void wd_event_unref(wd_event *ev) {
   ev->parent = NULL;
   atomic_store_explicit(&ev->root, NULL, memory_order_relaxed);
   wd_pool_free(ev->pool, ev);
-  if (parent) wd_event_unref(parent);
+  return parent ? wd_event_unref(parent) : 0;
 }
 
 void wd_event_release_hold(wd_event *ev) {
@@ -140,7 +140,8 @@ void wd_event_release_hold(wd_event *ev) {
 
 /* The stop record: the start record with phase, time, thread, last state and flags. Returns the
  * event's type. */
-static unsigned wd_write_stop(wd_event *ev, uint64_t now, uint8_t extra_flags) {
+static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev, uint64_t now,
+                                                                    uint8_t extra_flags) {
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
   uint64_t tags = v[WD_RECW_TAGS] | ((uint64_t)extra_flags << 24);
@@ -169,8 +170,8 @@ static inline void wd_release_if_done(wd_event *op) {
     wd_event_release_hold(op);
 }
 
-/* What a child's stop means for its parent. */
-static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
+/* What a child's stop means for its parent. Returns 0 (a tail call for the entry points). */
+static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
   unsigned type = wd_write_stop(ev, now, extra_flags);
   wd_event *parent = ev->parent;
   if (parent) {
@@ -195,8 +196,11 @@ static void wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
     if (token && ev->ctx) wd_launch_end(&ev->ctx->launches, token);
   }
   wd_progress(ev, now);
-  wd_event_unref(ev);
+  return wd_event_unref(ev);
 }
+
+/* NCCL's stop, once claimed: out of line, so the entry point needs no stack frame. */
+static __attribute__((noinline)) int wd_close_now(wd_event *ev) { return wd_close(ev, wd_now_ns(), 0); }
 
 int wd_event_abandon(wd_event *ev, uint64_t now) {
   uint32_t o = atomic_load_explicit(&ev->open, memory_order_acquire);
@@ -375,8 +379,8 @@ void *wd_track_start(wd_start_req *req) {
 }
 
 /* The generic start for what wd_track_child_start could not take (no live parent of ctx). */
-static __attribute__((noinline)) void *wd_child_start_slow(void *context, void *parent_obj, uint64_t a,
-                                                           uint64_t count, uint64_t n_pid, uint64_t meta) {
+static __attribute__((noinline)) int wd_child_start_slow(void *context, void **out, void *parent_obj,
+                                                         uint64_t val, uint64_t n_pid, uint64_t meta) {
   wd_start_req req;
   memset(&req, 0, sizeof req);
   req.context = context;
@@ -386,15 +390,16 @@ static __attribute__((noinline)) void *wd_child_start_slow(void *context, void *
   req.rec.flags = (uint8_t)(meta >> 8);
   req.rec.channel = (uint8_t)(meta >> 16);
   req.rec.peer = (int32_t)(meta >> 32);
-  req.rec.a = a;
-  req.rec.count = count;
+  if (req.rec.type == WD_T_PROXYOP) req.rec.count = val;
+  else req.rec.a = val;
   req.rec.n = (int32_t)n_pid;
   req.rec.pid = req.pid;
-  return wd_track_start(&req);
+  *out = wd_track_start(&req);
+  return 0;
 }
 
-void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t count,
-                           uint64_t n_pid, uint64_t meta) {
+int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
+                         uint64_t meta) {
   wd_context *ctx = (wd_context *)context;
   wd_event *pslot;
   unsigned type = (uint8_t)meta;
@@ -404,13 +409,14 @@ void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t
       __builtin_expect(__atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
       __builtin_expect(type == WD_T_PROXYOP && (int32_t)(n_pid >> 32) != wd_store.pid, 0) ||
       __builtin_expect(!wd_ref_matched(pslot, parent_obj), 0))
-    return wd_child_start_slow(context, parent_obj, a, count, n_pid, meta);
+    return wd_child_start_slow(context, out, parent_obj, val, n_pid, meta);
   wd_event *parent = pslot;
   wd_event *ev = wd_pool_alloc(&ctx->proxy_pool);
   if (__builtin_expect(ev == NULL, 0)) {
     atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
     wd_event_unref(parent);
-    return NULL;
+    *out = NULL;
+    return 0;
   }
   uint64_t now = wd_now_ns();
   wd_event *root = wd_child_started(parent, type, now);
@@ -419,8 +425,8 @@ void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t
   /* The record a generic start would write, built in registers. */
   uint64_t w[WD_RECORD_WORDS] = {0};
   w[WD_RECW_TS] = now;
-  w[WD_RECW_A] = a;
-  w[WD_RECW_COUNT] = count;
+  w[WD_RECW_A] = type == WD_T_PROXYOP ? 0 : val;
+  w[WD_RECW_COUNT] = type == WD_T_PROXYOP ? val : 0;
   w[WD_RECW_SLOT] = wd_recw_pair(ev->slot_id, parent->slot_id);
   w[WD_RECW_TID] = wd_recw_pair((uint32_t)wd_tid(), (uint32_t)(meta >> 32));
   w[WD_RECW_N] = n_pid;
@@ -430,36 +436,35 @@ void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t
   for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
   /* No ring record now: the stop writes the span (record.h). */
   wd_event_publish(ev);
-  return wd_event_handle(ev);
+  *out = wd_event_handle(ev);
+  return 0;
 }
 
 /* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
  * ignored, and counted on the communicator the slot belongs to (immutable, memory still ours). */
-static __attribute__((noinline)) void wd_count_stale(void *handle) {
+static __attribute__((noinline)) int wd_count_stale(void *handle) {
   const wd_event *slot = wd_event_slot_of(handle);
-  if (slot == NULL) return; /* NULL or not ours: no communicator to count it on */
+  if (slot == NULL) return 0; /* NULL or not ours: no communicator to count it on */
   wd_context *ctx = __atomic_load_n(&slot->ctx, __ATOMIC_RELAXED);
   /* Only a live context: a finalized one may be gone, and nobody reads its count any more. */
   if (ctx && wd_registry_has(ctx)) atomic_fetch_add_explicit(&ctx->stale, 1, memory_order_relaxed);
+  return 0;
 }
 
-void wd_track_stop(void *handle) {
+int wd_track_stop(void *handle) {
   wd_event *ev;
-  if (!wd_event_lookup(handle, &ev)) {
-    wd_count_stale(handle);
-    return;
-  }
+  if (!wd_event_lookup(handle, &ev)) return wd_count_stale(handle);
   /* Closes the incarnation the handle names, not a later one the slot was reused for. */
   uint32_t o = WD_OPEN((uint32_t)(uintptr_t)handle);
   if (!atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
                                                memory_order_relaxed))
-    return;
-  wd_close(ev, wd_now_ns(), 0);
+    return 0;
+  return wd_close_now(ev);
 }
 
 /* A state record in the ring (operation-level types, ProxyCtrl): kept out of line so the common
  * in-slot state needs no stack frame. */
-static __attribute__((noinline)) void wd_state_record(wd_event *ev, unsigned type, unsigned st,
+static __attribute__((noinline)) int wd_state_record(wd_event *ev, unsigned type, unsigned st,
                                                       const void *args) {
   uint64_t now = wd_now_ns();
   uint64_t v[WD_RECORD_WORDS];
@@ -475,14 +480,12 @@ static __attribute__((noinline)) void wd_state_record(wd_event *ev, unsigned typ
   atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
   atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
+  return 0;
 }
 
-void wd_track_state(void *handle, int state, const void *args) {
+int wd_track_state(void *handle, int state, const void *args) {
   wd_event *ev;
-  if (!wd_event_lookup(handle, &ev)) {
-    wd_count_stale(handle);
-    return;
-  }
+  if (!wd_event_lookup(handle, &ev)) return wd_count_stale(handle);
   unsigned st = state >= 0 && state < 255 ? (unsigned)state : 255u;
   unsigned type = wd_event_type(ev);
   /* The proxy thread's states (half of all callbacks) stay in the event's own slot: the live
@@ -496,7 +499,7 @@ void wd_track_state(void *handle, int state, const void *args) {
       atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
     }
     atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
-    return;
+    return 0;
   }
-  wd_state_record(ev, type, st, args);
+  return wd_state_record(ev, type, st, args);
 }

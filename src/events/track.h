@@ -26,21 +26,25 @@ typedef struct wd_start_req {
 void *wd_track_start(wd_start_req *req);
 /* The common start: a ProxyStep, KernelCh or ProxyOp under a live parent of the same
  * communicator, without the general request (anything else goes the general way). Its fields
- * as in wd_record, packed into registers: n_pid = n | pid << 32, meta = wd_child_meta(). */
+ * as in wd_record, packed into registers: val = a for a KernelCh, count for a ProxyOp (the other
+ * is 0; a ProxyStep has neither), n_pid = n | pid << 32, meta = wd_child_meta(). Stores the
+ * handle (or NULL) in *out and returns 0, always: the entry point returns that as ncclSuccess, a
+ * tail call. */
 static inline uint64_t wd_child_meta(unsigned type, unsigned flags, unsigned channel, int32_t peer) {
   return type | (flags << 8) | (channel << 16) | ((uint64_t)(uint32_t)peer << 32);
 }
-void *wd_track_child_start(void *context, void *parent_obj, uint64_t a, uint64_t count,
-                           uint64_t n_pid, uint64_t meta);
-void wd_track_stop(void *handle);
+int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
+                         uint64_t meta);
+/* Stop and state return 0, always: the entry points return it as ncclSuccess (tail calls). */
+int wd_track_stop(void *handle);
 /* A state change: NCCL's state id and its arguments, NULL when NCCL gave none (a union whose
  * members all begin at its start: ProxyStep transSize / KernelCh pTimer read as the whole word,
  * ProxyCtrl appendedProxyOps as its first int). Touches only the event's own slot: the watchdog
  * carries progress up to the root operation when it scans (stall.c). */
-void wd_track_state(void *handle, int state, const void *args);
+int wd_track_state(void *handle, int state, const void *args);
 
-/* Drop one reference; the last one completes the event and returns its slot. */
-void wd_event_unref(wd_event *ev);
+/* Drop one reference; the last one completes the event and returns its slot. Returns 0. */
+int wd_event_unref(wd_event *ev);
 /* Stop an event NCCL will never stop (watchdog only). Returns 1 if this call closed it. */
 int wd_event_abandon(wd_event *ev, uint64_t now);
 /* Release the kernel-channel hold of a root operation once. */

@@ -31,19 +31,21 @@ static inline unsigned wd_type_of(uint64_t bit) {
   return t < WD_T_COUNT ? t : WD_T_UNKNOWN;
 }
 
-/* The proxy-level members are the same in v4, v5 and v6. */
-#define wd_child_start(context, d, type)                                                       \
-  ((type) == WD_T_PROXYSTEP                                                                    \
-       ? wd_track_child_start((context), (d)->parentObj, 0, 0, (uint32_t)(d)->proxyStep.step,  \
-                              wd_child_meta((type), 0, 0, -1))                                 \
+/* The proxy-level members are the same in v4, v5 and v6. A tail call: the event layer stores
+ * the handle and returns 0 (ncclSuccess). */
+#define wd_child_start(context, eHandle, d, type)                                              \
+  ((ncclResult_t)((type) == WD_T_PROXYSTEP                                                     \
+       ? wd_track_child_start((context), (eHandle), (d)->parentObj, 0,                         \
+                              (uint32_t)(d)->proxyStep.step, wd_child_meta((type), 0, 0, -1))  \
    : (type) == WD_T_KERNELCH                                                                   \
-       ? wd_track_child_start((context), (d)->parentObj, (d)->kernelCh.pTimer, 0, 0,           \
+       ? wd_track_child_start((context), (eHandle), (d)->parentObj, (d)->kernelCh.pTimer, 0,   \
                               wd_child_meta((type), 0, (d)->kernelCh.channelId, -1))           \
        : wd_track_child_start(                                                                 \
-             (context), (d)->parentObj, 0, (uint64_t)(d)->proxyOp.chunkSize,                   \
+             (context), (eHandle), (d)->parentObj, (uint64_t)(d)->proxyOp.chunkSize,           \
              (uint32_t)(d)->proxyOp.nSteps | ((uint64_t)(uint32_t)(d)->proxyOp.pid << 32),     \
              wd_child_meta((type), (d)->proxyOp.isSend ? WD_F_SEND : 0,                        \
-                           (d)->proxyOp.channelId, (d)->proxyOp.peer)))
+                           (d)->proxyOp.channelId, (d)->proxyOp.peer))))
+_Static_assert(ncclSuccess == 0, "the event layer's 0 is ncclSuccess");
 
 static inline void wd_req_init(wd_start_req *req, void *context, void *parent, unsigned type) {
   /* Field by field: the record's ten words as stores the compiler inlines, not a memset call. */
@@ -103,23 +105,22 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
     (req)->rec.nChannels = (d)->p2p.nChannels;                                                 \
     break;
 
-static inline int wd_accepting(void *context, void **eHandle) {
-  if (eHandle) *eHandle = NULL;
-  return eHandle != NULL && context != NULL &&
-         atomic_load_explicit(&wd_store_active, memory_order_acquire);
+/* Whether a start can be taken; when not, its handle is NULL. Every path that goes on stores
+ * the handle (NULL when the event is dropped). */
+static inline int wd_accepting(void *context, void **eHandle, const void *d) {
+  if (eHandle == NULL) return 0;
+  if (context != NULL && d != NULL && atomic_load_explicit(&wd_store_active, memory_order_acquire))
+    return 1;
+  *eHandle = NULL;
+  return 0;
 }
 
-static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
-  if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
-  /* Most starts: the proxy thread's steps, ops and kernel channels, told apart first. */
-  if (d->type == ncclProfileProxyStep) {
-    *eHandle = wd_child_start(context, d, WD_T_PROXYSTEP);
-    return ncclSuccess;
-  }
-  if (d->type == ncclProfileKernelCh || d->type == ncclProfileProxyOp) {
-    *eHandle = wd_child_start(context, d, d->type == ncclProfileKernelCh ? WD_T_KERNELCH : WD_T_PROXYOP);
-    return ncclSuccess;
-  }
+/* The entry points below tell the proxy thread's types apart first (most starts) and hand them
+ * on as tail calls; the general decoding is out of line, so those need no stack frame. */
+
+static __attribute__((noinline)) ncclResult_t wd_start_general_v6(void *context, void **eHandle,
+                                                                 ncclProfilerEventDescr_v6_t *d) {
+  *eHandle = NULL;
   unsigned type = wd_type_of(d->type);
   if (type == WD_T_UNKNOWN) return ncclSuccess;
   wd_start_req req;
@@ -146,17 +147,17 @@ static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEvent
   return ncclSuccess;
 }
 
-static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
-  if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
-  /* Most starts: the proxy thread's steps, ops and kernel channels, told apart first. */
-  if (d->type == ncclProfileProxyStep) {
-    *eHandle = wd_child_start(context, d, WD_T_PROXYSTEP);
-    return ncclSuccess;
-  }
-  if (d->type == ncclProfileKernelCh || d->type == ncclProfileProxyOp) {
-    *eHandle = wd_child_start(context, d, d->type == ncclProfileKernelCh ? WD_T_KERNELCH : WD_T_PROXYOP);
-    return ncclSuccess;
-  }
+static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
+  if (!wd_accepting(context, eHandle, d)) return ncclSuccess;
+  if (d->type == ncclProfileProxyStep) return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);
+  if (d->type == ncclProfileKernelCh) return wd_child_start(context, eHandle, d, WD_T_KERNELCH);
+  if (d->type == ncclProfileProxyOp) return wd_child_start(context, eHandle, d, WD_T_PROXYOP);
+  return wd_start_general_v6(context, eHandle, d);
+}
+
+static __attribute__((noinline)) ncclResult_t wd_start_general_v5(void *context, void **eHandle,
+                                                                 ncclProfilerEventDescr_v5_t *d) {
+  *eHandle = NULL;
   unsigned type = wd_type_of(d->type);
   if (type == WD_T_UNKNOWN || type >= WD_T_CECOLL) return ncclSuccess;
   wd_start_req req;
@@ -170,17 +171,17 @@ static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEvent
   return ncclSuccess;
 }
 
-static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
-  if (!wd_accepting(context, eHandle) || d == NULL) return ncclSuccess;
-  /* Most starts: the proxy thread's steps, ops and kernel channels, told apart first. */
-  if (d->type == ncclProfileProxyStep) {
-    *eHandle = wd_child_start(context, d, WD_T_PROXYSTEP);
-    return ncclSuccess;
-  }
-  if (d->type == ncclProfileKernelCh || d->type == ncclProfileProxyOp) {
-    *eHandle = wd_child_start(context, d, d->type == ncclProfileKernelCh ? WD_T_KERNELCH : WD_T_PROXYOP);
-    return ncclSuccess;
-  }
+static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
+  if (!wd_accepting(context, eHandle, d)) return ncclSuccess;
+  if (d->type == ncclProfileProxyStep) return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);
+  if (d->type == ncclProfileKernelCh) return wd_child_start(context, eHandle, d, WD_T_KERNELCH);
+  if (d->type == ncclProfileProxyOp) return wd_child_start(context, eHandle, d, WD_T_PROXYOP);
+  return wd_start_general_v5(context, eHandle, d);
+}
+
+static __attribute__((noinline)) ncclResult_t wd_start_general_v4(void *context, void **eHandle,
+                                                                 ncclProfilerEventDescr_v4_t *d) {
+  *eHandle = NULL;
   unsigned type = wd_type_of(d->type);
   if (type == WD_T_UNKNOWN || type >= WD_T_GROUPAPI) return ncclSuccess;
   wd_start_req req;
@@ -213,12 +214,19 @@ static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEvent
   return ncclSuccess;
 }
 
+static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
+  if (!wd_accepting(context, eHandle, d)) return ncclSuccess;
+  if (d->type == ncclProfileProxyStep) return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);
+  if (d->type == ncclProfileKernelCh) return wd_child_start(context, eHandle, d, WD_T_KERNELCH);
+  if (d->type == ncclProfileProxyOp) return wd_child_start(context, eHandle, d, WD_T_PROXYOP);
+  return wd_start_general_v4(context, eHandle, d);
+}
+
 /* Stop and state need no check that the plugin is running: a handle is followed only when it
  * names a live slot in the arena, and every slot is retired (its tag moved on) before the last
  * finalize returns (pool.c, wd_pool_retire), so a late call finds a stale handle. */
 static ncclResult_t wd_stop(void *eHandle) {
-  wd_track_stop(eHandle);
-  return ncclSuccess;
+  return (ncclResult_t)wd_track_stop(eHandle);
 }
 
 /* How wd_track_state reads NCCL's state arguments: every member starts at offset 0. */
@@ -231,8 +239,7 @@ _Static_assert(offsetof(ncclProfilerEventStateArgs_t, proxyStep.transSize) == 0 
 
 static ncclResult_t wd_record_state(void *eHandle, ncclProfilerEventState_t eState,
                                     ncclProfilerEventStateArgs_t *eStateArgs) {
-  wd_track_state(eHandle, (int)eState, eStateArgs);
-  return ncclSuccess;
+  return (ncclResult_t)wd_track_state(eHandle, (int)eState, eStateArgs);
 }
 
 static ncclResult_t wd_init_common(void **context, int abi, uint64_t commId, int *mask,
