@@ -492,7 +492,7 @@ int wd_track_state(void *handle, int state, const void *args) {
    * tree shows them, the stop record carries the last one and its value, the watchdog's scan
    * dates them (track.h). The verdicts read operation-level records only (analyzer: load.c,
    * op_level_kept). */
-  if (__builtin_expect(wd_state_in_slot(type), 1)) {
+  if (__builtin_expect(type == WD_T_PROXYSTEP, 1) || wd_state_in_slot(type)) { /* steps: most */
     if (args && type != WD_T_PROXYOP) {
       uint64_t value;
       memcpy(&value, args, sizeof value);
