@@ -529,6 +529,57 @@ static void test_stale_handles_ignored(void) {
   free_ctx(c);
 }
 
+/* The tag is the whole handle check (event.h, wd_event_matches). A handle that names a free slot
+ * with the tag its next incarnation will carry (forged, or 64 incarnations old) must still do no
+ * harm: its stop closes nothing, a child cannot hold the slot, and a state it stores there is
+ * gone when the slot is next handed out. */
+static void test_free_slot_matching_tag(void) {
+  wd_context *c = new_ctx("freetag", 0);
+  void *co = coll(c, NULL, "AllReduce", 0, 1);
+  void *op = proxyop(c, co, getpid(), 0, 1, 4, 1);
+  void *st = step(c, op, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  stop(st);
+  wd_event *fs = slot(st);
+  void *forged = (void *)((uintptr_t)fs | (atomic_load(&fs->tag) & WD_TAG_MASK));
+  CU_ASSERT_PTR_NOT_EQUAL(forged, st);
+  CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  uint32_t nfree = wd_pool_nfree(&c->proxy_pool);
+  uint64_t pring = ring_head(&c->proxy_ring);
+  uint32_t op_seen = atomic_load(&slot(op)->children_seen);
+  state(forged, ncclProfilerProxyStepRecvWait, 77);
+  stop(forged);
+  stop(forged);
+  CU_ASSERT_EQUAL(wd_pool_nfree(&c->proxy_pool), nfree); /* not freed a second time */
+  CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);   /* no span written */
+  CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  /* A child naming it is an orphan: a free slot cannot be referenced. */
+  void *orphan = step(c, forged, 1);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(orphan);
+  CU_ASSERT_TRUE(start_rec(orphan).flags & WD_F_ORPHAN);
+  CU_ASSERT_PTR_NULL(slot(orphan)->parent);
+  CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  CU_ASSERT_EQUAL(atomic_load(&slot(op)->children_seen), op_seen);
+  stop(orphan);
+  /* When the slot comes round again, the new step starts clean. */
+  void *again = NULL;
+  for (int i = 0; i < 100000 && again == NULL; i++) {
+    void *s2 = step(c, op, 2 + i);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s2);
+    if (slot(s2) == fs) again = s2;
+    else stop(s2);
+  }
+  CU_ASSERT_PTR_NOT_NULL_FATAL(again);
+  CU_ASSERT_PTR_EQUAL(again, forged); /* the tag it was forged with */
+  CU_ASSERT_EQUAL(atomic_load(&fs->state), 0xff);
+  CU_ASSERT_EQUAL(atomic_load(&fs->last_trans), 0);
+  CU_ASSERT_PTR_EQUAL(fs->parent, slot(op));
+  stop(again);
+  stop(op);
+  stop(co);
+  free_ctx(c);
+}
+
 static void test_null_and_unknown(void) {
   wd_context *c = new_ctx("nulls", 1);
   uint64_t ring = ring_head(&c->ring), pring = ring_head(&c->proxy_ring);
@@ -1361,6 +1412,7 @@ int main(void) {
   CU_add_test(s, "late ProxyOps keep the Coll", test_late_proxyops_keep_coll);
   CU_add_test(s, "parent slot not reused", test_parent_slot_not_reused);
   CU_add_test(s, "stale handles ignored", test_stale_handles_ignored);
+  CU_add_test(s, "a free slot named with its next tag", test_free_slot_matching_tag);
   CU_add_test(s, "NULL and unknown input", test_null_and_unknown);
   CU_add_test(s, "PXN: other pid", test_pxn_pid);
   CU_add_test(s, "foreign context never dereferenced", test_foreign_context);
