@@ -78,3 +78,8 @@ void wd_arena_release(void) {
   nfree = 0;
   pthread_mutex_unlock(&arena_lock);
 }
+
+void wd_arena_disown(void) {
+  /* No lock: the child has one thread, and the parent's holder of arena_lock does not exist. */
+  atomic_store_explicit(&wd_arena.committed, 0, memory_order_release);
+}

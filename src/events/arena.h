@@ -36,5 +36,9 @@ void *wd_arena_chunk_get(size_t bytes);
 void wd_arena_chunk_put(void *chunk);
 /* Unmap everything (library unload; no slot may be in use). */
 void wd_arena_release(void);
+/* In a forked child: every value NCCL hands back fails the range check from now on, so no handle
+ * inherited from the parent is followed (its slots are the child's copies, but its rings may be
+ * the parent's shared ring file). The memory stays mapped. */
+void wd_arena_disown(void);
 
 #endif

@@ -95,6 +95,8 @@ int wd_store_open(const wd_config *cfg) {
 void wd_store_quiesce(void) { atomic_store_explicit(&wd_store_active, 0, memory_order_release); }
 
 void wd_store_unlink_files(void) {
+  /* A forked child that exits normally runs this too: the files are its parent's. */
+  if (getpid() != wd_store.pid) return;
   /* trylock: exit() may run while another thread holds the lock; a file left behind is only
    * disk space, a deadlock at exit is not. */
   if (pthread_mutex_trylock(&wd_store.lock) != 0) return;

@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/gpu.h"
 #include "base/host.h"
+#include "events/arena.h"
 #include "events/budget.h"
 #include "events/store.h"
 #include "flightrec/record.h"
@@ -29,10 +30,12 @@ static int atfork_done;
 static wd_config config; /* loaded at each process-wide start; read by the store and the watchdog */
 
 /* In a forked child the parent's watchdog thread does not exist and its locks may be held by
- * threads that do not exist either: the plugin goes quiet in the child. */
+ * threads that do not exist either: the plugin goes quiet in the child. Starts are refused, and
+ * stop and state, which check only the handle, find none of ours. */
 static void on_fork_child(void) {
   forked_child = 1;
   wd_store_quiesce();
+  wd_arena_disown();
   wd_tid_forget();
 }
 

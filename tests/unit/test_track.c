@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "flightrec/strtab.h"
@@ -577,6 +578,57 @@ static void test_free_slot_matching_tag(void) {
   stop(again);
   stop(op);
   stop(co);
+  free_ctx(c);
+}
+
+/* A forked child: the plugin goes quiet there. Stop and state check only the handle, so the
+ * handles the child inherited must fail that check (its rings may be the parent's shared ring
+ * file), and the child's normal exit must leave the parent's ring files alone. The child reports
+ * through its exit status: a bit per check that failed. */
+static void test_forked_child_quiet(void) {
+  wd_context *c = new_ctx("forked", 0);
+  void *co = coll(c, NULL, "AllReduce", 0, 1);
+  void *op = proxyop(c, co, getpid(), 0, 1, 4, 1);
+  void *st = step(c, op, 0);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(st);
+  state(st, ncclProfilerProxyStepSendGPUWait, 5);
+  CU_ASSERT_NOT_EQUAL_FATAL(c->file.path[0], '\0'); /* rings in a file: the default */
+  char path[sizeof c->file.path];
+  snprintf(path, sizeof path, "%s", c->file.path);
+  fflush(NULL);
+  pid_t pid = fork();
+  CU_ASSERT_NOT_EQUAL_FATAL(pid, -1);
+  if (pid == 0) {
+    uint64_t pring = ring_head(&c->proxy_ring);
+    int bad = 0;
+    ncclProfilerEventStateArgs_v5_t a;
+    memset(&a, 0, sizeof a);
+    a.proxyStep.transSize = 9;
+    ncclProfiler_v5.recordEventState(st, ncclProfilerProxyStepSendWait, &a);
+    ncclProfiler_v5.stopEvent(st);
+    ncclProfiler_v5.stopEvent(op);
+    if (atomic_load(&slot(st)->open) == 0 || atomic_load(&slot(op)->open) == 0) bad |= 1;
+    if (atomic_load(&slot(st)->state) != ncclProfilerProxyStepSendGPUWait ||
+        atomic_load(&slot(st)->last_trans) != 5)
+      bad |= 2;
+    if (ring_head(&c->proxy_ring) != pring) bad |= 4;
+    ncclProfilerEventDescr_v5_t d;
+    descr(&d, ncclProfileProxyStep, op);
+    void *h = (void *)1;
+    ncclProfiler_v5.startEvent(c, &h, &d);
+    if (h != NULL) bad |= 8;
+    exit(bad); /* a normal exit: the plugin's destructor runs in the child */
+  }
+  int status = 0;
+  CU_ASSERT_EQUAL(waitpid(pid, &status, 0), pid);
+  CU_ASSERT_TRUE(WIFEXITED(status));
+  CU_ASSERT_EQUAL(WEXITSTATUS(status), 0);
+  CU_ASSERT_EQUAL(access(path, F_OK), 0); /* the parent's ring file is still there */
+  CU_ASSERT_TRUE(alive(st));
+  stop(st);
+  stop(op);
+  stop(co);
+  CU_ASSERT_FALSE(alive(st));
   free_ctx(c);
 }
 
@@ -1413,6 +1465,7 @@ int main(void) {
   CU_add_test(s, "parent slot not reused", test_parent_slot_not_reused);
   CU_add_test(s, "stale handles ignored", test_stale_handles_ignored);
   CU_add_test(s, "a free slot named with its next tag", test_free_slot_matching_tag);
+  CU_add_test(s, "a forked child follows no inherited handle", test_forked_child_quiet);
   CU_add_test(s, "NULL and unknown input", test_null_and_unknown);
   CU_add_test(s, "PXN: other pid", test_pxn_pid);
   CU_add_test(s, "foreign context never dereferenced", test_foreign_context);
