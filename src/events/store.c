@@ -111,6 +111,9 @@ void wd_store_unlink_files(void) {
 
 void wd_store_close(void) {
   wd_store_quiesce();
+  /* Stop and state check only the handle: the detach pool's tags move on before its ring and
+   * queue go, so a late call finds a stale handle rather than freed memory. */
+  wd_pool_retire(&wd_store.detached);
   wd_ring_destroy(&wd_store.detached_ring);
   wd_pool_destroy(&wd_store.detached);
   wd_blacklist_destroy(wd_store.detached_bl);
