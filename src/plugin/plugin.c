@@ -115,8 +115,21 @@ static inline int wd_accepting(void *context, void **eHandle, const void *d) {
   return 0;
 }
 
-/* The entry points below tell the proxy thread's types apart first (most starts) and hand them
- * on as tail calls; the general decoding is out of line, so those need no stack frame. */
+/* The entry points tell the proxy thread's types apart first (most starts) and hand them on as
+ * tail calls; the general decoding (wd_start_general_vN) is out of line, so those need no stack
+ * frame. */
+#define WD_START_ENTRY(v)                                                                      \
+  static ncclResult_t wd_start_v##v(void *context, void **eHandle,                             \
+                                    ncclProfilerEventDescr_v##v##_t *d) {                      \
+    if (!wd_accepting(context, eHandle, d)) return ncclSuccess;                                \
+    if (d->type == ncclProfileProxyStep)                                                       \
+      return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);                              \
+    if (d->type == ncclProfileKernelCh)                                                        \
+      return wd_child_start(context, eHandle, d, WD_T_KERNELCH);                               \
+    if (d->type == ncclProfileProxyOp)                                                         \
+      return wd_child_start(context, eHandle, d, WD_T_PROXYOP);                                \
+    return wd_start_general_v##v(context, eHandle, d);                                         \
+  }
 
 static __attribute__((noinline)) ncclResult_t wd_start_general_v6(void *context, void **eHandle,
                                                                  ncclProfilerEventDescr_v6_t *d) {
@@ -147,13 +160,7 @@ static __attribute__((noinline)) ncclResult_t wd_start_general_v6(void *context,
   return ncclSuccess;
 }
 
-static ncclResult_t wd_start_v6(void *context, void **eHandle, ncclProfilerEventDescr_v6_t *d) {
-  if (!wd_accepting(context, eHandle, d)) return ncclSuccess;
-  if (d->type == ncclProfileProxyStep) return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);
-  if (d->type == ncclProfileKernelCh) return wd_child_start(context, eHandle, d, WD_T_KERNELCH);
-  if (d->type == ncclProfileProxyOp) return wd_child_start(context, eHandle, d, WD_T_PROXYOP);
-  return wd_start_general_v6(context, eHandle, d);
-}
+WD_START_ENTRY(6)
 
 static __attribute__((noinline)) ncclResult_t wd_start_general_v5(void *context, void **eHandle,
                                                                  ncclProfilerEventDescr_v5_t *d) {
@@ -171,13 +178,7 @@ static __attribute__((noinline)) ncclResult_t wd_start_general_v5(void *context,
   return ncclSuccess;
 }
 
-static ncclResult_t wd_start_v5(void *context, void **eHandle, ncclProfilerEventDescr_v5_t *d) {
-  if (!wd_accepting(context, eHandle, d)) return ncclSuccess;
-  if (d->type == ncclProfileProxyStep) return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);
-  if (d->type == ncclProfileKernelCh) return wd_child_start(context, eHandle, d, WD_T_KERNELCH);
-  if (d->type == ncclProfileProxyOp) return wd_child_start(context, eHandle, d, WD_T_PROXYOP);
-  return wd_start_general_v5(context, eHandle, d);
-}
+WD_START_ENTRY(5)
 
 static __attribute__((noinline)) ncclResult_t wd_start_general_v4(void *context, void **eHandle,
                                                                  ncclProfilerEventDescr_v4_t *d) {
@@ -214,13 +215,7 @@ static __attribute__((noinline)) ncclResult_t wd_start_general_v4(void *context,
   return ncclSuccess;
 }
 
-static ncclResult_t wd_start_v4(void *context, void **eHandle, ncclProfilerEventDescr_v4_t *d) {
-  if (!wd_accepting(context, eHandle, d)) return ncclSuccess;
-  if (d->type == ncclProfileProxyStep) return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);
-  if (d->type == ncclProfileKernelCh) return wd_child_start(context, eHandle, d, WD_T_KERNELCH);
-  if (d->type == ncclProfileProxyOp) return wd_child_start(context, eHandle, d, WD_T_PROXYOP);
-  return wd_start_general_v4(context, eHandle, d);
-}
+WD_START_ENTRY(4)
 
 /* Stop and state need no check that the plugin is running: a handle is followed only when it
  * names a live slot in the arena, and every slot is retired (its tag moved on) before the last

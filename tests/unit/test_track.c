@@ -530,15 +530,35 @@ static void test_stale_handles_ignored(void) {
   free_ctx(c);
 }
 
+/* A Coll with one send ProxyOp and its first step open, on a fresh context. */
+typedef struct {
+  wd_context *c;
+  void *coll, *op, *step;
+} op_chain;
+
+static op_chain open_chain(const char *name) {
+  op_chain k;
+  k.c = new_ctx(name, 0);
+  k.coll = coll(k.c, NULL, "AllReduce", 0, 1);
+  k.op = proxyop(k.c, k.coll, getpid(), 0, 1, 4, 1);
+  k.step = step(k.c, k.op, 0);
+  return k;
+}
+
+static void close_chain(op_chain *k) {
+  stop(k->op);
+  stop(k->coll);
+  free_ctx(k->c);
+}
+
 /* The tag is the whole handle check (event.h, wd_event_matches). A handle that names a free slot
  * with the tag its next incarnation will carry (forged, or 64 incarnations old) must still do no
  * harm: its stop closes nothing, a child cannot hold the slot, and a state it stores there is
  * gone when the slot is next handed out. */
 static void test_free_slot_matching_tag(void) {
-  wd_context *c = new_ctx("freetag", 0);
-  void *co = coll(c, NULL, "AllReduce", 0, 1);
-  void *op = proxyop(c, co, getpid(), 0, 1, 4, 1);
-  void *st = step(c, op, 0);
+  op_chain k = open_chain("freetag");
+  wd_context *c = k.c;
+  void *op = k.op, *st = k.step;
   CU_ASSERT_PTR_NOT_NULL_FATAL(st);
   stop(st);
   wd_event *fs = slot(st);
@@ -576,9 +596,7 @@ static void test_free_slot_matching_tag(void) {
   CU_ASSERT_EQUAL(atomic_load(&fs->last_trans), 0);
   CU_ASSERT_PTR_EQUAL(fs->parent, slot(op));
   stop(again);
-  stop(op);
-  stop(co);
-  free_ctx(c);
+  close_chain(&k);
 }
 
 /* A forked child: the plugin goes quiet there. Stop and state check only the handle, so the
@@ -586,10 +604,9 @@ static void test_free_slot_matching_tag(void) {
  * file), and the child's normal exit must leave the parent's ring files alone. The child reports
  * through its exit status: a bit per check that failed. */
 static void test_forked_child_quiet(void) {
-  wd_context *c = new_ctx("forked", 0);
-  void *co = coll(c, NULL, "AllReduce", 0, 1);
-  void *op = proxyop(c, co, getpid(), 0, 1, 4, 1);
-  void *st = step(c, op, 0);
+  op_chain k = open_chain("forked");
+  wd_context *c = k.c;
+  void *op = k.op, *st = k.step;
   CU_ASSERT_PTR_NOT_NULL_FATAL(st);
   state(st, ncclProfilerProxyStepSendGPUWait, 5);
   CU_ASSERT_NOT_EQUAL_FATAL(c->file.path[0], '\0'); /* rings in a file: the default */
@@ -626,10 +643,8 @@ static void test_forked_child_quiet(void) {
   CU_ASSERT_EQUAL(access(path, F_OK), 0); /* the parent's ring file is still there */
   CU_ASSERT_TRUE(alive(st));
   stop(st);
-  stop(op);
-  stop(co);
   CU_ASSERT_FALSE(alive(st));
-  free_ctx(c);
+  close_chain(&k);
 }
 
 static void test_null_and_unknown(void) {
