@@ -65,8 +65,13 @@ static void *salvaged(const char *dir, uint64_t comm_id) {
   for (int i = 0; i < n && !found; i++) {
     void *j = wdh_json_load(paths[i]);
     const char *id = j ? wdh_jstr(j, "comms.0.commId") : NULL;
-    if (id && strtoull(id, NULL, 16) == comm_id) found = j;
-    else wdh_json_free(j);
+    if (id && strtoull(id, NULL, 16) == comm_id) {
+      found = j;
+      /* A salvaged dump is a dump like any other (docs/dump-schema.json). */
+      WDH_CHECK(wdh_validate_dump(paths[i]) == 0, "%s does not validate", paths[i]);
+    } else {
+      wdh_json_free(j);
+    }
   }
   wdh_free_paths(paths, n);
   return found;

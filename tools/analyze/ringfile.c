@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "flightrec/ringfile.h"
 
@@ -58,6 +59,80 @@ static rec_t *read_ring(const unsigned char *base, uint32_t cap, uint32_t wrap, 
 
 static const char *sstr(char (*strs)[WD_RF_STRLEN], uint8_t id) { return strs[id]; }
 
+/* A record as the plugin's renderer writes it into a live dump (src/dump/render.c, put_record
+ * and put_type_fields for a ring record): a salvaged dump is read like any other. */
+static void add_parent(cJSON *o, uint32_t parent) {
+  if (parent == WD_SLOT_NONE) cJSON_AddNullToObject(o, "parent");
+  else if (parent == WD_SLOT_FOREIGN) cJSON_AddStringToObject(o, "parent", "foreign");
+  else cJSON_AddNumberToObject(o, "parent", parent);
+}
+
+static void add_call(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STRLEN], int with_seq) {
+  cJSON_AddStringToObject(o, "func", sstr(strs, r->func));
+  if (with_seq) cJSON_AddNumberToObject(o, "seq", (double)r->a);
+  cJSON_AddNumberToObject(o, "count", (double)r->count);
+  cJSON_AddStringToObject(o, "datatype", sstr(strs, r->dtype));
+}
+
+static void add_type_fields(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STRLEN]) {
+  int stop_rec = r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN;
+  switch (r->type) {
+  case WD_T_COLL:
+  case WD_T_CECOLL:
+    add_call(o, r, strs, 1);
+    cJSON_AddStringToObject(o, "algo", sstr(strs, r->algo));
+    cJSON_AddStringToObject(o, "proto", sstr(strs, r->proto));
+    cJSON_AddNumberToObject(o, "root", r->peer);
+    cJSON_AddNumberToObject(o, "nChannels", r->nChannels);
+    cJSON_AddNumberToObject(o, "nWarps", r->nWarps);
+    break;
+  case WD_T_P2P:
+    add_call(o, r, strs, 0);
+    cJSON_AddNumberToObject(o, "peer", r->peer);
+    cJSON_AddNumberToObject(o, "nChannels", r->nChannels);
+    break;
+  case WD_T_COLLAPI:
+    add_call(o, r, strs, 0);
+    cJSON_AddNumberToObject(o, "root", r->peer);
+    break;
+  case WD_T_P2PAPI: add_call(o, r, strs, 0); break;
+  case WD_T_GROUPAPI: cJSON_AddNumberToObject(o, "groupDepth", r->n); break;
+  case WD_T_PROXYOP:
+    cJSON_AddNumberToObject(o, "pid", r->pid);
+    cJSON_AddNumberToObject(o, "channel", r->channel);
+    cJSON_AddNumberToObject(o, "peer", r->peer);
+    cJSON_AddNumberToObject(o, "nSteps", r->n);
+    cJSON_AddNumberToObject(o, "chunkSize", (double)r->count);
+    cJSON_AddBoolToObject(o, "isSend", (r->flags & WD_F_SEND) != 0);
+    break;
+  case WD_T_PROXYSTEP:
+    cJSON_AddNumberToObject(o, "step", r->n);
+    if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "transSize", (double)r->a); /* older builds */
+    else if (stop_rec && r->state != 0xff) cJSON_AddNumberToObject(o, "transSize", (double)r->count);
+    break;
+  case WD_T_KERNELCH:
+    cJSON_AddNumberToObject(o, "channel", r->channel);
+    add_hex(o, "pTimer", r->a);
+    if (stop_rec && r->count) add_hex(o, "pTimerStop", r->count);
+    break;
+  case WD_T_PROXYCTRL:
+    if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "appendedProxyOps", r->n);
+    break;
+  case WD_T_NETPLUGIN: add_hex(o, "id", r->a); break;
+  case WD_T_CESYNC: cJSON_AddNumberToObject(o, "nRanks", r->n); break;
+  case WD_T_CEBATCH:
+    cJSON_AddNumberToObject(o, "numOps", r->n);
+    cJSON_AddNumberToObject(o, "totalBytes", (double)r->count);
+    break;
+  default: break;
+  }
+  if (r->flags & WD_F_DETACHED) add_hex(o, "raw", r->raw);
+  if (r->flags & WD_F_GRAPH) cJSON_AddBoolToObject(o, "graphCaptured", 1);
+  if (r->flags & WD_F_DETACHED) cJSON_AddBoolToObject(o, "detached", 1);
+  if (r->flags & WD_F_ORPHAN) cJSON_AddBoolToObject(o, "orphan", 1);
+  if (r->flags & WD_F_ABANDONED) cJSON_AddBoolToObject(o, "abandoned", 1);
+}
+
 static cJSON *records_json(const rec_t *recs, uint32_t n, char (*strs)[WD_RF_STRLEN], uint64_t mono_ref) {
   cJSON *arr = cJSON_CreateArray();
   for (uint32_t i = 0; arr && i < n; i++) {
@@ -69,33 +144,16 @@ static cJSON *records_json(const rec_t *recs, uint32_t n, char (*strs)[WD_RF_STR
     cJSON_AddStringToObject(o, "ph", wd_phase_name(r->phase));
     cJSON_AddStringToObject(o, "type", wd_type_name(r->type));
     cJSON_AddNumberToObject(o, "slot", r->slot);
+    add_parent(o, r->parent);
     cJSON_AddNumberToObject(o, "tid", r->tid);
-    if (r->type == WD_T_COLL || r->type == WD_T_CECOLL || r->type == WD_T_P2P ||
-        r->type == WD_T_COLLAPI || r->type == WD_T_P2PAPI) {
-      cJSON_AddStringToObject(o, "func", sstr(strs, r->func));
-      cJSON_AddStringToObject(o, "datatype", sstr(strs, r->dtype));
-      cJSON_AddNumberToObject(o, "count", (double)r->count);
-      if (r->type == WD_T_P2P) cJSON_AddNumberToObject(o, "peer", r->peer);
-      else cJSON_AddNumberToObject(o, "root", r->peer);
-      if (r->type == WD_T_COLL || r->type == WD_T_CECOLL) cJSON_AddNumberToObject(o, "seq", (double)r->a);
-    } else if (r->type == WD_T_PROXYOP) {
-      cJSON_AddNumberToObject(o, "channel", r->channel);
-      cJSON_AddNumberToObject(o, "peer", r->peer);
-      cJSON_AddNumberToObject(o, "nSteps", r->n);
-      cJSON_AddBoolToObject(o, "isSend", (r->flags & WD_F_SEND) != 0);
-    } else if (r->type == WD_T_PROXYSTEP) {
-      cJSON_AddNumberToObject(o, "step", r->n);
-    } else if (r->type == WD_T_KERNELCH) {
-      cJSON_AddNumberToObject(o, "channel", r->channel);
-    }
-    if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "stateId", r->state);
-    /* Proxy-level states stay in their slot; the stop carries the last one (track.h). */
+    if (r->phase == WD_PH_STATE)
+      cJSON_AddStringToObject(o, "state", wd_state_name(r->state));
+    else if ((r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN) && r->state != 0xff)
+      cJSON_AddStringToObject(o, "lastState", wd_state_name(r->state));
+    /* A span's start time is where a detached event keeps its foreign parent (never both). */
     if (r->phase == WD_PH_SPAN)
       cJSON_AddNumberToObject(o, "dur", (double)(r->ts_ns >= r->raw ? r->ts_ns - r->raw : 0));
-    if ((r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN) && r->state != 0xff) {
-      cJSON_AddNumberToObject(o, "lastStateId", r->state);
-      if (r->type == WD_T_PROXYSTEP) cJSON_AddNumberToObject(o, "transSize", (double)r->count);
-    }
+    add_type_fields(o, r, strs);
   }
   return arr;
 }
@@ -257,6 +315,16 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   cJSON_AddNumberToObject(root, "pid", h.pid);
   cJSON *time = cJSON_AddObjectToObject(root, "time");
   if (time) {
+    /* As the plugin writes it: UTC, nanoseconds. */
+    char wall[40] = "1970-01-01T00:00:00.000000000Z";
+    time_t secs = (time_t)(wall_ref / 1000000000ull);
+    struct tm tm;
+    if (gmtime_r(&secs, &tm)) {
+      char ymdhms[24];
+      strftime(ymdhms, sizeof ymdhms, "%Y-%m-%dT%H:%M:%S", &tm);
+      snprintf(wall, sizeof wall, "%s.%09uZ", ymdhms, (unsigned)(wall_ref % 1000000000ull));
+    }
+    cJSON_AddStringToObject(time, "wall", wall);
     add_hex(time, "wall_ns", wall_ref);
     add_hex(time, "mono_ns", mono_ref);
   }
@@ -287,8 +355,12 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
       }
     }
   }
+  /* Of the configuration, the file tells the ring sizes. */
   cJSON *cfg = cJSON_AddObjectToObject(root, "config");
-  (void)cfg;
+  if (cfg) {
+    cJSON_AddNumberToObject(cfg, "ringSize", h.ring_cap);
+    cJSON_AddNumberToObject(cfg, "proxyRingSize", h.proxy_ring_cap);
+  }
   cJSON *comms = cJSON_AddArrayToObject(root, "comms");
   cJSON *c = cJSON_CreateObject();
   if (!comms || !c) goto oom;
@@ -301,6 +373,9 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   cJSON_AddNumberToObject(c, "abi", h.abi);
   cJSON_AddNumberToObject(c, "cudaDev", h.cuda_dev);
   cJSON_AddStringToObject(c, "gpuUuid", h.gpu_uuid);
+  /* The file was bound to the communicator at its init. */
+  cJSON_AddNumberToObject(c, "initAgoMs", h.bind_mono_ns && h.bind_mono_ns < mono_ref
+                                              ? (double)(mono_ref - h.bind_mono_ns) / 1e6 : 0);
   uint64_t last = n1 ? r1[n1 - 1].r.ts_ns : 0;
   if (n2 && r2[n2 - 1].r.ts_ns > last) last = r2[n2 - 1].r.ts_ns;
   cJSON_AddNumberToObject(c, "sinceProgressMs", last ? (double)(mono_ref - last) / 1e6 : 0);
