@@ -33,6 +33,9 @@ if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
   # the file's rings whole are found where they wrapped).
   grep -q '^rank 0 of "pp_d1" (global rank 2 on host node-b, pid [0-9]*) was last in: Send' <<<"$part2" ||
     { echo "check-demo: part 2: the dead rank's ring file does not show its last Send"; exit 1; }
+  # The hung Recv is named without a sequence number (point-to-point operations have none).
+  grep -q '^  stuck in Recv: in flight on 1 (1)' <<<"$part2" ||
+    { echo "check-demo: part 2: pp_d1's stuck Recv is not reported as 'stuck in Recv: in flight on 1'"; exit 1; }
   [ "$(ls "$build/demo-rings" | grep -c '\.ring$')" -eq 2 ] ||
     { echo "check-demo: part 2: expected exactly rank 2's two ring files in demo-rings"; exit 1; }
 fi

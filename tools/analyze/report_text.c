@@ -169,9 +169,11 @@ static void print_comm(FILE *f, const wd_az_set *set, const wd_az_comm *c) {
   if (c->stuck) {
     char w[512], secs[32];
     wd_az_ranges(c->waiting, (size_t)c->nwaiting, w, sizeof(w));
-    fprintf(f, "  stuck in %s seq %" PRId64 ": in flight on %s (%d), longest without progress %s s\n",
-            wd_az_s(c->stuck_func), c->stuck_seq, w, c->nwaiting,
-            wd_az_secs(c->stalled_ms, secs, sizeof(secs)));
+    /* Point-to-point operations have no sequence number (-1). */
+    char seq[32] = "";
+    if (c->stuck_seq >= 0) snprintf(seq, sizeof seq, " seq %" PRId64, c->stuck_seq);
+    fprintf(f, "  stuck in %s%s: in flight on %s (%d), longest without progress %s s\n",
+            wd_az_s(c->stuck_func), seq, w, c->nwaiting, wd_az_secs(c->stalled_ms, secs, sizeof(secs)));
     print_stalled_tree(f, c);
   } else if (c->ninflight) {
     fprintf(f, "  %d rank%s with operations in flight, none stalled\n", c->ninflight,
