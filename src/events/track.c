@@ -171,7 +171,8 @@ static inline void wd_release_if_done(wd_event *op) {
 }
 
 /* What a child's stop means for its parent. Returns 0 (a tail call for the entry points). */
-static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t now, uint8_t extra_flags) {
+static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t now,
+                                                          uint8_t extra_flags) {
   unsigned type = wd_write_stop(ev, now, extra_flags);
   wd_event *parent = ev->parent;
   if (parent) {
@@ -200,7 +201,9 @@ static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t
 }
 
 /* NCCL's stop, once claimed: out of line, so the entry point needs no stack frame. */
-static __attribute__((noinline)) int wd_close_now(wd_event *ev) { return wd_close(ev, wd_now_ns(), 0); }
+static __attribute__((noinline)) int wd_close_now(wd_event *ev) {
+  return wd_close(ev, wd_now_ns(), 0);
+}
 
 int wd_event_abandon(wd_event *ev, uint64_t now) {
   uint32_t o = atomic_load_explicit(&ev->open, memory_order_acquire);
@@ -465,7 +468,7 @@ int wd_track_stop(void *handle) {
 /* A state record in the ring (operation-level types, ProxyCtrl): kept out of line so the common
  * in-slot state needs no stack frame. */
 static __attribute__((noinline)) int wd_state_record(wd_event *ev, unsigned type, unsigned st,
-                                                      const void *args) {
+                                                     const void *args) {
   uint64_t now = wd_now_ns();
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
