@@ -150,6 +150,7 @@ radd2=$(calc "%.0f" "${NS[ref2]} - ${NS[empty2]}")
 clocksrc=$(cat /sys/devices/system/clocksource/clocksource0/current_clocksource 2>/dev/null || echo unknown)
 mhz=$(sed -n 's/^cpu MHz[[:space:]]*: \([0-9]*\).*/\1/p' /proc/cpuinfo | head -1)
 echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)${mhz:+ at $mhz MHz}, $(uname -sr), clock source $clocksrc."
+[ -x "$BIN/bench_ops" ] && echo "Building blocks (one thread, best of 5): $($NICE "$BIN/bench_ops")."
 echo "Command: bench/run-bench.sh $BUILD$([ "$QUICK" = 1 ] && echo ' (BENCH_QUICK=1)')${NICE:+, timed runs at $NICE}."
 echo
 fadd1=$(calc "%.1f" "${NS[floor1]} - ${NS[empty1]}")
