@@ -74,6 +74,17 @@ static void add_call(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STRLEN], i
   cJSON_AddStringToObject(o, "datatype", sstr(strs, r->dtype));
 }
 
+/* A ProxyOp's fields, from a ring record or from the file's list of open events. */
+static void add_proxyop(cJSON *o, int32_t pid, unsigned channel, int32_t peer, int32_t nsteps,
+                        uint64_t chunk, unsigned flags) {
+  cJSON_AddNumberToObject(o, "pid", pid);
+  cJSON_AddNumberToObject(o, "channel", channel);
+  cJSON_AddNumberToObject(o, "peer", peer);
+  cJSON_AddNumberToObject(o, "nSteps", nsteps);
+  cJSON_AddNumberToObject(o, "chunkSize", (double)chunk);
+  cJSON_AddBoolToObject(o, "isSend", (flags & WD_F_SEND) != 0);
+}
+
 static void add_type_fields(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STRLEN]) {
   int stop_rec = r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN;
   switch (r->type) {
@@ -97,14 +108,7 @@ static void add_type_fields(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STR
     break;
   case WD_T_P2PAPI: add_call(o, r, strs, 0); break;
   case WD_T_GROUPAPI: cJSON_AddNumberToObject(o, "groupDepth", r->n); break;
-  case WD_T_PROXYOP:
-    cJSON_AddNumberToObject(o, "pid", r->pid);
-    cJSON_AddNumberToObject(o, "channel", r->channel);
-    cJSON_AddNumberToObject(o, "peer", r->peer);
-    cJSON_AddNumberToObject(o, "nSteps", r->n);
-    cJSON_AddNumberToObject(o, "chunkSize", (double)r->count);
-    cJSON_AddBoolToObject(o, "isSend", (r->flags & WD_F_SEND) != 0);
-    break;
+  case WD_T_PROXYOP: add_proxyop(o, r->pid, r->channel, r->peer, r->n, r->count, r->flags); break;
   case WD_T_PROXYSTEP:
     cJSON_AddNumberToObject(o, "step", r->n);
     if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "transSize", (double)r->a); /* older builds */
@@ -231,12 +235,7 @@ static void add_open(cJSON *comm, const wd_rf_header *h, int live_ok, uint64_t m
     else cJSON_AddStringToObject(o, "state", wd_state_name(e->state));
     cJSON_AddNumberToObject(o, "tid", e->tid);
     if (e->type == WD_T_PROXYOP) {
-      cJSON_AddNumberToObject(o, "pid", e->pid);
-      cJSON_AddNumberToObject(o, "channel", e->channel);
-      cJSON_AddNumberToObject(o, "peer", e->peer);
-      cJSON_AddNumberToObject(o, "nSteps", e->n);
-      cJSON_AddNumberToObject(o, "chunkSize", (double)e->count);
-      cJSON_AddBoolToObject(o, "isSend", (e->flags & WD_F_SEND) != 0);
+      add_proxyop(o, e->pid, e->channel, e->peer, e->n, e->count, e->flags);
       cJSON_AddNumberToObject(o, "stepsDone", e->steps_done);
     } else if (e->type == WD_T_PROXYSTEP) {
       cJSON_AddNumberToObject(o, "step", e->n);
