@@ -2,6 +2,7 @@
 #include "watchdog/fatal.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -143,6 +144,21 @@ void wd_fatal_term_chain(void) {
   }
   /* To the process: whichever thread has it unblocked takes the previous action. */
   kill(getpid(), SIGTERM);
+}
+
+void wd_fatal_thread_init(void) {
+  /* The thread starts with every signal blocked (process-directed ones belong to the
+   * application's threads). A fault this thread causes is its own, though: with SIGSEGV blocked
+   * the kernel would kill the process without running any handler, so neither the Python
+   * dumper's guard nor the crash record could act. */
+  sigset_t faults;
+  sigemptyset(&faults);
+  sigaddset(&faults, SIGSEGV);
+  sigaddset(&faults, SIGBUS);
+  sigaddset(&faults, SIGILL);
+  sigaddset(&faults, SIGFPE);
+  pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+  wd_fatal_altstack();
 }
 
 void wd_fatal_altstack(void) {

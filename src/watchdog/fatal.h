@@ -19,6 +19,9 @@ int wd_fatal_term_pending(void);
 /* Watchdog thread, after the dump (or the attempt): the previous SIGTERM action back, and the
  * signal raised again for it. */
 void wd_fatal_term_chain(void);
+/* The watchdog thread's own signal set-up, first thing: the faults it may cause itself
+ * (SIGSEGV, SIGBUS, SIGILL, SIGFPE) unblocked, and an alternate signal stack. */
+void wd_fatal_thread_init(void);
 /* Give the calling thread (the watchdog's) an alternate signal stack; released at its exit. */
 void wd_fatal_altstack(void);
 void wd_fatal_altstack_free(void);

@@ -338,7 +338,7 @@ static void wd_check_term(void) {
 
 static void *wd_main(void *arg) {
   (void)arg;
-  wd_fatal_altstack();
+  wd_fatal_thread_init();
   /* This thread queries CUDA events: relaxed capture mode, so a query never invalidates a graph
    * an application thread is capturing. */
   if (wd_wd.cfg->gpu_events) wd_launch_query_thread_init();

@@ -6,6 +6,7 @@
  * which the collector finds with dlsym as it finds the real ones.
  */
 #include <CUnit/Basic.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +66,40 @@ static void guard_child(void) {
 
 static void test_guard(void) { CU_ASSERT_EQUAL(wd_test_isolated(guard_child, 30), 0); }
 
+/* The same on a thread set up as the watchdog's: started with every signal blocked (watchdog.c),
+ * then wd_fatal_thread_init. Before that unblocked the faults, the kernel killed the process at
+ * the dumper's fault without running any handler (a silent SIGSEGV of python.stacks in CI). */
+static void *watchdog_like(void *arg) {
+  (void)arg;
+  wd_fatal_thread_init();
+  g_fault = 1;
+  wd_py_result r;
+  CHECK(wd_py_collect(&r) == -1 && strstr(r.note, "faulted") != NULL);
+  wd_py_free(&r);
+  g_fault = 0;
+  CHECK(wd_py_collect(&r) == 0 && r.nthreads == 1);
+  wd_py_free(&r);
+  wd_fatal_altstack_free();
+  return NULL;
+}
+
+static void watchdog_thread_child(void) {
+  CHECK(wd_fatal_install(0, -1) == 0);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pthread_t t;
+  int rc = pthread_create(&t, NULL, watchdog_like, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  CHECK(rc == 0);
+  if (rc == 0) pthread_join(t, NULL);
+  wd_fatal_restore();
+}
+
+static void test_guard_on_watchdog_thread(void) {
+  CU_ASSERT_EQUAL(wd_test_isolated(watchdog_thread_child, 30), 0);
+}
+
 static int fault_outside(void *arg) {
   (void)arg;
   wd_fatal_install(0, -1);
@@ -82,6 +117,8 @@ int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 1;
   CU_pSuite s = CU_add_suite("python_guard", NULL, NULL);
   CU_add_test(s, "a fault in the traceback dumper ends that collection, not the process", test_guard);
+  CU_add_test(s, "the same on a thread started as the watchdog's, every signal blocked",
+              test_guard_on_watchdog_thread);
   CU_add_test(s, "a fault anywhere else is still fatal", test_fault_elsewhere);
   return wd_test_run();
 }
