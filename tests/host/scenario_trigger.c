@@ -44,7 +44,18 @@ static int child_main(int rank, const char *dir) {
   wdh_proxy_destroy(px);
   wdh_op op;
   int rc = 0;
+  /* Every process has traffic in its rings before the hang: the peer dumps' summaries are
+   * checked for it (a slow start under TSan once answered the trigger with empty rings). */
+  char mark[1024];
+  snprintf(mark, sizeof mark, "%s/ready-%d", dir, rank);
+  FILE *mf = fopen(mark, "w");
+  if (mf) fclose(mf);
   if (rank == HANG_RANK) {
+    uint64_t ready_by = wdh_now_ns() + 10000000000ull;
+    for (int r = 0; r < NPROC; r++) {
+      snprintf(mark, sizeof mark, "%s/ready-%d", dir, r);
+      while (access(mark, F_OK) != 0 && wdh_now_ns() < ready_by) wdh_sleep_ms(5);
+    }
     cfg.hang_channel = 1;
     wdh_op_enqueue(&c, &cfg, &op);
     wdh_op_proxy(&op);
