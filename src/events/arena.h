@@ -21,11 +21,15 @@ typedef struct wd_arena_state {
 
 extern wd_arena_state wd_arena;
 
+/* Whether a is the address of a slot of `stride` bytes inside a committed chunk. */
+static inline int wd_arena_holds(uintptr_t a, size_t stride) {
+  uintptr_t off = a - wd_arena.base; /* wraps to a huge value below base (and for NULL) */
+  return off < atomic_load_explicit(&wd_arena.committed, memory_order_acquire) && off % stride == 0;
+}
+
 /* a, if it is the address of a slot of `stride` bytes inside a committed chunk, else NULL. */
 static inline void *wd_arena_slot_at(uintptr_t a, size_t stride) {
-  uintptr_t off = a - wd_arena.base; /* wraps to a huge value below base */
-  if (off >= atomic_load_explicit(&wd_arena.committed, memory_order_acquire)) return NULL;
-  return off % stride == 0 ? (void *)a : NULL;
+  return wd_arena_holds(a, stride) ? (void *)a : NULL;
 }
 
 /* A chunk of bytes (the same size on every call), zeroed when fresh, or a chunk released

@@ -134,10 +134,7 @@ static inline int wd_event_matches(const wd_event *ev, const void *h) {
  * checks themselves, not again on the result. */
 static inline int wd_event_lookup(const void *h, wd_event **ev) {
   uintptr_t a = (uintptr_t)h & ~(uintptr_t)WD_TAG_MASK;
-  uintptr_t off = a - wd_arena.base; /* wraps to a huge value below base (and for NULL) */
-  if (off >= atomic_load_explicit(&wd_arena.committed, memory_order_acquire) ||
-      off % sizeof(wd_event) != 0)
-    return 0;
+  if (!wd_arena_holds(a, sizeof(wd_event))) return 0;
   *ev = (wd_event *)a;
   return wd_event_matches(*ev, h);
 }

@@ -146,6 +146,23 @@ void wd_fatal_term_chain(void) {
   kill(getpid(), SIGTERM);
 }
 
+/* An alternate signal stack for the calling thread (the watchdog's): a stack overflow there
+ * still reaches the handler. */
+static void wd_fatal_altstack(void) {
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; /* has one */
+  size_t size = (size_t)64 * 1024;
+  void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return;
+  stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};
+  if (sigaltstack(&ss, NULL) != 0) {
+    munmap(mem, size);
+    return;
+  }
+  alt_stack = mem;
+  alt_size = size;
+}
+
 void wd_fatal_thread_init(void) {
   /* The thread starts with every signal blocked (process-directed ones belong to the
    * application's threads). A fault this thread causes is its own, though: with SIGSEGV blocked
@@ -159,21 +176,6 @@ void wd_fatal_thread_init(void) {
   sigaddset(&faults, SIGFPE);
   pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
   wd_fatal_altstack();
-}
-
-void wd_fatal_altstack(void) {
-  stack_t cur;
-  if (sigaltstack(NULL, &cur) == 0 && !(cur.ss_flags & SS_DISABLE)) return; /* has one */
-  size_t size = (size_t)64 * 1024;
-  void *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return;
-  stack_t ss = {.ss_sp = mem, .ss_size = size, .ss_flags = 0};
-  if (sigaltstack(&ss, NULL) != 0) {
-    munmap(mem, size);
-    return;
-  }
-  alt_stack = mem;
-  alt_size = size;
 }
 
 void wd_fatal_altstack_free(void) {

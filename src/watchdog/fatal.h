@@ -22,8 +22,7 @@ void wd_fatal_term_chain(void);
 /* The watchdog thread's own signal set-up, first thing: the faults it may cause itself
  * (SIGSEGV, SIGBUS, SIGILL, SIGFPE) unblocked, and an alternate signal stack. */
 void wd_fatal_thread_init(void);
-/* Give the calling thread (the watchdog's) an alternate signal stack; released at its exit. */
-void wd_fatal_altstack(void);
+/* Its alternate signal stack released, at the thread's exit. */
 void wd_fatal_altstack_free(void);
 
 #endif
