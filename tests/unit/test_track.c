@@ -530,7 +530,11 @@ static void test_stale_handles_ignored(void) {
   free_ctx(c);
 }
 
-/* A Coll with one send ProxyOp and its first step open, on a fresh context. */
+/* A Coll with one send ProxyOp and its first step open, on a fresh context, in NCCL's order:
+ * the Coll stops at enqueue (enqueue.cc, hostStreamPlanTask -> ncclProfilerStopTaskEvents) and
+ * is held for its kernel channel; the proxy thread then starts the ProxyOp (proxy.cc ->
+ * ncclProfilerStartProxyOpEvent) and its first send step (transport/net.cc, sendProxyProgress ->
+ * ncclProfilerStartSendProxyStepEvent). */
 typedef struct {
   wd_context *c;
   void *coll, *op, *step;
@@ -538,8 +542,9 @@ typedef struct {
 
 static op_chain open_chain(const char *name) {
   op_chain k;
-  k.c = new_ctx(name, 0);
+  k.c = new_ctx(name, 1);
   k.coll = coll(k.c, NULL, "AllReduce", 0, 1);
+  stop(k.coll);
   k.op = proxyop(k.c, k.coll, getpid(), 0, 1, 4, 1);
   k.step = step(k.c, k.op, 0);
   return k;
@@ -547,7 +552,6 @@ static op_chain open_chain(const char *name) {
 
 static void close_chain(op_chain *k) {
   stop(k->op);
-  stop(k->coll);
   free_ctx(k->c);
 }
 
