@@ -32,7 +32,10 @@ enum {
   WD_GPU_KNOWN = 1,     /* CUDA events describe its launch */
   WD_GPU_DONE = 4,      /* ground truth, or kernel channels NCCL reported with nothing left */
   WD_GPU_ERROR = 8,     /* the driver reported an error for its events */
-  WD_GPU_PROXY_GONE = 16, /* the thread that drove its proxy part has exited (revoke, abort) */
+  WD_GPU_PROXY_GONE = 16, /* the thread that drove its proxy part has exited, and nothing tells
+                             whether its kernel ended (revoke) or still waits (network error) */
+  WD_GPU_NET_ERROR = 32,  /* that thread exited while the CUDA end event says the kernel still
+                             waits: a network error ended NCCL's proxy loop (judge.h) */
 };
 
 typedef struct wd_event {

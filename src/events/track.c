@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "events/blacklist.h"
+#include "events/judge.h"
 #include "events/store.h"
 
 static inline void wd_max_u64(_Atomic uint64_t *a, uint64_t v) {
@@ -162,11 +163,12 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
 }
 
 /* Called as a child of op closes: every expected kernel channel stopped and this child was the
- * last one open, so nothing can contradict the channels (the watchdog checks the other cases). */
+ * last one open, so no open step can contradict the channels, and no CUDA event pair will tell
+ * better (judge.h): the watchdog decides every other case. */
 static inline void wd_release_if_done(wd_event *op) {
   uint32_t expected = atomic_load_explicit(&op->kch_expected, memory_order_relaxed);
   if (expected && atomic_load_explicit(&op->kch_done, memory_order_relaxed) >= expected &&
-      wd_event_children_live(op) <= 1)
+      wd_event_children_live(op) <= 1 && wd_judge_kch_final(op))
     wd_event_release_hold(op);
 }
 

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "events/judge.h"
 #include "events/track.h"
 
 const char *wd_op_status_name(int status) {
@@ -53,11 +54,7 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
   }
   if (v->snap.is_root) {
     if (ctx) v->superseded = v->order < atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
-    if (v->open) v->snap.status = WD_OP_POSTING;
-    else if (v->snap.gpu & WD_GPU_DONE) v->snap.status = WD_OP_GPU_DONE;
-    else if (v->snap.gpu & WD_GPU_PROXY_GONE) v->snap.status = WD_OP_ABANDONED;
-    else if (v->snap.reached_ns == 0) v->snap.status = WD_OP_ENQUEUED;
-    else v->snap.status = WD_OP_REACHED;
+    v->snap.status = (uint8_t)wd_judge_status(v->open, v->snap.gpu, v->snap.reached_ns);
   }
   return 1;
 }

@@ -2,6 +2,9 @@
 #include "watchdog/fatal.h"
 
 #include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <sys/eventfd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -25,6 +28,14 @@ static pid_t fatal_pid;
 static atomic_int fatal_wake_fd = -1;
 static atomic_int fatal_recorded; /* the first fatal signal is recorded, later ones only chained */
 static atomic_int term_pending;
+/* SIGABRT (PyTorch's watchdog, std::terminate): 0 none, 1 a dump is asked, 2 it is over. */
+static atomic_int abrt_state;
+static int abrt_on;
+static int abrt_done_fd = -1; /* readable once the watchdog thread is through with the dump */
+static atomic_int watchdog_tid;
+/* Said by the handler itself when the dump did not come in time: where the ring files are. */
+static char abrt_msg[WD_FATAL_MSG];
+static size_t abrt_msg_len;
 static void *alt_stack;
 static size_t alt_size;
 
@@ -43,6 +54,37 @@ static uint64_t wd_fatal_clock(clockid_t id) {
 /* The previous action back, as if we had never been there. */
 static void wd_fatal_put_back(int i) {
   sigaction(wd_fatal_signals[i], &fatal_old[i], NULL);
+}
+
+/* The aborting thread waits for the watchdog thread's dump, at most WD_FATAL_ABRT_WAIT_MS: a
+ * SIGABRT raised with the allocator's lock held (a corrupt heap) must not become a hung process,
+ * so past the bound the signal goes on as it would have. poll() is async-signal-safe. */
+static void wd_fatal_abrt_wait(void) {
+  int wake = atomic_load(&fatal_wake_fd);
+  if (!abrt_on || wake < 0 || abrt_done_fd < 0 || getpid() != fatal_pid) return;
+  /* The watchdog thread itself (NCCL_WATCHDOG_ACTION=abort, or a failure in a dump) cannot wait
+   * on its own dump. */
+  if ((int)syscall(SYS_gettid) == atomic_load(&watchdog_tid)) return;
+  int expected = 0;
+  if (atomic_compare_exchange_strong(&abrt_state, &expected, 1)) {
+    uint64_t one = 1;
+    ssize_t w;
+    do {
+      w = write(wake, &one, sizeof(one));
+    } while (w < 0 && errno == EINTR);
+  }
+  /* A second SIGABRT (another thread) waits for the same dump, within the same bound. */
+  uint64_t end = wd_fatal_clock(CLOCK_MONOTONIC) + (uint64_t)WD_FATAL_ABRT_WAIT_MS * 1000000ull;
+  while (atomic_load(&abrt_state) == 1) {
+    uint64_t now = wd_fatal_clock(CLOCK_MONOTONIC);
+    if (now >= end) break;
+    struct pollfd pfd = {.fd = abrt_done_fd, .events = POLLIN};
+    if (poll(&pfd, 1, (int)((end - now + 999999) / 1000000)) > 0 && (pfd.revents & POLLNVAL)) break;
+  }
+  if (atomic_load(&abrt_state) != 2 && abrt_msg_len) {
+    ssize_t w = write(STDERR_FILENO, abrt_msg, abrt_msg_len);
+    (void)w;
+  }
 }
 
 static void wd_fatal_handler(int sig, siginfo_t *si, void *uc) {
@@ -82,6 +124,7 @@ static void wd_fatal_handler(int sig, siginfo_t *si, void *uc) {
     f.nframes = wd_bt_unwind_signal(f.frames, WD_RF_FATAL_FRAMES, uc);
     wd_ringfile_note_fatal(&f);
   }
+  if (sig == SIGABRT) wd_fatal_abrt_wait();
   /* The application's handler, or the default action (a core dump), as if we were not here: a
    * fault re-executes its instruction and meets the previous action; a signal that was sent
    * (abort(), kill) is raised again for it. */
@@ -90,11 +133,21 @@ static void wd_fatal_handler(int sig, siginfo_t *si, void *uc) {
   errno = saved_errno;
 }
 
-int wd_fatal_install(int term_dump, int wake_fd) {
+int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir) {
   fatal_pid = getpid();
   atomic_store(&fatal_wake_fd, wake_fd);
   atomic_store(&fatal_recorded, 0);
   atomic_store(&term_pending, 0);
+  atomic_store(&abrt_state, 0);
+  abrt_on = 0;
+  if (term_dump && abrt_done_fd < 0) abrt_done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  abrt_on = term_dump && abrt_done_fd >= 0;
+  int n = snprintf(abrt_msg, sizeof abrt_msg,
+                   "nccl-watchdog: SIGABRT: no teardown dump within %d ms; %s%s\n",
+                   WD_FATAL_ABRT_WAIT_MS,
+                   ring_dir && *ring_dir ? "this process's ring files are in " : "no ring files (NCCL_WATCHDOG_RING_DIR off)",
+                   ring_dir && *ring_dir ? ring_dir : "");
+  abrt_msg_len = n > 0 ? ((size_t)n < sizeof abrt_msg ? (size_t)n : sizeof abrt_msg - 1) : 0;
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   sa.sa_sigaction = wd_fatal_handler;
@@ -124,6 +177,7 @@ int wd_fatal_install(int term_dump, int wake_fd) {
 
 void wd_fatal_restore(void) {
   atomic_store(&fatal_wake_fd, -1);
+  abrt_on = 0;
   for (int i = 0; i < WD_NFATAL; i++) {
     if (!fatal_installed[i]) continue;
     struct sigaction cur;
@@ -135,6 +189,20 @@ void wd_fatal_restore(void) {
 }
 
 int wd_fatal_term_pending(void) { return atomic_load(&term_pending); }
+
+int wd_fatal_abrt_pending(void) { return atomic_load(&abrt_state) == 1; }
+
+void wd_fatal_abrt_done(void) {
+  atomic_store(&abrt_state, 2);
+  uint64_t one = 1;
+  if (abrt_done_fd >= 0 && write(abrt_done_fd, &one, sizeof(one)) < 0) { /* the flag is enough */
+  }
+}
+
+void wd_fatal_close(void) {
+  if (abrt_done_fd >= 0) close(abrt_done_fd);
+  abrt_done_fd = -1;
+}
 
 void wd_fatal_term_chain(void) {
   int i = wd_fatal_index(SIGTERM);
@@ -175,6 +243,7 @@ void wd_fatal_thread_init(void) {
   sigaddset(&faults, SIGILL);
   sigaddset(&faults, SIGFPE);
   pthread_sigmask(SIG_UNBLOCK, &faults, NULL);
+  atomic_store(&watchdog_tid, (int)syscall(SYS_gettid));
   wd_fatal_altstack();
 }
 

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "events/judge.h"
 #include "events/track.h"
 #include "flightrec/strtab.h"
 
@@ -17,24 +18,14 @@ int wd_view_read(wd_event *ev, uint64_t now, const wd_context *ctx, const wd_con
   return 1;
 }
 
-/* When the op last moved: its own and its children's progress, or the moment the GPU got there
- * (an op can wait at the head of the stream for longer than the timeout and then run). */
-static inline uint64_t wd_moved_ns(const wd_slot_view *v) {
-  return v->snap.last_ns > v->snap.reached_ns ? v->snap.last_ns : v->snap.reached_ns;
+static wd_judge_limits wd_limits(const wd_config *cfg) {
+  wd_judge_limits l = {cfg->timeout_ns, cfg->unreached_timeout_ns, 2 * cfg->poll_ns};
+  return l;
 }
 
 int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg) {
-  if (!v->snap.is_root || v->open) return 0;
-  if (v->snap.start.flags & WD_F_DETACHED) return 0;
-  if (v->snap.gpu & (WD_GPU_DONE | WD_GPU_PROXY_GONE)) return 0;
-  /* A later op of this communicator completed, and nothing says this one's kernel is still
-   * running (no ground truth against it, no step the kernel needs still open). */
-  if (v->superseded && !(v->snap.gpu & WD_GPU_KNOWN) && v->snap.gpu_wait == 0) return 0;
-  uint64_t moved = wd_moved_ns(v);
-  uint64_t idle = now > moved ? now - moved : 0;
-  if (v->snap.reached_ns) return idle > cfg->timeout_ns;
-  /* Not reached: the GPU has not got there yet. Optional, much longer threshold. */
-  return cfg->unreached_timeout_ns && idle > cfg->unreached_timeout_ns;
+  wd_judge_limits l = wd_limits(cfg);
+  return wd_judge_stalled(v, now, &l);
 }
 
 static int wd_wait_priority(unsigned type) {
@@ -102,8 +93,13 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
   s->age_ns = now > r->ts_ns ? now - r->ts_ns : 0;
   if (v->snap.reached_ns == 0)
     snprintf(s->waiting_on, sizeof(s->waiting_on), "not reached: enqueued, the GPU has not got to it");
-  else
-    wd_describe_wait(ctx, v->ev, s->waiting_on, sizeof(s->waiting_on));
+  else {
+    const char *why = wd_judge_why(v->snap.gpu);
+    size_t n = strlen(why);
+    snprintf(s->waiting_on, sizeof(s->waiting_on), "%s", why);
+    if (n < sizeof(s->waiting_on))
+      wd_describe_wait(ctx, v->ev, s->waiting_on + n, (unsigned)(sizeof(s->waiting_on) - n));
+  }
 }
 
 /* Time since the event last progressed; an event may progress after `now` was read. */
@@ -215,25 +211,19 @@ static void wd_scan_child(wd_event *ev, uint64_t now) {
   if (owes) atomic_fetch_add_explicit(&root->wd_gpu_wait, 1, memory_order_relaxed);
 }
 
-/* Pass 3, root ops: GPU done by NCCL's kernel channels when nothing contradicts them; proxy
- * thread gone. */
+/* Pass 3, root ops: what the evidence says about the kernel (judge.h). */
 static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, wd_tid_cache *tids) {
-  uint32_t gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
-  if (!(gpu & WD_GPU_KNOWN)) {
-    uint32_t expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
-    uint32_t seen = atomic_load_explicit(&ev->kch_seen, memory_order_relaxed);
-    uint32_t done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
-    uint64_t last = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
-    /* CollNet announces no channels but its KernelCh still fire: trust the ones seen once they
-     * have all stopped and a couple of polls went by. */
-    uint32_t want = expected ? expected : seen;
-    if (want && done >= want && atomic_load_explicit(&ev->wd_gpu_wait, memory_order_relaxed) == 0 &&
-        (expected || now - last >= settle))
-      gpu |= WD_GPU_DONE;
-  }
+  wd_judge_in in;
+  in.gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
+  in.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
+  in.kch_seen = atomic_load_explicit(&ev->kch_seen, memory_order_relaxed);
+  in.kch_done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
+  in.owed = atomic_load_explicit(&ev->wd_gpu_wait, memory_order_relaxed);
+  uint64_t last = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
+  in.quiet_ns = now > last ? now - last : 0;
   int tid = atomic_load_explicit(&ev->wd_proxy_tid, memory_order_relaxed);
-  if (!(gpu & WD_GPU_DONE) && tid > 0 && !wd_thread_alive(tids, tid)) gpu |= WD_GPU_PROXY_GONE;
-  atomic_store_explicit(&ev->wd_gpu, gpu, memory_order_relaxed);
+  in.proxy_gone = tid > 0 && !wd_thread_alive(tids, tid);
+  atomic_store_explicit(&ev->wd_gpu, wd_judge_kernel(&in, settle), memory_order_relaxed);
 }
 
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
@@ -266,18 +256,14 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
       /* Its kernel is done (ground truth, or trustworthy kernel channels), or a later operation
        * completed and neither ground truth nor a step its kernel needs says otherwise: done on
        * the GPU even if NCCL never says so. Stop holding it. */
-      int gpu_done = (v.snap.gpu & WD_GPU_DONE) != 0;
-      int vouched = v.superseded && !(v.snap.gpu & WD_GPU_KNOWN) && v.snap.gpu_wait == 0 &&
-                    wd_quiet_for(&v, now) >= settle;
-      if (gpu_done || vouched) wd_event_release_hold(ev);
+      if (wd_judge_release(&v, now, settle)) wd_event_release_hold(ev);
     } else if (v.open && v.root) {
       wd_event *root = v.root;
       uint32_t rgpu = atomic_load_explicit(&root->wd_gpu, memory_order_relaxed);
-      int done = (rgpu & WD_GPU_DONE) ||
-                 (!(rgpu & WD_GPU_KNOWN) &&
-                  atomic_load_explicit(&root->wd_gpu_wait, memory_order_relaxed) == 0 &&
-                  atomic_load_explicit(&root->order, memory_order_relaxed) <
-                      atomic_load_explicit(&ctx->completed_order, memory_order_relaxed));
+      int done = wd_judge_root_finished(
+          rgpu, atomic_load_explicit(&root->wd_gpu_wait, memory_order_relaxed),
+          atomic_load_explicit(&root->order, memory_order_relaxed) <
+              atomic_load_explicit(&ctx->completed_order, memory_order_relaxed));
       /* Children NCCL never stops (CollNet, p2p memcpy ProxyOps) once the op is done. */
       if (done && wd_quiet_for(&v, now) >= settle && v.snap.children_open == 0 &&
           wd_event_from_handle(v.handle) == ev)
@@ -294,7 +280,8 @@ uint32_t wd_context_inflight(wd_context *ctx, uint64_t now, const wd_config *cfg
       wd_slot_view v;
       if (!wd_view_read(wd_pool_slot(wd_ctx_pool(ctx, p), i), now, ctx, cfg, &v) || !v.snap.is_root)
         continue;
-      if ((v.snap.status == WD_OP_REACHED || v.snap.status == WD_OP_STALLED) &&
+      if ((v.snap.status == WD_OP_REACHED || v.snap.status == WD_OP_STALLED ||
+           v.snap.status == WD_OP_ABANDONED) &&
           wd_quiet_for(&v, now) >= 2 * cfg->poll_ns)
         n++;
     }

@@ -77,8 +77,10 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
   /* Requested snapshots and automatic dumps are capped separately, so a script that sends the
    * snapshot signal every few minutes cannot use up the dumps a real hang needs. */
   int is_signal = strcmp(reason, "signal") == 0;
+  /* A process dumps once at its end whatever came before: its last word on the hang. */
+  int teardown = strcmp(reason, "sigabrt") == 0 || strcmp(reason, "term") == 0;
   unsigned *count = is_signal ? &wd_wd.nsignal_dumps : &wd_wd.nauto_dumps;
-  if (wd_wd.cfg->max_dumps > 0 && *count >= (unsigned)wd_wd.cfg->max_dumps) {
+  if (!teardown && wd_wd.cfg->max_dumps > 0 && *count >= (unsigned)wd_wd.cfg->max_dumps) {
     if (!(wd_wd.warned_max & (1 << is_signal)))
       WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached for %s dumps: no more from this process",
               wd_wd.cfg->max_dumps, is_signal ? "snapshot (signal)" : "stall and peer");
@@ -336,6 +338,21 @@ static void wd_check_term(void) {
   wd_fatal_term_chain();
 }
 
+/* SIGABRT: PyTorch's watchdog (nccl2 backend: ::abort(); legacy: std::terminate) ends the ranks
+ * waiting in a hung collective, usually well before our timeout and with no finalize. What they
+ * were waiting in is the evidence the analyzer needs: dump it now, whatever the timeout. */
+static void wd_check_abrt(void) {
+  if (!wd_fatal_abrt_pending()) return;
+  char path[WD_PATH_MAX + 64];
+  wd_dump_input extra = {.signo = SIGABRT};
+  if (wd_dump("sigabrt", &extra, 0, path, sizeof(path)) == 0)
+    WD_WARN("SIGABRT: the process is ending; what it had in flight: dump %s", path);
+  else
+    WD_WARN("SIGABRT: the process is ending; no dump written, its ring files are in %s",
+            wd_wd.cfg->ring_dir[0] ? wd_wd.cfg->ring_dir : "(no ring directory)");
+  wd_fatal_abrt_done();
+}
+
 static void *wd_main(void *arg) {
   (void)arg;
   wd_fatal_thread_init();
@@ -356,6 +373,7 @@ static void *wd_main(void *arg) {
     if (atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) break;
     wd_check_signal();
     wd_check_abort();
+    wd_check_abrt();
     wd_check_term();
     now = wd_now_ns();
     if (now >= next) {
@@ -411,7 +429,7 @@ int wd_watchdog_start(const wd_config *cfg) {
   }
   if (wd_wd.cfg->signal && wd_snapsig_install(wd_wd.cfg->signal, wd_wd.wake_fd) != 0)
     WD_WARN("could not install the snapshot signal handler (signal %d)", wd_wd.cfg->signal);
-  if (wd_fatal_install(wd_wd.cfg->term_dump && wd_wd.dumps_ok, wd_wd.wake_fd) != 0)
+  if (wd_fatal_install(wd_wd.cfg->term_dump && wd_wd.dumps_ok, wd_wd.wake_fd, cfg->ring_dir) != 0)
     WD_WARN("could not install every fatal-signal handler: some crashes will not be recorded");
 
   /* The thread starts with every signal blocked, so process-directed signals land elsewhere. */
@@ -424,6 +442,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     WD_WARN("cannot start the watchdog thread: %s", strerror(rc));
     wd_snapsig_restore();
     wd_fatal_restore();
+    wd_fatal_close();
     if (wd_wd.bt_ok) wd_bt_fini();
     close(wd_wd.wake_fd);
     wd_wd.wake_fd = -1;
@@ -468,4 +487,5 @@ void wd_watchdog_stop(void) {
   wd_wd.bt_ok = 0;
   if (wd_wd.wake_fd >= 0) close(wd_wd.wake_fd);
   wd_wd.wake_fd = -1;
+  wd_fatal_close();
 }

@@ -40,7 +40,7 @@ __attribute__((visibility("default"))) const char *_Py_DumpTracebackThreads(int 
 }
 
 static void guard_child(void) {
-  CHECK(wd_fatal_install(0, -1) == 0);
+  CHECK(wd_fatal_install(0, -1, NULL) == 0);
   wd_py_result r;
   CHECK(wd_py_collect(&r) == 0 && r.nthreads == 1 && r.threads[0].nframes == 1 &&
         strcmp(r.threads[0].frames[0].func, "step") == 0 && r.threads[0].frames[0].line == 42);
@@ -84,7 +84,7 @@ static void *watchdog_like(void *arg) {
 }
 
 static void watchdog_thread_child(void) {
-  CHECK(wd_fatal_install(0, -1) == 0);
+  CHECK(wd_fatal_install(0, -1, NULL) == 0);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -102,7 +102,7 @@ static void test_guard_on_watchdog_thread(void) {
 
 static int fault_outside(void *arg) {
   (void)arg;
-  wd_fatal_install(0, -1);
+  wd_fatal_install(0, -1, NULL);
   *g_bad = 1;
   return 0;
 }

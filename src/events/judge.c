@@ -1,0 +1,72 @@
+/* The one judge of an operation's status (judge.h). */
+#include "events/judge.h"
+
+uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
+  uint32_t gpu = in->gpu & (WD_GPU_KNOWN | WD_GPU_DONE | WD_GPU_ERROR);
+  if (!(gpu & WD_GPU_KNOWN)) {
+    /* No CUDA pair describes the launch: the network's open steps outrank the kernel channels,
+     * which are trusted only once every one of them stopped. CollNet announces no channels but
+     * its KernelCh still fire: the ones seen count once they all stopped and two polls went by. */
+    uint32_t want = in->kch_expected ? in->kch_expected : in->kch_seen;
+    if (want && in->kch_done >= want && in->owed == 0 &&
+        (in->kch_expected || in->quiet_ns >= settle_ns))
+      gpu |= WD_GPU_DONE;
+  }
+  if (in->proxy_gone && !(gpu & WD_GPU_DONE)) {
+    /* The proxy loop ended with the op in flight. A revoke joins it after the streams were
+     * synchronised (init.cc, ncclCommRevoke): the end event completes. A network error ends it
+     * with the kernels still waiting (proxy.cc, progress loop): the end event never does. */
+    gpu |= (gpu & WD_GPU_KNOWN) ? WD_GPU_NET_ERROR : WD_GPU_PROXY_GONE;
+  }
+  return gpu;
+}
+
+int wd_judge_status(int open, uint32_t gpu, uint64_t reached_ns) {
+  if (open) return WD_OP_POSTING;
+  if (gpu & WD_GPU_DONE) return WD_OP_GPU_DONE;
+  if (gpu & WD_GPU_PROXY_GONE) return WD_OP_ABANDONED;
+  if (reached_ns == 0 && !(gpu & WD_GPU_NET_ERROR)) return WD_OP_ENQUEUED;
+  return WD_OP_REACHED;
+}
+
+/* When the op last moved: its own and its children's progress, or the moment the GPU got there
+ * (an op can wait at the head of the stream for longer than the timeout and then run). */
+static inline uint64_t wd_moved_ns(const wd_slot_view *v) {
+  return v->snap.last_ns > v->snap.reached_ns ? v->snap.last_ns : v->snap.reached_ns;
+}
+
+int wd_judge_stalled(const wd_slot_view *v, uint64_t now, const wd_judge_limits *lim) {
+  if (!v->snap.is_root || v->open) return 0;
+  if (v->snap.start.flags & WD_F_DETACHED) return 0;
+  uint32_t gpu = v->snap.gpu;
+  if (gpu & (WD_GPU_DONE | WD_GPU_PROXY_GONE)) return 0;
+  uint64_t moved = wd_moved_ns(v);
+  uint64_t idle = now > moved ? now - moved : 0;
+  /* Nothing will ever move it again: no timeout to wait for, only the two polls in which an
+   * ncclCommAbort would have ended the kernel. */
+  if (gpu & WD_GPU_NET_ERROR) return idle >= lim->settle_ns;
+  /* A later op of this communicator completed, and nothing says this one's kernel is still
+   * running (no ground truth against it, no step the kernel needs still open). */
+  if (v->superseded && !(gpu & WD_GPU_KNOWN) && v->snap.gpu_wait == 0) return 0;
+  if (v->snap.reached_ns) return idle > lim->timeout_ns;
+  /* Not reached: the GPU has not got there yet. Optional, much longer threshold. */
+  return lim->unreached_ns && idle > lim->unreached_ns;
+}
+
+int wd_judge_release(const wd_slot_view *v, uint64_t now, uint64_t settle_ns) {
+  if (v->snap.gpu & WD_GPU_DONE) return 1;
+  uint64_t quiet = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
+  return v->superseded && !(v->snap.gpu & (WD_GPU_KNOWN | WD_GPU_NET_ERROR)) &&
+         v->snap.gpu_wait == 0 && quiet >= settle_ns;
+}
+
+int wd_judge_root_finished(uint32_t rgpu, uint32_t rwait, int superseded) {
+  if (rgpu & WD_GPU_DONE) return 1;
+  return !(rgpu & (WD_GPU_KNOWN | WD_GPU_NET_ERROR)) && rwait == 0 && superseded;
+}
+
+const char *wd_judge_why(uint32_t gpu) {
+  if (gpu & WD_GPU_NET_ERROR)
+    return "NCCL's proxy thread exited (a network error) while the kernel still waits: ";
+  return "";
+}
