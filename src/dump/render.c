@@ -22,6 +22,7 @@
 #include "dump/forest.h"
 #include "dump/jsonstr.h"
 #include "dump/textbuf.h"
+#include "events/judge.h"
 #include "flightrec/strtab.h"
 
 #ifndef WD_VERSION
@@ -275,7 +276,18 @@ static int put_node(wd_ctx *c, wd_sb *b, wd_forest *f, uint32_t idx, int depth, 
     WD_SB_LIT(b, ",\"status\":\"");
     const char *st = wd_op_status_name(e->status);
     wd_sb_mem(b, st, strlen(st));
+    /* Which evidence decided it, in the order of trust (events/judge.h). */
+    WD_SB_LIT(b, "\",\"evidence\":\"");
+    const char *ev = wd_judge_evidence_name(e->gpu, e->kch_expected);
+    wd_sb_mem(b, ev, strlen(ev));
     wd_sb_ch(b, '"');
+    if (e->gpu & (WD_GPU_NET_ERROR | WD_GPU_PROXY_GONE)) {
+      /* Its proxy thread has exited: a network error when the kernel is known to wait still. */
+      WD_SB_LIT(b, ",\"proxyThread\":\"");
+      const char *pt = (e->gpu & WD_GPU_NET_ERROR) ? "exited_kernel_waiting" : "exited_kernel_unknown";
+      wd_sb_mem(b, pt, strlen(pt));
+      wd_sb_ch(b, '"');
+    }
   }
   wd_sb_bool(b, ",\"stopped\":", e->stopped);
   WD_SB_LIT(b, ",\"ageMs\":");

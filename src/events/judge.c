@@ -70,3 +70,9 @@ const char *wd_judge_why(uint32_t gpu) {
     return "NCCL's proxy thread exited (a network error) while the kernel still waits: ";
   return "";
 }
+
+const char *wd_judge_evidence_name(uint32_t gpu, uint32_t kch_expected) {
+  if (gpu & WD_GPU_KNOWN) return "cudaEvents";
+  if (kch_expected || (gpu & WD_GPU_DONE)) return "kernelChannels";
+  return "ncclEvents";
+}

@@ -61,6 +61,10 @@ int wd_judge_release(const wd_slot_view *v, uint64_t now, uint64_t settle_ns);
  * never be stopped by NCCL (CollNet and p2p-memcpy ProxyOps). */
 int wd_judge_root_finished(uint32_t rgpu, uint32_t rwait, int superseded);
 
+/* The strongest evidence behind a root op's status: "cudaEvents", "kernelChannels" (with its
+ * open steps), or "ncclEvents" (its proxy events alone). */
+const char *wd_judge_evidence_name(uint32_t gpu, uint32_t kch_expected);
+
 /* Why an operation is stalled, for the stall line and the dump: "" for the plain rule. */
 const char *wd_judge_why(uint32_t gpu);
 

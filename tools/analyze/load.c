@@ -228,6 +228,8 @@ static void load_op(wd_az_op *op, const cJSON *node) {
   const cJSON *k = get(node, "kernelChannels");
   op->kch_expected = inum(k, "expected", 0);
   op->kch_done = inum(k, "done", 0);
+  const char *pt = str(node, "proxyThread");
+  op->proxy_gone = !pt ? 0 : strcmp(pt, "exited_kernel_waiting") == 0 ? 2 : 1;
   const char *type = str(node, "type");
   if (type && strcmp(type, "ProxyOp") == 0) consider_wait(op, node, NULL);
   walk_children(op, node, type && strcmp(type, "ProxyOp") == 0 ? node : NULL, 0);
@@ -446,6 +448,7 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->global_rank = g && *g ? atoi(g) : -1;
   d->dump_seq = inum(root, "dumpSeq", 0);
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
+  d->poll_ms = num(get(root, "config"), "pollMs", 0);
   return 0;
 }
 

@@ -48,6 +48,8 @@ typedef struct wd_az_op {
   int root, peer;   /* -1 when absent */
   double age_ms, since_ms;
   int kch_expected, kch_done, nproxy_open;
+  int proxy_gone;   /* proxyThread: 2 exited with the kernel known to wait (network error), 1
+                       exited and nothing tells (revoke or network error), 0 running */
   wd_az_wait wait;
 } wd_az_op;
 
@@ -104,6 +106,7 @@ typedef struct wd_az_dump {
   int pid, dump_seq;
   uint64_t wall_ns, mono_ns;
   double timeout_ms;   /* config.timeoutMs, 0 when absent */
+  double poll_ms;      /* config.pollMs, 0 when absent */
   int threads_disabled;
   int main_tid;        /* -1 when no thread list */
   wd_az_str main_name;

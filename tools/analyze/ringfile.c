@@ -248,6 +248,71 @@ static void add_open(cJSON *comm, const wd_rf_header *h, int live_ok, uint64_t m
   }
 }
 
+/* The operations the process enqueued and never completed, rebuilt from the file: every Coll
+ * (or CeColl) start whose seq is past the header's last completed one, newest incarnation only.
+ * It is "reached" when the GPU had got there by what the file tells (a kernel channel or proxy
+ * operation of it was open at the last refresh, or one of them had stopped), else "enqueued";
+ * its last progress is the newest of its own records and those of its children. */
+static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const rec_t *r1,
+                         uint32_t n1, const rec_t *r2, uint32_t n2, char (*strs)[WD_RF_STRLEN],
+                         uint64_t mono_ref) {
+  cJSON *arr = cJSON_AddArrayToObject(comm, "inflight");
+  if (!arr || !live_ok) return; /* without the header's counters nothing says what completed */
+  int64_t done[WD_RF_STRINGS], ce_done[WD_RF_STRINGS];
+  for (unsigned i = 0; i < WD_RF_STRINGS; i++) done[i] = ce_done[i] = -1;
+  for (uint32_t i = 0; i < h->nseq && i < WD_RF_SEQS; i++)
+    (h->seq[i].ce ? ce_done : done)[h->seq[i].func] = h->seq[i].completed;
+  int open_ok = h->version >= 3 && h->open_sum == wd_rf_open_sum(h);
+  uint32_t nopen = open_ok ? (h->nopen < WD_RF_OPEN_EVENTS ? h->nopen : WD_RF_OPEN_EVENTS) : 0;
+  for (uint32_t i = 0; i < n1; i++) {
+    const wd_record *r = &r1[i].r;
+    if (r->phase != WD_PH_START || (r->type != WD_T_COLL && r->type != WD_T_CECOLL)) continue;
+    int64_t d = (r->type == WD_T_CECOLL ? ce_done : done)[r->func];
+    if ((int64_t)r->a <= d) continue;
+    int newer = 0; /* a later start of the same op (a retried enqueue) stands for it */
+    for (uint32_t k = i + 1; k < n1 && !newer; k++)
+      newer = r1[k].r.phase == WD_PH_START && r1[k].r.type == r->type && r1[k].r.func == r->func &&
+              r1[k].r.a == r->a;
+    if (newer) continue;
+    uint64_t last = r->ts_ns;
+    int stopped = 0, reached = 0;
+    for (uint32_t k = i + 1; k < n1; k++)
+      if (r1[k].r.slot == r->slot && r1[k].r.type == r->type) {
+        stopped |= r1[k].r.phase == WD_PH_STOP;
+        if (r1[k].r.ts_ns > last) last = r1[k].r.ts_ns;
+      }
+    for (uint32_t k = 0; k < n2; k++) {
+      const wd_record *c = &r2[k].r;
+      if (c->parent != r->slot || c->ts_ns < r->ts_ns) continue;
+      reached |= c->phase == WD_PH_SPAN || c->phase == WD_PH_STOP || c->type == WD_T_KERNELCH;
+      if (c->ts_ns > last) last = c->ts_ns;
+    }
+    for (uint32_t k = 0; k < nopen; k++) {
+      const wd_rf_open_ev *e = &h->open[k];
+      if (e->parent != r->slot || e->start_ns < r->ts_ns) continue;
+      reached |= e->type == WD_T_KERNELCH || e->steps_done > 0;
+      uint64_t el = e->last_ns > e->start_ns ? e->last_ns : e->start_ns;
+      if (el > last) last = el;
+    }
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return;
+    cJSON_AddItemToArray(arr, o);
+    cJSON_AddNumberToObject(o, "slot", r->slot);
+    add_parent(o, r->parent);
+    cJSON_AddStringToObject(o, "type", wd_type_name(r->type));
+    cJSON_AddStringToObject(o, "status", !stopped ? "posting" : reached ? "reached" : "enqueued");
+    cJSON_AddBoolToObject(o, "stopped", stopped);
+    cJSON_AddNumberToObject(o, "ageMs", r->ts_ns < mono_ref ? (double)(mono_ref - r->ts_ns) / 1e6 : 0);
+    cJSON_AddNumberToObject(o, "sinceProgressMs", last < mono_ref ? (double)(mono_ref - last) / 1e6 : 0);
+    cJSON_AddNullToObject(o, "state");
+    cJSON_AddNumberToObject(o, "tid", r->tid);
+    cJSON_AddBoolToObject(o, "graphCaptured", (r->flags & WD_F_GRAPH) != 0);
+    add_type_fields(o, r, strs);
+    cJSON_AddBoolToObject(o, "fromRingFile", 1);
+    cJSON_AddArrayToObject(o, "children");
+  }
+}
+
 cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, char *why,
                              size_t why_len) {
   if (len < WD_RF_HEADER_BYTES || !wd_az_is_ringfile(data, len)) {
@@ -302,6 +367,10 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   uint64_t mono_ref = live_ok ? h.live_mono_ns : h.bind_mono_ns;
   if (n1 && r1[n1 - 1].r.ts_ns > mono_ref) mono_ref = r1[n1 - 1].r.ts_ns;
   if (n2 && r2[n2 - 1].r.ts_ns > mono_ref) mono_ref = r2[n2 - 1].r.ts_ns;
+  /* A fatal signal's handler dated the process's end. */
+  if (h.fatal.signo > 0 && h.fatal_sum == wd_rf_fnv(&h.fatal, sizeof h.fatal) &&
+      h.fatal.mono_ns > mono_ref && h.fatal.mono_ns - mono_ref < 86400ull * 1000000000ull)
+    mono_ref = h.fatal.mono_ns;
   uint64_t wall_ref = h.bind_wall_ns + (mono_ref - h.bind_mono_ns);
 
   cJSON *root = cJSON_CreateObject();
@@ -384,7 +453,7 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
     cJSON_AddNumberToObject(p2p, "enqueued", live_ok ? (double)h.p2p_enqueued : -1);
     cJSON_AddNumberToObject(p2p, "completed", live_ok ? (double)h.p2p_completed : -1);
   }
-  cJSON_AddArrayToObject(c, "inflight");
+  add_inflight(c, &h, live_ok, r1, n1, r2, n2, strs, mono_ref);
   add_open(c, &h, live_ok, mono_ref);
   cJSON_AddItemToObject(c, "ring", ring_json(r1, n1, t1, h.ring_cap, strs, mono_ref));
   cJSON_AddItemToObject(c, "proxyRing", ring_json(r2, n2, t2, h.proxy_ring_cap, strs, mono_ref));

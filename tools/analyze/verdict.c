@@ -12,6 +12,8 @@
 #define STRAGGLER_OPS 16 /* newest operations of each function compared for stragglers */
 #define MAX_KEYS 64
 #define MAX_MISSING_SUSPECTS 256
+#define TEARDOWN_QUIET_MS 200.0
+#define CONTRADICTION_MS 1000.0 /* the rank behind dumped this long after the others last moved */
 
 const char *wd_az_verdict_name(int v) {
   return v == WD_AZ_HANG ? "hang" : v == WD_AZ_NO_VERDICT ? "no_verdict" : "no_hang";
@@ -57,20 +59,43 @@ static double g_first_stall_ms; /* wall time of the job's first stall dump, 0 wh
 
 static int op_stuck_thr(const wd_az_op *op, double thr) {
   if (is(op->status, "stalled")) return 1;
-  return (is(op->status, "reached") || is(op->status, "gpu_done")) && op->since_ms >= thr;
+  /* abandoned: its proxy thread exited with it in flight and nothing told whether its kernel
+   * ended (a revoke) or still waits (a network error): stuck when it stays so, as a reached op. */
+  return (is(op->status, "reached") || is(op->status, "gpu_done") || is(op->status, "abandoned")) &&
+         op->since_ms >= thr;
+}
+
+/* A dump a process wrote, or left, as it ended: SIGABRT (PyTorch's watchdog), SIGTERM (the
+ * launcher), a finalize with operations in flight (ncclCommAbort), or its ring file. Such a
+ * process waited no timeout of ours: whatever it was still in, quiet, it never finished. */
+int wd_az_is_teardown(const wd_az_dump *d) {
+  return is(d->reason, "sigabrt") || is(d->reason, "term") || is(d->reason, "abort") ||
+         is(d->reason, "postmortem");
+}
+
+/* How long an operation of a teardown dump must have been quiet to count as stuck: two of the
+ * dump's polls (one poll is how stale a root's stamp may be), at least TEARDOWN_QUIET_MS; an
+ * operation of a healthy job killed by its scheduler moved more recently than that. */
+static double teardown_quiet(const wd_az_dump *d) {
+  double q = 2 * d->poll_ms;
+  return q > TEARDOWN_QUIET_MS ? q : TEARDOWN_QUIET_MS;
 }
 
 /* A process answers the job's stall episode with one dump (a peer dump, not its own stall dump:
  * docs/architecture.md, "Trigger episodes"), usually before its own timeout ran out. Its
  * operation still counts as stuck when it had stopped progressing before the watchdog of any
- * process fired (and for a tenth of the timeout at least): it waits on the same hang. */
+ * process fired (and for a tenth of the timeout at least): it waits on the same hang. In a
+ * teardown dump the timeout does not apply at all. */
 static int op_stuck_in(const wd_az_set *set, const wd_az_opts *o, const wd_az_crank *cr,
                        const wd_az_op *op) {
   double thr = threshold(set, o, cr);
   if (op_stuck_thr(op, thr)) return 1;
   const wd_az_dump *d = wd_az_dump_of(set, cr);
+  if (wd_az_is_teardown(d) && o->stall_ms <= 0)
+    return op_stuck_thr(op, teardown_quiet(d)) && !is(op->status, "gpu_done");
   if (g_first_stall_ms <= 0 || is(d->reason, "stall") || op->since_ms < thr / 10) return 0;
-  if (!is(op->status, "reached") && !is(op->status, "gpu_done")) return 0;
+  if (!is(op->status, "reached") && !is(op->status, "gpu_done") && !is(op->status, "abandoned"))
+    return 0;
   return (double)d->wall_ns / 1e6 - op->since_ms <= g_first_stall_ms;
 }
 
@@ -584,9 +609,36 @@ static int dead_link_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm
   return nlinks;
 }
 
+/* A rank whose proxy thread exited with the stuck operation in flight, its kernel still waiting
+ * (or, without CUDA events, not known to have ended): a network error ended NCCL's progress loop
+ * there (proxy.cc), and nothing will move the operation again. Returns the ranks named. */
+static int proxy_gone_check(wd_az_comm *c) {
+  int n = 0;
+  for (int pass = 2; pass >= 1 && !n; pass--)
+    for (int i = 0; i < c->nwaiting; i++) {
+      const wd_az_crank *cr = c->by_rank[c->waiting[i]];
+      const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
+      if (!op || op->proxy_gone != pass) continue;
+      wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_NETWORK_STALL, cr);
+      if (!s) continue;
+      s->op = op;
+      char wait[256];
+      wd_az_wait_text(&op->wait, wait, sizeof wait);
+      wd_az_fmt(s->detail, sizeof(s->detail),
+                "its NCCL proxy thread exited with %s seq %" PRId64 " in flight (%s): it last "
+                "waited on %s", wd_az_s(op->func), op->seq,
+                pass == 2 ? "a network error: the kernel still waits"
+                          : "a network error or a revoke: no CUDA events tell which",
+                wait);
+      n++;
+    }
+  return n;
+}
+
 /* Everyone is in the stuck operation: the rank whose operation stopped progressing first, by a
  * clear margin, and whose wait is on the network, is the suspect. */
 static void network_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  if (proxy_gone_check(c)) return;
   if (dead_link_check(set, o, c)) return;
   const wd_az_crank *first = NULL;
   const wd_az_op *fop = NULL;
@@ -809,6 +861,20 @@ static void missing_check(wd_az_comm *c) {
   }
 }
 
+/* How long the process of cr lived on after the first waiting rank entered the stuck operation
+ * (its ring file's last refresh against their entry), 0 when unknown. */
+static double outlived_ms(const wd_az_set *set, const wd_az_comm *c, const wd_az_crank *cr) {
+  double entered = -1;
+  for (int i = 0; i < c->nwaiting; i++) {
+    const wd_az_crank *w = c->by_rank[c->waiting[i]];
+    const wd_az_op *op = find_op(w, c->stuck_func, c->stuck_seq);
+    double t = (double)wd_az_dump_of(set, w)->wall_ns / 1e6 - (op ? op->age_ms : w->since_ms);
+    if (entered < 0 || t < entered) entered = t;
+  }
+  double end = (double)wd_az_dump_of(set, cr)->wall_ns / 1e6;
+  return entered >= 0 && end > entered ? end - entered : 0;
+}
+
 /* A rank whose process died: its ring file is all that is left. It explains every wait on it,
  * whatever the rules above made of it. */
 static void died_check(const wd_az_set *set, wd_az_comm *c) {
@@ -817,6 +883,17 @@ static void died_check(const wd_az_set *set, wd_az_comm *c) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
     if (wd_az_dump_of(set, cr)->reason != pm) continue;
     wd_az_suspect *s = find_suspect(c, cr->rank);
+    double alive_ms = s && s->reason == WD_AZ_NOT_ENTERED ? outlived_ms(set, c, cr) : 0;
+    if (alive_ms >= CONTRADICTION_MS) {
+      /* It outlived the others' wait by far, outside the operation: killed afterwards (torchrun's
+       * SIGKILL once PyTorch's watchdog ended the others), not the cause by dying. */
+      char secs[32];
+      size_t used = strlen(s->detail);
+      wd_az_fmt(s->detail + used, sizeof(s->detail) - used,
+                "; it lived on %s s after the others entered it, then was killed (only its ring "
+                "file is left)", wd_az_secs(alive_ms, secs, sizeof secs));
+      continue;
+    }
     if (s) {
       char old[sizeof(s->detail)];
       memcpy(old, s->detail, sizeof old);
@@ -1036,6 +1113,54 @@ static void summarize(const wd_az_set *set, wd_az_comm *c) {
   free(ranks);
 }
 
+/* ---- sequence tables that cannot be ---- */
+
+/* Collectives no rank can complete, nor be inside for long, before every rank entered them. */
+static int all_ranks_needed(wd_az_str func) {
+  return is(func, "AllReduce") || is(func, "AllGather") || is(func, "ReduceScatter");
+}
+
+/* No in-flight operation shows it, yet the sequence numbers do: ranks enqueued (or completed) seq
+ * s of a collective that needs every rank, while another rank had not enqueued it when it
+ * dumped, well after the first ones last moved. On NCCL 2.29/2.30 a KernelCh can pair with an
+ * earlier, finished work (a send to self, a graph replay after eager work: NCCL-FACTS), so the
+ * ranks inside a hung operation may show it completed; a completion the other ranks' numbers
+ * make impossible is no evidence (docs/analyzer.md, "Order of trust"). Returns 1 when it names
+ * the stuck operation; the ranks ahead are the waiting ones. */
+static int seq_contradiction(const wd_az_set *set, wd_az_comm *c) {
+  for (int k = 0; k < c->nfuncs; k++) {
+    const wd_az_func_row *f = &c->funcs[k];
+    if (f->enq_min >= f->enq_max || !all_ranks_needed(f->func)) continue;
+    int64_t s = f->enq_min + 1;
+    double ahead_moved = -1, behind_dumped = -1, since = 0;
+    for (int i = 0; i < c->npresent; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      double wall = (double)wd_az_dump_of(set, cr)->wall_ns / 1e6;
+      if (wd_az_enq(cr, f->func) >= s) {
+        if (wall - cr->since_ms > ahead_moved) ahead_moved = wall - cr->since_ms;
+        if (cr->since_ms > since) since = cr->since_ms;
+      } else if (behind_dumped < 0 || wall < behind_dumped) {
+        behind_dumped = wall;
+      }
+    }
+    if (ahead_moved < 0 || behind_dumped < 0 || behind_dumped - ahead_moved < CONTRADICTION_MS)
+      continue;
+    c->stuck = 1;
+    c->stuck_type = wd_az_intern("Coll");
+    c->stuck_func = f->func;
+    c->stuck_seq = s;
+    for (int i = 0; i < c->npresent; i++)
+      if (wd_az_enq(c->by_rank[c->present[i]], f->func) >= s) c->waiting[c->nwaiting++] = c->present[i];
+    c->stalled_ms = since;
+    wd_az_fmt(c->note, sizeof(c->note),
+              "no rank lists %s seq %" PRId64 " in flight, but ranks entered it while others never "
+              "did: a completion shown there rests on kernel channels paired with other work",
+              wd_az_s(f->func), s);
+    return 1;
+  }
+  return 0;
+}
+
 /* ---- driver ---- */
 
 static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
@@ -1049,6 +1174,10 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
     missing_check(c);
     died_check(set, c);
   } else if (p2p_check(set, o, c)) {
+    missing_check(c);
+    died_check(set, c);
+  } else if (seq_contradiction(set, c)) {
+    for (int i = 0; i < c->npresent; i++) classify_outside(c, c->by_rank[c->present[i]]);
     missing_check(c);
     died_check(set, c);
   }
