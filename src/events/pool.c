@@ -118,7 +118,9 @@ int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   p->cells = cells == MAP_FAILED ? NULL : cells;
   if (p->chunks == NULL || p->cells == NULL) {
+    /* Left empty: the context's clean-up destroys the pool again (no double free). */
     free(p->chunks);
+    p->chunks = NULL;
     if (p->cells) munmap(p->cells, sizeof(wd_pool_cell) * qcap);
     p->cells = NULL;
     return -1;

@@ -253,6 +253,8 @@ static void add_open(cJSON *comm, const wd_rf_header *h, int live_ok, uint64_t m
  * It is "reached" when the GPU had got there by what the file tells (a kernel channel or proxy
  * operation of it was open at the last refresh, or one of them had stopped), else "enqueued";
  * its last progress is the newest of its own records and those of its children. */
+#define WD_RF_INFLIGHT_MAX 32 /* the oldest: the stuck one is among them */
+
 static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const rec_t *r1,
                          uint32_t n1, const rec_t *r2, uint32_t n2, char (*strs)[WD_RF_STRLEN],
                          uint64_t mono_ref) {
@@ -264,6 +266,7 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
     (h->seq[i].ce ? ce_done : done)[h->seq[i].func] = h->seq[i].completed;
   int open_ok = h->version >= 3 && h->open_sum == wd_rf_open_sum(h);
   uint32_t nopen = open_ok ? (h->nopen < WD_RF_OPEN_EVENTS ? h->nopen : WD_RF_OPEN_EVENTS) : 0;
+  uint32_t not_listed = 0;
   for (uint32_t i = 0; i < n1; i++) {
     const wd_record *r = &r1[i].r;
     if (r->phase != WD_PH_START || (r->type != WD_T_COLL && r->type != WD_T_CECOLL)) continue;
@@ -275,7 +278,8 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
               r1[k].r.a == r->a;
     if (newer) continue;
     uint64_t last = r->ts_ns;
-    int stopped = 0, reached = 0;
+    int stopped = 0, reached = 0, open_kids = 0;
+    uint32_t kch_spans = 0;
     for (uint32_t k = i + 1; k < n1; k++)
       if (r1[k].r.slot == r->slot && r1[k].r.type == r->type) {
         stopped |= r1[k].r.phase == WD_PH_STOP;
@@ -285,21 +289,36 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
       const wd_record *c = &r2[k].r;
       if (c->parent != r->slot || c->ts_ns < r->ts_ns) continue;
       reached |= c->phase == WD_PH_SPAN || c->phase == WD_PH_STOP || c->type == WD_T_KERNELCH;
+      kch_spans += c->type == WD_T_KERNELCH && (c->phase == WD_PH_SPAN || c->phase == WD_PH_STOP);
       if (c->ts_ns > last) last = c->ts_ns;
     }
     for (uint32_t k = 0; k < nopen; k++) {
       const wd_rf_open_ev *e = &h->open[k];
       if (e->parent != r->slot || e->start_ns < r->ts_ns) continue;
+      open_kids++;
       reached |= e->type == WD_T_KERNELCH || e->steps_done > 0;
       uint64_t el = e->last_ns > e->start_ns ? e->last_ns : e->start_ns;
       if (el > last) last = el;
+    }
+    /* Completed after the header's last refresh: every kernel channel stopped, nothing open. */
+    if (stopped && r->nChannels && kch_spans >= r->nChannels && !open_kids) continue;
+    if (cJSON_GetArraySize(arr) >= WD_RF_INFLIGHT_MAX) {
+      not_listed++;
+      continue;
     }
     cJSON *o = cJSON_CreateObject();
     if (!o) return;
     cJSON_AddItemToArray(arr, o);
     cJSON_AddNumberToObject(o, "slot", r->slot);
-    add_parent(o, r->parent);
+    if (r->parent == WD_SLOT_NONE) cJSON_AddNullToObject(o, "parentSlot");
+    else if (r->parent == WD_SLOT_FOREIGN) cJSON_AddStringToObject(o, "parentSlot", "foreign");
+    else cJSON_AddNumberToObject(o, "parentSlot", r->parent);
     cJSON_AddStringToObject(o, "type", wd_type_name(r->type));
+    cJSON *kc = cJSON_AddObjectToObject(o, "kernelChannels");
+    if (kc) {
+      cJSON_AddNumberToObject(kc, "expected", r->nChannels);
+      cJSON_AddNumberToObject(kc, "done", kch_spans);
+    }
     cJSON_AddStringToObject(o, "status", !stopped ? "posting" : reached ? "reached" : "enqueued");
     cJSON_AddBoolToObject(o, "stopped", stopped);
     cJSON_AddNumberToObject(o, "ageMs", r->ts_ns < mono_ref ? (double)(mono_ref - r->ts_ns) / 1e6 : 0);
@@ -311,6 +330,7 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
     cJSON_AddBoolToObject(o, "fromRingFile", 1);
     cJSON_AddArrayToObject(o, "children");
   }
+  if (not_listed) cJSON_AddNumberToObject(comm, "inflightNotListed", not_listed);
 }
 
 cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, char *why,
