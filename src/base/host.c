@@ -2,7 +2,9 @@
 #include "base/host.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static char host_override[64];
@@ -23,4 +25,35 @@ void wd_hostname(char *out, size_t len) {
   char *dot = strchr(buf, '.');
   if (dot) *dot = 0;
   snprintf(out, len, "%s", buf[0] ? buf : "unknown");
+}
+
+/* A number of bytes from a one-line file ("max" or absent: none). */
+static uint64_t wd_read_limit(const char *path) {
+  FILE *f = fopen(path, "re");
+  if (f == NULL) return 0;
+  char line[64] = "";
+  char *ok = fgets(line, sizeof line, f);
+  fclose(f);
+  if (!ok || line[0] < '0' || line[0] > '9') return 0;
+  unsigned long long v = strtoull(line, NULL, 10);
+  /* cgroup v1 writes a huge number for "no limit". */
+  return v >= (1ull << 60) ? 0 : (uint64_t)v;
+}
+
+uint64_t wd_host_memory_limit(const char **what) {
+  uint64_t best = 0;
+  *what = "";
+  uint64_t cg = wd_read_limit("/sys/fs/cgroup/memory.max");
+  if (!cg) cg = wd_read_limit("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  if (cg) {
+    best = cg;
+    *what = "the cgroup's memory limit";
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+      (best == 0 || (uint64_t)rl.rlim_cur < best)) {
+    best = (uint64_t)rl.rlim_cur;
+    *what = "the address-space limit (ulimit -v)";
+  }
+  return best;
 }

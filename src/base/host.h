@@ -3,6 +3,7 @@
 #define WD_HOST_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Short host name (up to the first dot), "unknown" when it cannot be read; the override when
  * one is set. */
@@ -10,5 +11,9 @@ void wd_hostname(char *out, size_t len);
 /* NCCL_WATCHDOG_HOSTNAME: containers whose host name is a pod id, and tests that simulate
  * several hosts on one machine. Set at process start, before any thread reads it; "" clears. */
 void wd_hostname_override(const char *name);
+
+/* The tightest limit on this process's memory, in bytes, and what it is ("cgroup memory.max",
+ * "ulimit -v"); 0 when none is known. A cgroup's limit counts /dev/shm pages (the ring files). */
+uint64_t wd_host_memory_limit(const char **what);
 
 #endif

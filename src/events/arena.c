@@ -33,8 +33,9 @@ static int reserve(void) {
   return -1;
 }
 
-void *wd_arena_chunk_get(size_t bytes) {
+void *wd_arena_chunk_get(size_t bytes, int *why) {
   void *chunk = NULL;
+  int short_why = WD_SHORT_ADDRESS;
   pthread_mutex_lock(&arena_lock);
   if (wd_arena.chunk_bytes == 0) wd_arena.chunk_bytes = bytes;
   if (bytes != wd_arena.chunk_bytes) goto out;
@@ -47,6 +48,7 @@ void *wd_arena_chunk_get(size_t bytes) {
   if (wd_arena.size - used < bytes) goto out;
   if (!wd_budget_allows(bytes)) { /* the pool drops (and counts) events instead */
     wd_budget_note_refused();
+    short_why = WD_SHORT_BUDGET;
     goto out;
   }
   void *at = (void *)(wd_arena.base + used);
@@ -56,6 +58,7 @@ void *wd_arena_chunk_get(size_t bytes) {
   atomic_store_explicit(&wd_arena.committed, used + bytes, memory_order_release);
 out:
   pthread_mutex_unlock(&arena_lock);
+  if (why) *why = chunk ? WD_SHORT_NONE : short_why;
   return chunk;
 }
 

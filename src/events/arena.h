@@ -32,10 +32,14 @@ static inline void *wd_arena_slot_at(uintptr_t a, size_t stride) {
   return wd_arena_holds(a, stride) ? (void *)a : NULL;
 }
 
+/* Why memory for events was refused (the cause a warning names). */
+enum { WD_SHORT_NONE = 0, WD_SHORT_MAX_EVENTS = 1, WD_SHORT_BUDGET = 2, WD_SHORT_ADDRESS = 3 };
+
 /* A chunk of bytes (the same size on every call), zeroed when fresh, or a chunk released
  * earlier with its contents as they were left (callers keep slot tags across reuse). NULL when
- * the arena is full or cannot be mapped. Not for the hot path's common case (pool growth). */
-void *wd_arena_chunk_get(size_t bytes);
+ * the arena is full or cannot be mapped, *why (when given) then says which: WD_SHORT_BUDGET or
+ * WD_SHORT_ADDRESS. Not for the hot path's common case (pool growth). */
+void *wd_arena_chunk_get(size_t bytes, int *why);
 /* Give a chunk back for reuse; it stays mapped. */
 void wd_arena_chunk_put(void *chunk);
 /* Unmap everything (library unload; no slot may be in use). */

@@ -74,9 +74,16 @@ static int wd_q_pop(wd_pool *p, uint32_t *v) {
 
 static int wd_pool_add_chunk(wd_pool *p) {
   uint32_t n = atomic_load_explicit(&p->nchunks, memory_order_relaxed);
-  if (n >= p->max_chunks) return -1;
-  wd_event *chunk = wd_arena_chunk_get(sizeof(wd_event) * WD_CHUNK_SLOTS);
-  if (chunk == NULL) return -1;
+  if (n >= p->max_chunks) {
+    atomic_store_explicit(&p->short_why, WD_SHORT_MAX_EVENTS, memory_order_relaxed);
+    return -1;
+  }
+  int why = WD_SHORT_NONE;
+  wd_event *chunk = wd_arena_chunk_get(sizeof(wd_event) * WD_CHUNK_SLOTS, &why);
+  if (chunk == NULL) {
+    atomic_store_explicit(&p->short_why, why, memory_order_relaxed);
+    return -1;
+  }
   /* A reused chunk keeps its tags (bumped once more), so handles from its previous pool stay
    * stale; the rest of a slot is initialised when it is allocated. */
   for (uint32_t i = 0; i < WD_CHUNK_SLOTS; i++) {

@@ -37,6 +37,7 @@ typedef struct wd_pool {
   struct wd_context *ctx;
   struct wd_blacklist *blacklist; /* optional: addresses that must not be handed out */
   _Atomic uint64_t exhausted;     /* allocations refused */
+  _Atomic int short_why;          /* WD_SHORT_*: why it last could not grow (arena.h) */
 } wd_pool;
 
 /* initial and max are slot counts (rounded up to whole chunks). 0 or -1. */

@@ -1,14 +1,17 @@
 /* The process's event store (store.h). */
 #include "events/store.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "events/arena.h"
 #include "events/blacklist.h"
+#include "events/budget.h"
 #include "flightrec/record.h"
 
 /* Long enough that no late callback of a finalized communicator (NCCL's shared proxy thread) can
@@ -149,6 +152,56 @@ __attribute__((destructor)) static void store_unload(void) {
   wd_arena_release();
 }
 
+/* What stopped an allocation: an address-space limit when there is one, else memory. */
+static void wd_store_short_cause(char *buf, size_t len) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+    snprintf(buf, len, "the address-space limit (ulimit -v: %llu MiB) or the memory",
+             (unsigned long long)(rl.rlim_cur >> 20));
+  else
+    snprintf(buf, len, "the memory (or the memory map)");
+}
+
+/* A context as configured; when that cannot be mapped (an address-space limit, large rings or
+ * NCCL_WATCHDOG_MAX_EVENTS), the largest of its event bound and rings halved until it can, with
+ * one warning that says what it got and why; NULL (not profiled, one warning) when not even the
+ * smallest fits. Nothing half-built is kept: a failed try frees everything it took. */
+static wd_context *wd_store_alloc_shrinking(const wd_config *cfg, const char *name, int rank) {
+  uint32_t ev = cfg->max_events, rs = cfg->ring_size, prs = cfg->proxy_ring_size;
+  wd_context *ctx = wd_context_alloc(ev, rs, prs, cfg->ring_dir, cfg->keep_rings);
+  int tries = 0;
+  while (ctx == NULL && tries < 64) {
+    int can_ev = ev > 4 * WD_CHUNK_SLOTS, can_rs = rs > WD_BUDGET_MIN_RING, can_prs = prs > WD_BUDGET_MIN_RING;
+    if (!can_ev && !can_rs && !can_prs) break;
+    /* The largest first: the event bound's queues against the rings' records (bytes each). */
+    uint64_t ev_b = can_ev ? (uint64_t)ev * 8 : 0, rs_b = can_rs ? (uint64_t)rs * 80 : 0,
+             prs_b = can_prs ? (uint64_t)prs * 80 : 0;
+    if (ev_b >= rs_b && ev_b >= prs_b) ev /= 2;
+    else if (prs_b >= rs_b) prs /= 2;
+    else rs /= 2;
+    tries++;
+    ctx = wd_context_alloc(ev, rs, prs, cfg->ring_dir, cfg->keep_rings);
+  }
+  char cause[128];
+  if (ctx == NULL || tries) wd_store_short_cause(cause, sizeof cause);
+  if (ctx == NULL) {
+    WD_WARN("communicator %s rank %d not profiled: not even %u events and rings of %u + %u "
+            "records could be mapped (%s)", name ? name : "", rank, ev, rs, prs, cause);
+    return NULL;
+  }
+  static _Atomic int warned; /* one line for the process; the others in NCCL's INFO log */
+  if (tries && !atomic_exchange(&warned, 1))
+    WD_WARN("communicator %s rank %d: NCCL_WATCHDOG_MAX_EVENTS=%u with rings of %u + %u records "
+            "did not fit in %s; it gets %u events and rings of %u + %u records (later "
+            "communicators likewise, said at INFO)",
+            name ? name : "", rank, cfg->max_events, cfg->ring_size, cfg->proxy_ring_size, cause, ev,
+            rs, prs);
+  else if (tries)
+    WD_INFO("communicator %s rank %d: %u events and rings of %u + %u records (%s)", name ? name : "",
+            rank, ev, rs, prs, cause);
+  return ctx;
+}
+
 wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes, int nranks,
                          int rank) {
   const wd_config *cfg = wd_store.cfg;
@@ -163,12 +216,8 @@ wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes
     *oldest = ctx->next;
     wd_context_recycle(ctx);
   } else {
-    ctx = wd_context_alloc(cfg->max_events, cfg->ring_size, cfg->proxy_ring_size, cfg->ring_dir,
-                           cfg->keep_rings);
-    if (ctx == NULL) {
-      WD_WARN("out of memory for communicator %s rank %d: not profiled", name ? name : "", rank);
-      return NULL;
-    }
+    ctx = wd_store_alloc_shrinking(cfg, name, rank);
+    if (ctx == NULL) return NULL;
   }
   wd_context_bind(ctx, abi, comm_id, name, nnodes, nranks, rank,
                   (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0, cfg->gpu_events);

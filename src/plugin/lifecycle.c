@@ -47,6 +47,19 @@ static int process_start(void) {
   wd_config_load(&config, NULL, config_warn);
   wd_hostname_override(config.hostname);
   wd_budget_set((uint64_t)config.memory_budget_mib << 20);
+  /* The budget must fit well inside the process's own limit: rings in /dev/shm count against a
+   * cgroup, and what a limit refuses later would be a crash of the job, not a smaller ring. */
+  const char *what;
+  uint64_t limit = wd_host_memory_limit(&what);
+  if (limit && ((uint64_t)config.memory_budget_mib << 20) > limit / 8) {
+    uint64_t mib = (limit / 8) >> 20;
+    if (mib < 1) mib = 1;
+    WD_WARN("NCCL_WATCHDOG_MEMORY_BUDGET=%u MiB lowered to %llu MiB, an eighth of %s (%llu MiB): "
+            "communicators get smaller rings past it", config.memory_budget_mib,
+            (unsigned long long)mib, what, (unsigned long long)(limit >> 20));
+    config.memory_budget_mib = (uint32_t)mib;
+    wd_budget_set((uint64_t)mib << 20);
+  }
   char desc[1024];
   wd_config_describe(&config, desc, sizeof(desc));
   WD_INFO("nccl-watchdog %s: %s", WD_VERSION, desc);

@@ -56,8 +56,8 @@ static void wd_snapsig_handler(int sig, siginfo_t *si, void *uc) {
   atomic_fetch_sub(&snapsig_entered, 1);
 }
 
-int wd_snapsig_install(int signo, int wake_fd) {
-  if (signo <= 0 || signo >= NSIG || wake_fd < 0) return -1;
+static int wd_snapsig_put(int signo, int wake_fd) {
+  if (signo <= 0 || signo >= NSIG) return -1;
   if (snapsig_installed) wd_snapsig_restore();
   struct sigaction sa, old;
   memset(&sa, 0, sizeof(sa));
@@ -85,6 +85,12 @@ int wd_snapsig_install(int signo, int wake_fd) {
   snapsig_installed = 1;
   return 0;
 }
+
+int wd_snapsig_install(int signo, int wake_fd) {
+  return wake_fd < 0 ? -1 : wd_snapsig_put(signo, wake_fd);
+}
+
+int wd_snapsig_install_inert(int signo) { return wd_snapsig_put(signo, -1); }
 
 void wd_snapsig_restore(void) {
   if (!snapsig_installed) return;

@@ -10,6 +10,9 @@
  * Returns 0, or -1 (logged by the caller). */
 int wd_snapsig_install(int signo, int wake_fd);
 /* Restore the previous action if ours is still installed. Idempotent. */
+/* Without a watchdog (its thread or eventfd could not be made): the handler only chains, so the
+ * snapshot signal the runbook tells people to send does not kill the job by its default action. */
+int wd_snapsig_install_inert(int signo);
 void wd_snapsig_restore(void);
 /* Signals received since the last call (atomic exchange); *sender_pid gets the last sender, or 0. */
 int wd_snapsig_take(int *sender_pid);

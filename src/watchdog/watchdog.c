@@ -176,6 +176,25 @@ static uint64_t wd_progress_mark(void) {
   return m;
 }
 
+/* Events dropped because a pool could not grow: the warning names what stopped it. */
+static void wd_warn_dropped(const wd_context *ctx, uint64_t dropped) {
+  int why = atomic_load_explicit(&ctx->pool.short_why, memory_order_relaxed);
+  int pwhy = atomic_load_explicit(&ctx->proxy_pool.short_why, memory_order_relaxed);
+  if (pwhy > why) why = pwhy;
+  char cause[160];
+  if (why == WD_SHORT_BUDGET)
+    snprintf(cause, sizeof cause, "the process's memory budget is used up (NCCL_WATCHDOG_MEMORY_BUDGET=%u MiB, "
+             "rings and event slots of every communicator): raise the budget", wd_wd.cfg->memory_budget_mib);
+  else if (why == WD_SHORT_ADDRESS)
+    snprintf(cause, sizeof cause, "no address space or memory was left for more event slots (an "
+             "address-space limit such as ulimit -v, or the system's memory)");
+  else
+    snprintf(cause, sizeof cause, "its event pool is full (NCCL_WATCHDOG_MAX_EVENTS=%u): raise it",
+             wd_wd.cfg->max_events);
+  WD_WARN("comm 0x%llx \"%s\" rank %d: %llu events dropped so far: %s", (unsigned long long)ctx->comm_id,
+          ctx->name, ctx->rank, (unsigned long long)dropped, cause);
+}
+
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
@@ -192,10 +211,7 @@ static void wd_check_stalls(uint64_t now) {
     /* Drops are counted on the hot path and reported here, at most once a poll. */
     uint64_t dropped = atomic_load_explicit(&ctx->dropped, memory_order_relaxed);
     if (dropped > ctx->dropped_logged) {
-      WD_WARN("comm 0x%llx \"%s\" rank %d: %llu events dropped so far, its event pool is full "
-              "(NCCL_WATCHDOG_MAX_EVENTS=%u): raise it",
-              (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, (unsigned long long)dropped,
-              wd_wd.cfg->max_events);
+      wd_warn_dropped(ctx, dropped);
       ctx->dropped_logged = dropped;
     }
   }
@@ -420,6 +436,8 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wd_wd.wake_fd < 0) {
     WD_WARN("eventfd failed: %s", strerror(errno));
+    if (cfg->signal) wd_snapsig_install_inert(cfg->signal);
+    wd_metrics_close();
     return -1;
   }
   wd_wd.bt_ok = 0;
@@ -440,7 +458,8 @@ int wd_watchdog_start(const wd_config *cfg) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (rc != 0) {
     WD_WARN("cannot start the watchdog thread: %s", strerror(rc));
-    wd_snapsig_restore();
+    if (cfg->signal) wd_snapsig_install_inert(cfg->signal);
+    wd_metrics_close();
     wd_fatal_restore();
     wd_fatal_close();
     if (wd_wd.bt_ok) wd_bt_fini();
