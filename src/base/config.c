@@ -36,7 +36,7 @@
 #define WD_MAX_EVENTS_MAX 16777216u
 #define WD_MAX_DUMPS_MIN 1u
 #define WD_MAX_DUMPS_MAX 100000u
-#define WD_MASK_LIMIT (1 << 15)
+#define WD_MASK_LIMIT (1 << 16) /* v7 types: KernelPhase is 1 << 15 */
 
 /* Longest raw value quoted back in a warning; longer ones are cut with "...". */
 #define WD_QUOTE_MAX 128
@@ -321,7 +321,7 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_KERNELCH, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -354,6 +354,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_TRIGGER_POLL] = "NCCL_WATCHDOG_TRIGGER_POLL",
     [K_PEER_RECORDS] = "NCCL_WATCHDOG_PEER_RECORDS",
     [K_MEMORY_BUDGET] = "NCCL_WATCHDOG_MEMORY_BUDGET",
+    [K_KERNELCH] = "NCCL_WATCHDOG_KERNELCH",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -395,7 +396,10 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->peer_records = 64;
   cfg->compress = WD_COMPRESS_PEER;
   cfg->memory_budget_mib = 1024;
+  cfg->kernelch = WD_KCH_AUTO;
 }
+
+const char *wd_kernelch_name(int k) { return k == WD_KCH_ON ? "on" : k == WD_KCH_OFF ? "off" : "auto"; }
 
 static const char *wd_compress_name(int c) {
   return c == WD_COMPRESS_ALL ? "gzip" : c == WD_COMPRESS_PEER ? "peer" : "off";
@@ -463,7 +467,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_SIGNAL] = "a name such as SIGUSR1, a number, or none",
     [K_BT_SIGNAL] = "a name such as SIGRTMIN+3 or a number",
     [K_ACTION] = "dump or abort",
-    [K_MASK] = "a non-zero decimal or 0x hex value below 0x8000",
+    [K_MASK] = "a non-zero decimal or 0x hex value below 0x10000",
     [K_BACKTRACE] = "1/0, true/false, yes/no, on/off, or all",
     [K_BT_WAIT] = "300, 2.5, 500ms, 30s, 5m, 1h",
     [K_PEER_DUMPS] = "1/0, true/false, yes/no, on/off",
@@ -481,6 +485,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_TRIGGER_POLL] = "0 (5 polls), 5s, 30s",
     [K_PEER_RECORDS] = "an integer, 0 = whole rings",
     [K_MEMORY_BUDGET] = "MiB, an integer, 0 = no budget",
+    [K_KERNELCH] = "auto, on or off",
 };
 
 /* A duration, or what 0 means for it. */
@@ -525,6 +530,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_PYTHON: snprintf(buf, len, "%d", cfg->python); break;
   case K_PEER_RECORDS: snprintf(buf, len, "%u", cfg->peer_records); break;
   case K_MEMORY_BUDGET: snprintf(buf, len, "%u", cfg->memory_budget_mib); break;
+  case K_KERNELCH: snprintf(buf, len, "%s", wd_kernelch_name(cfg->kernelch)); break;
   case K_TRIGGER_POLL: duration_or(cfg->trigger_poll_ns, "0 (5 polls)", buf, len); break;
   case K_METRICS: duration_or(cfg->metrics_ns, "0 (off)", buf, len); break;
   case K_METRICS_DIR: path_or(cfg->metrics_dir, "the ring directory", buf, len); break;
@@ -731,6 +737,18 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       why = wd_check_uint(val, 0, 1u << 20, NULL, &u, reason, sizeof reason);
       if (!why) cfg->memory_budget_mib = (uint32_t)u;
       break;
+    case K_KERNELCH: {
+      char v[16] = "";
+      int b = 0;
+      wd_trim_copy(val, v, sizeof v);
+      if (!strcasecmp(v, "auto")) cfg->kernelch = WD_KCH_AUTO;
+      else if (wd_parse_bool(val, &b) == 0) cfg->kernelch = b ? WD_KCH_ON : WD_KCH_OFF;
+      else {
+        snprintf(reason, sizeof reason, "is not a KernelCh choice (expected auto, on or off)");
+        why = reason;
+      }
+      break;
+    }
     case K_MAX_DUMPS:
       why = wd_check_uint(val, WD_MAX_DUMPS_MIN, WD_MAX_DUMPS_MAX, NULL, &u, reason, sizeof reason);
       if (!why) cfg->max_dumps = (int)u;
@@ -973,7 +991,7 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
            " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s"
-           " trigger_poll=%s peer_records=%u memory_budget=%uMiB",
+           " trigger_poll=%s peer_records=%u memory_budget=%uMiB kernelch=%s",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
@@ -982,5 +1000,5 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
            cfg->hostname[0] ? cfg->hostname : "(system)", wd_compress_name(cfg->compress), metrics,
            cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records,
-           cfg->memory_budget_mib);
+           cfg->memory_budget_mib, wd_kernelch_name(cfg->kernelch));
 }

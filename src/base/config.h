@@ -13,6 +13,10 @@ enum { WD_BACKTRACE_ALL = 2 };
 /* Which dumps are written gzip-compressed. Peer summaries by default: a 100,000-rank job writes one
  * per process per stall episode, and the analyzer, not a person, reads them first. */
 enum { WD_COMPRESS_OFF = 0, WD_COMPRESS_ALL = 1, WD_COMPRESS_PEER = 2 };
+/* Whether KernelCh is asked for. auto: not where CUDA events bracket the launches and NCCL charges
+ * the GPU for KernelCh (2.31+, ABI v7: NCCL issue 2355); on: always (coverage over cost); off:
+ * never (then intra-node operations of graph replays are not seen to complete). */
+enum { WD_KCH_AUTO = 0, WD_KCH_ON = 1, WD_KCH_OFF = 2 };
 
 typedef struct wd_config {
   int enable;                    /* NCCL_WATCHDOG_ENABLE, default 1 */
@@ -43,6 +47,7 @@ typedef struct wd_config {
   char metrics_dir[WD_PATH_MAX]; /* NCCL_WATCHDOG_METRICS_DIR: empty = the ring directory */
   uint64_t trigger_poll_ns;      /* NCCL_WATCHDOG_TRIGGER_POLL: shared-FS trigger check, 0 = 5 polls */
   uint32_t memory_budget_mib;    /* NCCL_WATCHDOG_MEMORY_BUDGET: rings + event slots, 1024; 0 = none */
+  int kernelch;                  /* NCCL_WATCHDOG_KERNELCH: WD_KCH_* */
   uint32_t peer_records;         /* NCCL_WATCHDOG_PEER_RECORDS: newest records per ring in a peer
                                     dump (a summary), 64; 0 = whole rings */
 } wd_config;
@@ -71,6 +76,7 @@ int wd_parse_signal(const char *s, int *out_sig);          /* "SIGUSR1", "USR1",
 int wd_parse_bool(const char *s, int *out);                /* 1/0, true/false, yes/no, on/off */
 int wd_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 int wd_parse_mask(const char *s, int *out);                /* decimal or 0x hex */
+const char *wd_kernelch_name(int kernelch);                /* "auto", "on", "off" */
 
 /* Name of the signal for logs and dumps ("SIGUSR1", "SIGRTMIN+3", "none"). */
 const char *wd_signal_name(int sig, char *buf, int len);

@@ -173,6 +173,22 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
       wd_sb_hex(b, ev ? ev->last_trans : r->count);
     }
     break;
+  case WD_T_KERNELPHASE:
+    PUT_INT(b, "channel", r->channel);
+    PUT_INT(b, "phaseId", r->n);
+    WD_SB_LIT(b, ",\"phase\":\"");
+    {
+      const char *pn = r->n == 0 ? "initial_sync" : r->n == 1 ? "compute" : r->n == 2 ? "final_sync" : "unknown";
+      wd_sb_mem(b, pn, strlen(pn));
+    }
+    wd_sb_ch(b, '"');
+    WD_SB_LIT(b, ",\"pTimer\":");
+    wd_sb_hex(b, r->a);
+    if ((ev && ev->last_trans) || (stop_rec && r->count)) {
+      WD_SB_LIT(b, ",\"pTimerStop\":");
+      wd_sb_hex(b, ev ? ev->last_trans : r->count);
+    }
+    break;
   case WD_T_PROXYCTRL:
     if (state_rec) {
       PUT_INT(b, "appendedProxyOps", r->n);
@@ -195,7 +211,11 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
   if (r->flags & WD_F_DETACHED) {
     WD_SB_LIT(b, ",\"raw\":");
     wd_sb_hex(b, r->raw);
+  } else if (r->flags & WD_F_TAGGED) {
+    WD_SB_LIT(b, ",\"userTag\":");
+    wd_sb_hex(b, r->raw);
   }
+  if (r->type == WD_T_COLL && (r->flags & WD_F_SYMCOLL)) WD_SB_LIT(b, ",\"isSymColl\":true");
   int is_op = r->type == WD_T_COLL || r->type == WD_T_P2P || r->type == WD_T_CECOLL;
   if (ev && is_op)
     wd_sb_bool(b, ",\"graphCaptured\":", r->flags & WD_F_GRAPH);
@@ -577,7 +597,7 @@ static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *
   }
   cJSON *a = cJSON_AddArrayToObject(o, "blindSpots");
   if (!a) return -1;
-  const char *spots[8];
+  const char *spots[10];
   int n = 0;
   spots[n++] = "RMA operations: NCCL reports no profiler events for them";
   spots[n++] = "Broadcast on the AllGatherV path and symmetric-memory kernels: API events only, "
@@ -587,8 +607,19 @@ static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *
                  "intra-node op's completion rests on NCCL's KernelCh counters, which can pair "
                  "with another op";
   if (cuda) spots[n++] = "graph replays launch no kernel the plugin sees: judged on NCCL's events";
-  if (!(cfg->event_mask & (1 << WD_T_KERNELCH)))
-    spots[n++] = "KernelCh is off: an op without network work is not seen past enqueue";
+  int set = 0, lost = 0;
+  for (uint32_t i = 0; in->comms && i < in->ncomms; i++) {
+    set |= in->comms[i].mask_set;
+    lost |= in->comms[i].mask_set & ~in->comms[i].mask_now;
+  }
+  if (!in->comms || !in->ncomms) set = cfg->event_mask;
+  if (lost)
+    spots[n++] = "NCCL's event mask was changed under the plugin (NCCL RAS PROFILER_MASK?): "
+                 "event types it needs are off; see comms[].eventMaskNow";
+  if (!(set & (1 << WD_T_KERNELCH)))
+    spots[n++] = cuda ? "KernelCh is off (CUDA events give completion): intra-node work replayed "
+                        "from a CUDA graph is not seen to complete"
+                      : "KernelCh is off: an op without network work is not seen past enqueue";
   if (!(cfg->event_mask & (1 << WD_T_PROXYSTEP)))
     spots[n++] = "ProxyStep is off: network progress is seen per ProxyOp only";
   for (int i = 0; i < n; i++)
@@ -719,7 +750,9 @@ static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
     return -1;
   if (add_str(o, "gpuProgress", cs->gpu_events ? "cudaEvents" : "ncclEvents") ||
       add_num(o, "launchesUnbracketed", cs->launches_unbracketed) ||
-      add_num(o, "gpuError", cs->gpu_error))
+      add_num(o, "gpuError", cs->gpu_error) ||
+      add_hex(o, "eventMask", (uint64_t)(unsigned)cs->mask_set) ||
+      add_hex(o, "eventMaskNow", (uint64_t)(unsigned)cs->mask_now))
     return -1;
   if (put_seq(o, "seq", cs->seq, cs->nseq < 32 ? cs->nseq : 32) ||
       put_seq(o, "ceSeq", cs->ce_seq, cs->nceseq < 8 ? cs->nceseq : 8))

@@ -52,6 +52,7 @@ typedef struct wd_comm_snap {
   uint8_t gpu_events;    /* GPU progress from CUDA events around its launches */
   uint32_t launches_unbracketed; /* launches without CUDA events (capturing stream, driver error) */
   int gpu_error;         /* last CUresult error the driver gave for its events, 0 none */
+  int mask_set, mask_now; /* the event mask asked for at init, and NCCL's now (RAS may change it) */
   uint32_t nevents;
   wd_ev_snap *events; /* every live event of the communicator */
   wd_ring_snap ring;       /* operation-level records */

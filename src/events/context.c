@@ -25,6 +25,8 @@ wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
 static void wd_context_reset(wd_context *ctx) {
   ctx->abi = 0;
   ctx->kch_on = 0;
+  ctx->mask_ptr = NULL;
+  ctx->mask_set = ctx->mask_seen = ctx->mask_warned = 0;
   atomic_store(&ctx->order_next, 0);
   atomic_store(&ctx->completed_order, 0);
   atomic_store(&ctx->p2p_enq, 0);

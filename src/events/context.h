@@ -27,6 +27,12 @@ typedef struct wd_context {
   char gpu_uuid[WD_UUID_LEN];
   uint64_t init_ns;
   int kch_on; /* KernelCh was in the mask we set: every Coll/P2p gets nChannels kernel children */
+  /* NCCL's activation mask (one per process, NCCL's memory), what we set in it at init, and
+   * what the watchdog last read there: NCCL's RAS may change it job-wide (PROFILER_MASK). */
+  int *mask_ptr;
+  int mask_set;
+  int mask_seen;  /* watchdog only */
+  int mask_warned; /* watchdog only */
   wd_pool pool;       /* operation-level events (application thread, CUDA callbacks) */
   wd_pool proxy_pool; /* proxy-level events (NCCL's proxy thread): separate free queues keep
                          each thread's allocations on cache lines the other does not touch */

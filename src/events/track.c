@@ -115,8 +115,10 @@ static void wd_complete_root(wd_event *ev) {
    * vouches for every op of older groups (the watchdog retires those: captured-never-replayed,
    * childless ops). Ops of one group may complete in any order, hence orders per group, and a
    * P2p whose group is unknown vouches for nothing (its batch may hold a hung send). Only ops
-   * that saw children count: a childless op proves nothing about the GPU. */
-  if (atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0 &&
+   * that saw children, or whose CUDA end event completed, count: a childless op's stop proves
+   * nothing about the GPU. */
+  if ((atomic_load_explicit(&ev->children_seen, memory_order_relaxed) > 0 ||
+       (atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed) & WD_GPU_DONE)) &&
       (rec.type != WD_T_P2P || atomic_load_explicit(&ev->grouped, memory_order_relaxed)))
     wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed));
 }
@@ -156,7 +158,7 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
   v[WD_RECW_TS] = now;
   v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
   unsigned type = wd_recw_type(tags);
-  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH)
+  if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_KERNELPHASE)
     v[WD_RECW_COUNT] = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
   wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
   return type;
@@ -223,7 +225,7 @@ static inline int wd_is_root_type(unsigned type) {
 /* Children that keep their parent alive and progress its operation. */
 static inline int wd_is_tracked_child(unsigned type) {
   return type == WD_T_PROXYOP || type == WD_T_PROXYSTEP || type == WD_T_KERNELCH ||
-         type == WD_T_NETPLUGIN;
+         type == WD_T_NETPLUGIN || type == WD_T_KERNELPHASE;
 }
 
 /* Enqueue order of a root operation: that of its Group event (still live while its Coll/P2p
@@ -300,6 +302,11 @@ void *wd_track_start(wd_start_req *req) {
       }
     }
   }
+  /* The call's userTag rides in raw, which only a foreign parent uses otherwise. */
+  if (req->user_tag && rec->raw == 0 && !detached) {
+    rec->raw = req->user_tag;
+    rec->flags |= WD_F_TAGGED;
+  }
   /* CUDA events around the launch (or the CE collective) on NCCL's stream. */
   if (!detached && req->stream && (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL))
     gkey = wd_launch_begin(&ctx->launches, req->stream, type == WD_T_KERNELLAUNCH ? gkey : 0);
@@ -326,7 +333,7 @@ void *wd_track_start(wd_start_req *req) {
   rec->state = 0xff;
 
   wd_event *root = NULL;
-  uint32_t refs = 1, hold = 0, kind = WD_KIND_CHILD;
+  uint32_t refs = 1, hold = 0, kind = WD_KIND_CHILD, kch_expected = 0;
   if (wd_is_root_type(type) || (type == WD_T_PROXYOP && parent == NULL)) {
     kind = WD_KIND_ROOT;
     root = ev;
@@ -343,7 +350,15 @@ void *wd_track_start(wd_start_req *req) {
       /* A CE collective ends at enqueue as far as NCCL tells (ce_coll.cc): with CUDA events
        * around it, it is held until the GPU has done it. */
       int gpu_hold = type == WD_T_CECOLL && gkey;
+      /* KernelCh off (left out where CUDA events bracket the launches: judge.h): an op whose
+       * launch was bracketed is held until its end event completes. One without (a graph
+       * replay) completes at its stop, as without KernelCh ever. */
+      uint64_t lf, ll;
+      if (!ctx->kch_on && !gpu_hold && (type == WD_T_COLL || type == WD_T_P2P) &&
+          !(type == WD_T_P2P && rec->peer == ctx->rank) && wd_launch_lookup(&ctx->launches, gkey, &lf, &ll))
+        gpu_hold = 1;
       hold = (uint32_t)(kch_hold || gpu_hold);
+      kch_expected = kch_hold ? rec->nChannels : 0;
       if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
@@ -357,8 +372,7 @@ void *wd_track_start(wd_start_req *req) {
 
   wd_slot_fill(ev, parent, wd_ring_for(ev->ctx, type), root, kind, hold, gkey, now);
   if (kind == WD_KIND_ROOT) {
-    atomic_store_explicit(&ev->kch_expected, hold && type != WD_T_CECOLL ? rec->nChannels : 0,
-                          memory_order_relaxed);
+    atomic_store_explicit(&ev->kch_expected, kch_expected, memory_order_relaxed);
     atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
     atomic_store_explicit(&ev->kch_seen, 0, memory_order_relaxed);
     atomic_store_explicit(&ev->reached_ns, 0, memory_order_relaxed);

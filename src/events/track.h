@@ -17,6 +17,7 @@ typedef struct wd_start_req {
   void *group_obj;   /* Coll/P2p: the Group event (v5/v6 parentGroup, v4 parentObj) */
   int pid;           /* ProxyOp only */
   void *stream;      /* KernelLaunch, CeColl: the CUDA stream NCCL enqueues on */
+  uint64_t user_tag; /* v7: the call's userTag, 0 = none */
   union {
     wd_record rec;   /* type, flags and type fields filled by the entry point */
     wd_recw recw;
@@ -65,7 +66,7 @@ static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {
 
 static inline int wd_type_is_proxy_level(unsigned type) {
   return type == WD_T_PROXYOP || type == WD_T_PROXYSTEP || type == WD_T_PROXYCTRL ||
-         type == WD_T_KERNELCH || type == WD_T_NETPLUGIN;
+         type == WD_T_KERNELCH || type == WD_T_NETPLUGIN || type == WD_T_KERNELPHASE;
 }
 
 /* Types whose state changes update only their slot, never the ring, and read no clock: NCCL's
@@ -73,7 +74,8 @@ static inline int wd_type_is_proxy_level(unsigned type) {
  * the watchdog's scan dates a state by when it first sees it (at most one poll late: a stall is
  * found late, never early). */
 static inline int wd_state_in_slot(unsigned type) {
-  return type == WD_T_PROXYSTEP || type == WD_T_PROXYOP || type == WD_T_KERNELCH;
+  return type == WD_T_PROXYSTEP || type == WD_T_PROXYOP || type == WD_T_KERNELCH ||
+         type == WD_T_KERNELPHASE;
 }
 
 /* What the scan compares to tell that a slot's state moved: the state id and its value. */

@@ -5,21 +5,22 @@
 
 static const char *const wd_type_names[WD_T_COUNT] = {
     "Group",    "Coll",     "P2p",     "ProxyOp", "ProxyStep",    "ProxyCtrl", "KernelCh", "NetPlugin",
-    "GroupApi", "CollApi",  "P2pApi",  "KernelLaunch", "CeColl",  "CeSync",    "CeBatch"};
+    "GroupApi", "CollApi",  "P2pApi",  "KernelLaunch", "CeColl",  "CeSync",    "CeBatch",
+    "KernelPhase"};
 
 const char *wd_type_name(unsigned type) {
   return type < WD_T_COUNT ? wd_type_names[type] : "Unknown";
 }
 
-static const char *const wd_state_names[31] = {
+static const char *const wd_state_names[32] = {
     "SendPosted", "SendRemFifoWait", "SendTransmitted", "SendDone", "RecvPosted", "RecvReceived",
     "RecvTransmitted", "RecvDone", "SendGPUWait", "SendWait", "RecvWait", "RecvFlushWait",
     "RecvGPUWait", "Idle", "Active", "Sleep", "Wakeup", "Append", "AppendEnd", "InProgress",
     "SendPeerWait", "NetPluginUpdate", "KernelChStop", "GroupStartApiStop", "GroupEndApiStart",
-    "CeState25", "CeState26", "CeState27", "CeState28", "CeState29", "CeState30"};
+    "CeState25", "CeState26", "CeState27", "CeState28", "CeState29", "CeState30", "KernelPhaseStop"};
 
 const char *wd_state_name(unsigned state) {
-  return state < 31 ? wd_state_names[state] : "Unknown";
+  return state < 32 ? wd_state_names[state] : "Unknown";
 }
 
 const char *wd_phase_name(unsigned phase) {

@@ -25,7 +25,8 @@ enum {
   WD_T_CECOLL = 12,
   WD_T_CESYNC = 13,
   WD_T_CEBATCH = 14,
-  WD_T_COUNT = 15,
+  WD_T_KERNELPHASE = 15, /* v7: a kernel channel's phase (initial_sync, compute, final_sync) */
+  WD_T_COUNT = 16,
   WD_T_UNKNOWN = 255
 };
 
@@ -50,6 +51,8 @@ enum {
   WD_F_ORPHAN = 1 << 3,        /* parent handle was stale or unknown */
   WD_F_ABANDONED = 1 << 4,     /* stop record written by the watchdog, not NCCL */
   WD_F_SPAN = 1 << 5,          /* its start is not in the ring: its stop writes a span */
+  WD_F_TAGGED = 1 << 6,        /* v7: raw holds the call's userTag (API, Coll, P2p, CeColl) */
+  WD_F_SYMCOLL = 1 << 7,       /* v7: Coll of a symmetric-memory kernel (isSymColl) */
 };
 
 #define WD_SLOT_NONE 0xffffffffu    /* no parent */

@@ -83,6 +83,38 @@ static void process_stop(void) {
   wd_str_reset_ptrs();
 }
 
+/* The mask this communicator asks NCCL for. KernelCh is the only completion signal of intra-node
+ * work without CUDA events, but where CUDA events bracket every launch it adds nothing to the
+ * truth, and on NCCL 2.31+ (profiler ABI v7) it turns on per-phase device writes and a fence
+ * that cost 4-13 % of 128 KB-4 MB AllReduce (NVIDIA/nccl issue 2355; src/device/common.h,
+ * src/plugin/profiler.cc). *why says which case applied. */
+static int wd_choose_mask(wd_context *ctx, int abi, const char **why) {
+  int m = config.event_mask;
+  const int kch = 1 << WD_T_KERNELCH, phase = 1 << WD_T_KERNELPHASE;
+  if (abi < 7) m &= ~phase; /* KernelPhase exists from v7 on */
+  if (config.kernelch == WD_KCH_ON) {
+    m |= kch;
+    *why = "NCCL_WATCHDOG_KERNELCH=on";
+  } else if (config.kernelch == WD_KCH_OFF) {
+    m &= ~(kch | phase);
+    *why = ctx->launches.on ? "NCCL_WATCHDOG_KERNELCH=off; CUDA events give completion"
+                            : "NCCL_WATCHDOG_KERNELCH=off; intra-node operations are not seen to complete";
+  } else if (!(m & kch)) {
+    *why = "not in NCCL_WATCHDOG_EVENT_MASK";
+  } else if (ctx->launches.on && abi >= 7) {
+    m &= ~(kch | phase);
+    *why = "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ (profiler "
+           "ABI v7); graph replays of intra-node work are then not seen to complete "
+           "(NCCL_WATCHDOG_KERNELCH=on for that)";
+  } else {
+    *why = ctx->launches.on ? "kept: NCCL before 2.31 charges little for it"
+                            : "kept: without CUDA events it is the completion of intra-node work";
+  }
+  ctx->kch_on = (m & kch) != 0;
+  if (ctx->launches.on) m |= (1 << WD_T_KERNELLAUNCH) | (abi >= 6 ? 1 << WD_T_CECOLL : 0);
+  return m;
+}
+
 int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *name, int nnodes,
                       int nranks, int rank, int *mask, wd_logger_fn logfn) {
   *out = NULL;
@@ -100,12 +132,16 @@ int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *n
   wd_context *ctx = wd_store_add(abi, comm_id, name, nnodes, nranks, rank);
   if (ctx == NULL) goto done;
   /* KernelLaunch and CeColl carry the stream the ground-truth events are recorded on. */
-  if (mask)
-    *mask = config.event_mask |
-            (ctx->launches.on ? (1 << WD_T_KERNELLAUNCH) | (abi >= 6 ? 1 << WD_T_CECOLL : 0) : 0);
-  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d, GPU progress from %s)",
+  const char *kch_why = "";
+  int m = wd_choose_mask(ctx, abi, &kch_why);
+  if (mask) __atomic_store_n(mask, m, __ATOMIC_RELAXED);
+  ctx->mask_ptr = mask;
+  ctx->mask_set = ctx->mask_seen = m;
+  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d, GPU progress from %s; event "
+          "mask 0x%x, KernelCh %s: %s)",
           (unsigned long long)comm_id, ctx->name, rank, nranks, abi,
-          ctx->launches.on ? "CUDA events" : "NCCL's events");
+          ctx->launches.on ? "CUDA events" : "NCCL's events", (unsigned)m,
+          (m & (1 << WD_T_KERNELCH)) ? "on" : "off", kch_why);
   *out = ctx;
 done:
   if (*out == NULL && wd_store.nctx == 0 && atomic_load(&wd_store_active)) process_stop();

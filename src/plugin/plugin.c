@@ -1,5 +1,5 @@
 /*
- * The NCCL-facing entry points: ncclProfiler_v6, _v5 and _v4. Each version's descriptor is
+ * The NCCL-facing entry points: ncclProfiler_v7, _v6, _v5 and _v4. Each version's descriptor is
  * normalised into one internal start request; everything after that is version-independent.
  * Every callback returns ncclSuccess; init "fails" only by returning a NULL context.
  */
@@ -55,6 +55,7 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
   req->group_obj = NULL;
   req->stream = NULL;
   req->pid = 0;
+  req->user_tag = 0;
   req->rec.type = (uint8_t)type;
   req->rec.peer = -1;
 }
@@ -131,11 +132,60 @@ static inline int wd_accepting(void *context, void **eHandle, const void *d) {
     return wd_start_general_v##v(context, eHandle, d);                                         \
   }
 
+/* v7 (NCCL 2.31): the v6 decoding plus each call's userTag, isSymColl and the KernelPhase
+ * events of a kernel channel (a child of its KernelCh, from NCCL's Profiler Thread). */
+static __attribute__((noinline)) ncclResult_t wd_start_general_v7(void *context, void **eHandle,
+                                                                 ncclProfilerEventDescr_v7_t *d) {
+  *eHandle = NULL;
+  unsigned type = wd_type_of(d->type);
+  if (type == WD_T_UNKNOWN) return ncclSuccess;
+  if (type == WD_T_KERNELPHASE)
+    return (ncclResult_t)wd_track_child_start(
+        context, eHandle, d->parentObj, d->kernelPhase.pTimer, d->kernelPhase.phaseId,
+        wd_child_meta(WD_T_KERNELPHASE, 0, d->kernelPhase.channelId, -1));
+  wd_start_req req;
+  wd_req_init(&req, context, d->parentObj, type);
+  switch (type) {
+    WD_FILL_COMMON(&req, d)
+    WD_FILL_V5(&req, d)
+  case WD_T_CECOLL:
+    req.rec.a = d->ceColl.seqNumber;
+    req.rec.func = wd_str_id(d->ceColl.func);
+    req.rec.count = d->ceColl.count;
+    req.rec.peer = d->ceColl.root;
+    req.rec.dtype = wd_str_id(d->ceColl.datatype);
+    req.stream = d->ceColl.stream;
+    break;
+  case WD_T_CESYNC: req.rec.n = d->ceCollSync.nRanks; break;
+  case WD_T_CEBATCH:
+    req.rec.n = d->ceCollBatch.numOps;
+    req.rec.count = d->ceCollBatch.totalBytes;
+    break;
+  default: break;
+  }
+  /* Which phase or step of training the call belongs to (NCCL's per-call userProfilerTag). */
+  switch (type) {
+  case WD_T_COLLAPI: req.user_tag = d->collApi.userTag; break;
+  case WD_T_P2PAPI: req.user_tag = d->p2pApi.userTag; break;
+  case WD_T_COLL:
+    req.user_tag = d->coll.userTag;
+    if (d->coll.isSymColl) req.rec.flags |= WD_F_SYMCOLL;
+    break;
+  case WD_T_P2P: req.user_tag = d->p2p.userTag; break;
+  case WD_T_CECOLL: req.user_tag = d->ceColl.userTag; break;
+  default: break;
+  }
+  *eHandle = wd_track_start(&req);
+  return ncclSuccess;
+}
+
+WD_START_ENTRY(7)
+
 static __attribute__((noinline)) ncclResult_t wd_start_general_v6(void *context, void **eHandle,
                                                                  ncclProfilerEventDescr_v6_t *d) {
   *eHandle = NULL;
   unsigned type = wd_type_of(d->type);
-  if (type == WD_T_UNKNOWN) return ncclSuccess;
+  if (type == WD_T_UNKNOWN || type == WD_T_KERNELPHASE) return ncclSuccess;
   wd_start_req req;
   wd_req_init(&req, context, d->parentObj, type);
   switch (type) {
@@ -248,6 +298,11 @@ static ncclResult_t wd_init_common(void **context, int abi, uint64_t commId, int
   return ncclSuccess;
 }
 
+static ncclResult_t wd_init_v7(void **context, uint64_t commId, int *mask, const char *commName,
+                               int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) {
+  return wd_init_common(context, 7, commId, mask, commName, nNodes, nranks, rank, logfn);
+}
+
 static ncclResult_t wd_init_v6(void **context, uint64_t commId, int *mask, const char *commName,
                                int nNodes, int nranks, int rank, ncclDebugLogger_t logfn) {
   return wd_init_common(context, 6, commId, mask, commName, nNodes, nranks, rank, logfn);
@@ -268,6 +323,8 @@ static ncclResult_t wd_finalize(void *context) {
   return ncclSuccess;
 }
 
+WD_EXPORT ncclProfiler_v7_t ncclProfiler_v7 = {
+    "nccl-watchdog", wd_init_v7, wd_start_v7, wd_stop, wd_record_state, wd_finalize};
 WD_EXPORT ncclProfiler_v6_t ncclProfiler_v6 = {
     "nccl-watchdog", wd_init_v6, wd_start_v6, wd_stop, wd_record_state, wd_finalize};
 WD_EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {

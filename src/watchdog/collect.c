@@ -79,6 +79,8 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
   c->gpu_events = (uint8_t)ctx->launches.on;
   c->launches_unbracketed = atomic_load(&ctx->launches.skipped);
   c->gpu_error = atomic_load(&ctx->launches.last_error);
+  c->mask_set = ctx->mask_set;
+  c->mask_now = ctx->mask_ptr ? __atomic_load_n(ctx->mask_ptr, __ATOMIC_RELAXED) : ctx->mask_set;
   c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   c->p2p_completed = atomic_load(&ctx->p2p_done);
   const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};

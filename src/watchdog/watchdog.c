@@ -195,12 +195,38 @@ static void wd_warn_dropped(const wd_context *ctx, uint64_t dropped) {
           ctx->name, ctx->rank, (unsigned long long)dropped, cause);
 }
 
+/* NCCL re-applies a mask set through its RAS (ncclras CONTROL PROFILER_MASK) after every init,
+ * over ours, and 0 stops every callback: a watchdog blinded that way says so, once per change. */
+static void wd_watch_mask(wd_context *ctx) {
+  if (ctx->mask_ptr == NULL) return;
+  int now = __atomic_load_n(ctx->mask_ptr, __ATOMIC_RELAXED);
+  if (now == ctx->mask_seen) return;
+  ctx->mask_seen = now;
+  int lost = ctx->mask_set & ~now;
+  if (!lost) return;
+  char names[256] = "";
+  size_t pos = 0;
+  for (unsigned t = 0; t < WD_T_COUNT && pos + 1 < sizeof names; t++)
+    if (lost & (1 << t)) {
+      int n = snprintf(names + pos, sizeof names - pos, "%s%s", pos ? ", " : "", wd_type_name(t));
+      if (n < 0) break;
+      pos += (size_t)n;
+    }
+  WD_WARN("comm 0x%llx \"%s\" rank %d: NCCL's event mask changed under the plugin (0x%x set, now "
+          "0x%x: NCCL RAS PROFILER_MASK?): it no longer sees %s; a hang of this communicator may "
+          "go unseen, dumps list it in config.blindSpots",
+          (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, (unsigned)ctx->mask_set,
+          (unsigned)now, names);
+  ctx->mask_warned++;
+}
+
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
   int metrics_due = wd_metrics_due(now);
   pthread_mutex_lock(&wd_store.lock);
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
+    wd_watch_mask(ctx);
     n += wd_scan_context(ctx, now, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
     wd_metrics_note(ctx, now, metrics_due);
     /* What a decoder needs besides the records, should the process die before the next poll. */

@@ -127,6 +127,14 @@ int wdh_load(wdh_plugin *p, const char *path, int max_version) {
     fprintf(stderr, "wdhost: dlopen(%s): %s\n", path, dlerror());
     return -1;
   }
+  if (max_version >= 7) {
+    p->v7 = dlsym(p->dl, "ncclProfiler_v7");
+    if (p->v7) {
+      p->version = 7;
+      p->name = p->v7->name;
+      return 0;
+    }
+  }
   if (max_version == 0 || max_version >= 6) {
     p->v6 = dlsym(p->dl, "ncclProfiler_v6");
     if (p->v6) {
@@ -256,8 +264,11 @@ int wdh_comm_init(wdh_comm *c, wdh_plugin *p, uint64_t comm_id, const char *name
   else if (p->version == 5)
     rc = p->v5->init(&ctx, comm_id, &wdh_activation_mask, nm, nnodes, nranks, rank,
                      (ncclDebugLogger_t)wdh_logfn);
-  else
+  else if (p->version == 6)
     rc = p->v6->init(&ctx, comm_id, &wdh_activation_mask, nm, nnodes, nranks, rank,
+                     (ncclDebugLogger_t)wdh_logfn);
+  else
+    rc = p->v7->init(&ctx, comm_id, &wdh_activation_mask, nm, nnodes, nranks, rank,
                      (ncclDebugLogger_t)wdh_logfn);
   atomic_fetch_add(&g_calls, 1);
   if (rc != ncclSuccess) fail("init", rc);
@@ -274,7 +285,8 @@ int wdh_comm_finalize(wdh_comm *c) {
   wdh_plugin *p = c->plugin;
   ncclResult_t rc = p->version == 4   ? p->v4->finalize(c->ctx)
                     : p->version == 5 ? p->v5->finalize(c->ctx)
-                                      : p->v6->finalize(c->ctx);
+                    : p->version == 6 ? p->v6->finalize(c->ctx)
+                                      : p->v7->finalize(c->ctx);
   atomic_fetch_add(&g_calls, 1);
   if (rc != ncclSuccess) fail("finalize", rc);
   c->ctx = NULL;
@@ -393,6 +405,51 @@ static void fill_v6(ncclProfilerEventDescr_v6_t *e, const wdh_descr *d) {
   }
 }
 
+/* v7 (NCCL 2.31, src/include/plugin/profiler/profiler_v7.h): v6's members in v7's layout, each
+ * call's userTag, isSymColl and kernelVariant, and the KernelPhase event. */
+static void fill_v7(ncclProfilerEventDescr_v7_t *e, const wdh_descr *d) {
+  ncclProfilerEventDescr_v6_t e6;
+  fill_v6(&e6, d);
+  memset(e, 0, sizeof(*e));
+  e->type = e6.type;
+  e->parentObj = e6.parentObj;
+  e->rank = e6.rank;
+  switch (d->type) {
+  case ncclProfileGroupApi: e->groupApi.graphCaptured = e6.groupApi.graphCaptured; e->groupApi.groupDepth = e6.groupApi.groupDepth; break;
+  case ncclProfileCollApi:
+    memcpy(&e->collApi, &e6.collApi, sizeof(e6.collApi));
+    e->collApi.userTag = d->user_tag;
+    break;
+  case ncclProfileP2pApi:
+    memcpy(&e->p2pApi, &e6.p2pApi, sizeof(e6.p2pApi));
+    e->p2pApi.userTag = d->user_tag;
+    break;
+  case ncclProfileColl:
+    memcpy(&e->coll, &e6.coll, sizeof(e6.coll));
+    e->coll.kernelVariant = d->is_sym_coll ? "Sym" : "Default";
+    e->coll.isSymColl = d->is_sym_coll;
+    e->coll.userTag = d->user_tag;
+    break;
+  case ncclProfileP2p:
+    memcpy(&e->p2p, &e6.p2p, sizeof(e6.p2p));
+    e->p2p.userTag = d->user_tag;
+    break;
+  case ncclProfileCeColl:
+    memcpy(&e->ceColl, &e6.ceColl, sizeof(e6.ceColl));
+    e->ceColl.userTag = d->user_tag;
+    break;
+  case ncclProfileKernelPhase:
+    e->kernelPhase.channelId = d->channel;
+    e->kernelPhase.phaseId = (uint8_t)d->phase_id;
+    e->kernelPhase.phaseName = d->phase_name;
+    e->kernelPhase.pTimer = d->ptimer;
+    break;
+  default: /* the proxy, kernel, net and CE members have v6's layout */
+    memcpy(&e->kernelLaunch, &e6.kernelLaunch, sizeof(e6) - offsetof(ncclProfilerEventDescr_v6_t, kernelLaunch));
+    break;
+  }
+}
+
 static void fill_v4(ncclProfilerEventDescr_v4_t *e, const wdh_descr *d) {
   WDH_FILL_SHARED(e, d);
   e->type = (uint8_t)d->type; /* v4 has an 8-bit type: an unknown high bit truncates */
@@ -411,10 +468,14 @@ void *wdh_start(wdh_plugin *p, void *ctx, const wdh_descr *d) {
     fill_v6(&e6, d);
     memcpy(&e5, &e6, sizeof(e5));
     rc = p->v5->startEvent(ctx, &h, &e5);
-  } else {
+  } else if (p->version == 6) {
     ncclProfilerEventDescr_v6_t e;
     fill_v6(&e, d);
     rc = p->v6->startEvent(ctx, &h, &e);
+  } else {
+    ncclProfilerEventDescr_v7_t e;
+    fill_v7(&e, d);
+    rc = p->v7->startEvent(ctx, &h, &e);
   }
   atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
   if (rc != ncclSuccess) fail("startEvent", rc);
@@ -428,7 +489,8 @@ void *wdh_start(wdh_plugin *p, void *ctx, const wdh_descr *d) {
 void wdh_stop(wdh_plugin *p, void *h) {
   ncclResult_t rc = p->version == 4   ? p->v4->stopEvent(h)
                     : p->version == 5 ? p->v5->stopEvent(h)
-                                      : p->v6->stopEvent(h);
+                    : p->version == 6 ? p->v6->stopEvent(h)
+                                      : p->v7->stopEvent(h);
   atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
   if (rc != ncclSuccess) fail("stopEvent", rc);
 }
@@ -436,7 +498,7 @@ void wdh_stop(wdh_plugin *p, void *h) {
 void wdh_state(wdh_plugin *p, void *h, int state, uint64_t arg) {
   ncclProfilerEventStateArgs_t a;
   memset(&a, 0, sizeof(a));
-  if (state == ncclProfilerKernelChStop)
+  if (state == ncclProfilerKernelChStop || state == ncclProfilerKernelPhaseStop)
     a.kernelCh.pTimer = arg;
   else if (state >= ncclProfilerProxyCtrlIdle && state <= ncclProfilerProxyCtrlAppendEnd)
     a.proxyCtrl.appendedProxyOps = (int)arg;
@@ -447,7 +509,8 @@ void wdh_state(wdh_plugin *p, void *h, int state, uint64_t arg) {
   ncclProfilerEventState_t st = (ncclProfilerEventState_t)state;
   ncclResult_t rc = p->version == 4   ? p->v4->recordEventState(h, st, &a)
                     : p->version == 5 ? p->v5->recordEventState(h, st, &a)
-                                      : p->v6->recordEventState(h, st, &a);
+                    : p->version == 6 ? p->v6->recordEventState(h, st, &a)
+                                      : p->v7->recordEventState(h, st, &a);
   atomic_fetch_add_explicit(&g_calls, 1, memory_order_relaxed);
   if (rc != ncclSuccess) fail("recordEventState", rc);
 }
@@ -513,6 +576,7 @@ static void emit_group_and_op(wdh_op *op, void *coll_api_parent, int defer_stops
     d.n_warps = 8;
     d.algo = cfg->collnet ? "CollnetDirect" : "Ring";
     d.proto = "Simple";
+    d.user_tag = cfg->user_tag;
     op->coll = wdh_start(p, c->ctx, &d);
     if (!defer_stops) wdh_stop(p, op->coll);
   }
@@ -557,6 +621,7 @@ void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
     d.root = cfg->root;
     d.stream = stream;
     d.graph_captured = cfg->graph_captured;
+    d.user_tag = cfg->user_tag;
     op->coll_api = wdh_start(p, c->ctx, &d);
     wdh_stop(p, op->coll_api); /* API events stop before their child starts */
   }
@@ -718,6 +783,30 @@ static void end_kernelch(wdh_op *op, void *kch) {
   wdh_stop(p, kch);
 }
 
+/* v7 (NCCL 2.31, src/plugin/profiler.cc, the Profiler Thread): once a channel's kernel is done,
+ * its phases (initial_sync, compute, final_sync) as start, KernelPhaseStop, stop each, parent
+ * the channel's KernelCh, before the KernelCh stops; zero-length phases are skipped. */
+static void kernel_phases(wdh_op *op, void *kch, int ch) {
+  static const char *const names[3] = {"initial_sync", "compute", "final_sync"};
+  wdh_plugin *p = op->comm->plugin;
+  if (p->version < 7 || !kch || !has(op->mask, ncclProfileKernelPhase)) return;
+  uint64_t t = wdh_now_ns();
+  for (int i = 0; i < 3; i++) {
+    wdh_descr d;
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileKernelPhase;
+    d.parent = kch;
+    d.rank = op->comm->rank;
+    d.channel = (uint8_t)ch;
+    d.phase_id = i;
+    d.phase_name = names[i];
+    d.ptimer = t + (uint64_t)i * 1000;
+    void *h = wdh_start(p, op->comm->ctx, &d);
+    wdh_state(p, h, ncclProfilerKernelPhaseStop, t + (uint64_t)(i + 1) * 1000);
+    wdh_stop(p, h);
+  }
+}
+
 int wdh_op_gpu(wdh_op *op) {
   wdh_comm *c = op->comm;
   wdh_plugin *p = c->plugin;
@@ -765,6 +854,7 @@ int wdh_op_gpu(wdh_op *op) {
     }
     /* The kernel is done with this channel before the proxy's last network completions are
      * reported: KernelCh stops before the channel's ProxyOps. */
+    kernel_phases(op, kch, ch);
     end_kernelch(op, kch);
     for (int is_send = 0; is_send < 2; is_send++)
       if (has_proxyop(op, is_send)) end_proxyop(op, ch, is_send);

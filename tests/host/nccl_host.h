@@ -29,15 +29,17 @@ extern "C" {
 
 typedef struct wdh_plugin {
   void *dl;         /* dlopen handle */
-  int version;      /* 6, 5 or 4: the table in use */
+  int version;      /* 7, 6, 5 or 4: the table in use */
   const char *name; /* the plugin's name string (valid while loaded) */
   ncclProfiler_v4_t *v4;
   ncclProfiler_v5_t *v5; /* v6 uses the same function table layout as v5 */
   ncclProfiler_v6_t *v6;
+  ncclProfiler_v7_t *v7; /* NCCL 2.31+ */
 } wdh_plugin;
 
-/* dlopen(path, RTLD_NOW|RTLD_LOCAL) and look up ncclProfiler_v6, _v5, _v4 in that order, skipping
- * versions above max_version (0 = no limit). Returns 0, or -1 with a message on stderr. */
+/* dlopen(path, RTLD_NOW|RTLD_LOCAL) and look up ncclProfiler_v7 (only when max_version is 7:
+ * NCCL 2.31+), _v6, _v5, _v4 in that order, skipping versions above max_version (0 = up to v6,
+ * NCCL 2.27-2.30 as the scenarios play them). Returns 0, or -1 with a message on stderr. */
 int wdh_load(wdh_plugin *p, const char *path, int max_version);
 /* dlclose; the plugin must not leave anything behind (threads, handlers). */
 void wdh_unload(wdh_plugin *p);
@@ -149,6 +151,11 @@ typedef struct wdh_descr {
   int step;
   uint64_t ptimer;
   int64_t net_id;
+  /* v7 */
+  uint64_t user_tag;
+  bool is_sym_coll;
+  int phase_id;
+  const char *phase_name;
 } wdh_descr;
 
 /* startEvent(ctx, &h, descr) translated to the loaded version's descriptor; returns h (NULL when
@@ -192,6 +199,7 @@ typedef struct wdh_op_cfg {
   int collnet;        /* CollNet: the Coll announces nChannels 0, its ProxyOps never stop */
   int api_only;       /* Broadcast on the AllGatherV path, symmetric kernels: GroupApi + CollApi */
   int explicit_group; /* inside ncclGroupStart/End: GroupApi depth 2 */
+  uint64_t user_tag;  /* v7: the call's userProfilerTag (API events, Coll, P2p) */
 } wdh_op_cfg;
 
 #define WDH_MAX_CH 16

@@ -136,9 +136,9 @@ static void test_uint_bool_mask(void) {
   CU_ASSERT_EQUAL(m, 0x65f);
   CU_ASSERT_EQUAL(wd_parse_mask("1631", &m), 0);
   CU_ASSERT_EQUAL(m, 1631);
-  CU_ASSERT_EQUAL(wd_parse_mask("0X7FFF", &m), 0);
-  CU_ASSERT_EQUAL(m, 0x7fff);
-  const char *badm[] = {"0", "0x0", "0x8000", "32768", "-1", "0x", "0xZZ", "12abc", "", "0x1g"};
+  CU_ASSERT_EQUAL(wd_parse_mask("0XFFFF", &m), 0); /* v7: KernelPhase is 1 << 15 */
+  CU_ASSERT_EQUAL(m, 0xffff);
+  const char *badm[] = {"0", "0x0", "0x10000", "65536", "-1", "0x", "0xZZ", "12abc", "", "0x1g"};
   for (size_t i = 0; i < sizeof badm / sizeof badm[0]; i++) {
     m = 99;
     CU_ASSERT_EQUAL(wd_parse_mask(badm[i], &m), -1);
@@ -340,11 +340,11 @@ static void test_bad_integers(void) {
       {"NCCL_WATCHDOG_MAX_DUMPS", "0",
        "NCCL_WATCHDOG_MAX_DUMPS=\"0\" is out of range (1..100000); using 32"},
       {"NCCL_WATCHDOG_EVENT_MASK", "0",
-       "NCCL_WATCHDOG_EVENT_MASK=\"0\" is not a valid event mask (expected a non-zero decimal or 0x hex value below 0x8000); using 0x65f"},
+       "NCCL_WATCHDOG_EVENT_MASK=\"0\" is not a valid event mask (expected a non-zero decimal or 0x hex value below 0x10000); using 0x65f"},
       {"NCCL_WATCHDOG_EVENT_MASK", "0x10000",
-       "NCCL_WATCHDOG_EVENT_MASK=\"0x10000\" is not a valid event mask (expected a non-zero decimal or 0x hex value below 0x8000); using 0x65f"},
+       "NCCL_WATCHDOG_EVENT_MASK=\"0x10000\" is not a valid event mask (expected a non-zero decimal or 0x hex value below 0x10000); using 0x65f"},
       {"NCCL_WATCHDOG_EVENT_MASK", "",
-       "NCCL_WATCHDOG_EVENT_MASK=\"\" is empty (expected a non-zero decimal or 0x hex value below 0x8000); using 0x65f"},
+       "NCCL_WATCHDOG_EVENT_MASK=\"\" is empty (expected a non-zero decimal or 0x hex value below 0x10000); using 0x65f"},
       {"NCCL_WATCHDOG_ENABLE", "maybe",
        "NCCL_WATCHDOG_ENABLE=\"maybe\" is not a boolean (expected 1/0, true/false, yes/no, on/off); using 1"},
       {"NCCL_WATCHDOG_BACKTRACE", "2",

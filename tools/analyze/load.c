@@ -228,6 +228,7 @@ static void load_op(wd_az_op *op, const cJSON *node) {
   const cJSON *k = get(node, "kernelChannels");
   op->kch_expected = inum(k, "expected", 0);
   op->kch_done = inum(k, "done", 0);
+  if (hex(node, "userTag", &op->user_tag) != 0) op->user_tag = 0;
   const char *pt = str(node, "proxyThread");
   op->proxy_gone = !pt ? 0 : strcmp(pt, "exited_kernel_waiting") == 0 ? 2 : 1;
   const char *type = str(node, "type");

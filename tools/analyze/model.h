@@ -48,6 +48,7 @@ typedef struct wd_az_op {
   int root, peer;   /* -1 when absent */
   double age_ms, since_ms;
   int kch_expected, kch_done, nproxy_open;
+  uint64_t user_tag; /* v7: the call's userTag (which phase or step of training), 0 none */
   int proxy_gone;   /* proxyThread: 2 exited with the kernel known to wait (network error), 1
                        exited and nothing tells (revoke or network error), 0 running */
   wd_az_wait wait;

@@ -123,6 +123,13 @@ static void add_type_fields(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STR
     if (r->phase == WD_PH_STATE) cJSON_AddNumberToObject(o, "appendedProxyOps", r->n);
     break;
   case WD_T_NETPLUGIN: add_hex(o, "id", r->a); break;
+  case WD_T_KERNELPHASE:
+    cJSON_AddNumberToObject(o, "channel", r->channel);
+    cJSON_AddNumberToObject(o, "phaseId", r->n);
+    cJSON_AddStringToObject(o, "phase", r->n == 0 ? "initial_sync" : r->n == 1 ? "compute" : r->n == 2 ? "final_sync" : "unknown");
+    add_hex(o, "pTimer", r->a);
+    if (stop_rec && r->count) add_hex(o, "pTimerStop", r->count);
+    break;
   case WD_T_CESYNC: cJSON_AddNumberToObject(o, "nRanks", r->n); break;
   case WD_T_CEBATCH:
     cJSON_AddNumberToObject(o, "numOps", r->n);
@@ -131,6 +138,8 @@ static void add_type_fields(cJSON *o, const wd_record *r, char (*strs)[WD_RF_STR
   default: break;
   }
   if (r->flags & WD_F_DETACHED) add_hex(o, "raw", r->raw);
+  else if (r->flags & WD_F_TAGGED) add_hex(o, "userTag", r->raw);
+  if (r->type == WD_T_COLL && (r->flags & WD_F_SYMCOLL)) cJSON_AddBoolToObject(o, "isSymColl", 1);
   if (r->flags & WD_F_GRAPH) cJSON_AddBoolToObject(o, "graphCaptured", 1);
   if (r->flags & WD_F_DETACHED) cJSON_AddBoolToObject(o, "detached", 1);
   if (r->flags & WD_F_ORPHAN) cJSON_AddBoolToObject(o, "orphan", 1);

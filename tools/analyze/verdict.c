@@ -102,14 +102,16 @@ static int op_stuck_in(const wd_az_set *set, const wd_az_opts *o, const wd_az_cr
 /* ---- text helpers ---- */
 
 void wd_az_op_text(const wd_az_op *op, char *out, size_t len) {
-  char secs[32];
+  char secs[32], tag[40] = "";
   const char *func = op->func ? wd_az_s(op->func) : wd_az_s(op->type);
+  /* The userTag says which phase or step of training the call was (NCCL 2.31+). */
+  if (op->user_tag) wd_az_fmt(tag, sizeof tag, " [userTag 0x%" PRIx64 "]", op->user_tag);
   if (op->seq >= 0)
-    wd_az_fmt(out, len, "%s seq %" PRId64 " (%s, %s s without progress)", func, op->seq,
+    wd_az_fmt(out, len, "%s seq %" PRId64 "%s (%s, %s s without progress)", func, op->seq, tag,
              wd_az_s(op->status), wd_az_secs(op->since_ms, secs, sizeof(secs)));
   else
-    wd_az_fmt(out, len, "%s %s peer %d (%s, %s s without progress)", wd_az_s(op->type), func,
-             op->peer, wd_az_s(op->status), wd_az_secs(op->since_ms, secs, sizeof(secs)));
+    wd_az_fmt(out, len, "%s %s peer %d%s (%s, %s s without progress)", wd_az_s(op->type), func,
+             op->peer, tag, wd_az_s(op->status), wd_az_secs(op->since_ms, secs, sizeof(secs)));
 }
 
 void wd_az_wait_text(const wd_az_wait *w, char *out, size_t len) {
@@ -1085,6 +1087,27 @@ static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, in
   }
 }
 
+/* The stuck collective's userTag (NCCL 2.31+), from the first waiting rank that has one: the first
+ * line names the phase or step of training that hung, after "seq N". */
+static void tag_summary(wd_az_comm *c) {
+  uint64_t tag = 0;
+  for (int i = 0; i < c->nwaiting && !tag; i++) {
+    const wd_az_op *op = find_op(c->by_rank[c->waiting[i]], c->stuck_func, c->stuck_seq);
+    if (op) tag = op->user_tag;
+  }
+  if (!tag) return;
+  char at[40], ins[48];
+  wd_az_fmt(at, sizeof at, "seq %" PRId64, c->stuck_seq);
+  char *p = strstr(c->summary, at);
+  if (!p) return;
+  p += strlen(at);
+  wd_az_fmt(ins, sizeof ins, " [userTag 0x%" PRIx64 "]", tag);
+  size_t n = strlen(ins), rest = strlen(p);
+  if ((size_t)(p - c->summary) + n + rest + 1 > sizeof c->summary) return;
+  memmove(p + n, p, rest + 1);
+  memcpy(p, ins, n);
+}
+
 static void summarize(const wd_az_set *set, wd_az_comm *c) {
   char h[256], tmp[300], secs[32];
   int *ranks = malloc(((size_t)c->nsus + 1) * sizeof(int));
@@ -1186,6 +1209,7 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
   if (!c->stuck) c->verdict = WD_AZ_NO_HANG;
   else c->verdict = has_culprit(c) ? WD_AZ_HANG : WD_AZ_NO_VERDICT;
   summarize(set, c);
+  if (c->stuck && c->stuck_seq >= 0) tag_summary(c);
 }
 
 static int verdict_rank(int v) { return v == WD_AZ_HANG ? 0 : v == WD_AZ_NO_VERDICT ? 1 : 2; }

@@ -1,0 +1,161 @@
+/*
+ * NCCL 2.31/2.32: profiler ABI v7, played as NCCL calls it (src/plugin/profiler.cc).
+ *   tag      a 2-rank job through ncclProfiler_v7 with KernelPhase asked for: each call carries its
+ *            userTag (NCCL's per-call userProfilerTag, copied into CollApi, Coll and P2p), every
+ *            kernel channel reports its phases (the Profiler Thread: start, KernelPhaseStop,
+ *            stop, parent the KernelCh, before the KernelCh stops). Rank 1 never enters the
+ *            tagged AllReduce seq 3: the stall dump shows its userTag, the ring the phases, and
+ *            the analyzer's first line the tag.
+ *   mask     CUDA events around each launch on v7: the plugin leaves KernelCh off (NCCL 2.31
+ *            charges the GPU for it, NVIDIA/nccl issue 2355) and says why; healthy ops complete
+ *            on the CUDA end event (no dump), a kernel that never ends is a stall; then NCCL's RAS
+ *            sets the mask to 0 (ncclras CONTROL PROFILER_MASK): one WARN, and the snapshot's
+ *            blindSpots says the plugin was blinded.
+ *   v6mask   the same process on v6 (NCCL 2.30): KernelCh stays on.
+ */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "nccl_host.h"
+
+#define COMM 0x7a95e7c0ffee0007ull
+#define TAG 0x5eed0003ull
+
+static void tag_rank(int rank, int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 7) != 0 || p.version != 7) _exit(11);
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM, "v7job", 1, 2, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.user_tag = 0x5eed0000ull;
+  wdh_run_ops(&c, NULL, &cfg, 3); /* seq 0..2 */
+  char ok = 1;
+  if (rank == 0) {
+    cfg.user_tag = TAG;
+    cfg.hang_channel = 0;
+    wdh_op op;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+  }
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (;;) pause();
+}
+
+static void case_tag(const char *dir) {
+  setenv("NCCL_WATCHDOG_EVENT_MASK", "0x865f", 1); /* the default and KernelPhase */
+  pid_t pids[2];
+  WDH_CHECK(wdh_fork_ranks(2, tag_rank, pids) == 2, "ranks not ready (a v7 table?)");
+  int n = wdh_wait_dumps(dir, "stall", 1, 8000);
+  WDH_CHECK(n == 1, "%d stall dumps", n);
+  wdh_wait_dumps(dir, "peer", 1, 8000);
+  wdh_kill_ranks(pids, 2);
+  char *paths[2];
+  n = wdh_list_dumps(dir, "stall", paths, 2);
+  cJSON *j = n ? wdh_json_load(paths[0]) : NULL;
+  if (n) WDH_CHECK(wdh_validate_dump(paths[0]) == 0, "the stall dump does not validate");
+  wdh_free_paths(paths, n);
+  WDH_CHECK(j != NULL, "no stall dump");
+  if (!j) return;
+  WDH_CHECK(wdh_jnum(j, "comms.0.abi", 0) == 7, "abi %g", wdh_jnum(j, "comms.0.abi", 0));
+  const char *tag = wdh_jstr(j, "comms.0.inflight.0.userTag");
+  WDH_CHECK(tag && strtoull(tag, NULL, 16) == TAG, "in-flight Coll userTag %s", tag ? tag : "(none)");
+  int phases = 0, api_tags = 0;
+  cJSON *r;
+  cJSON_ArrayForEach(r, (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records")) {
+    const char *type = wdh_jstr(r, "type"), *ph = wdh_jstr(r, "phase");
+    if (type && !strcmp(type, "KernelPhase") && ph && !strcmp(ph, "compute") && wdh_jstr(r, "pTimerStop"))
+      phases++;
+  }
+  cJSON_ArrayForEach(r, (cJSON *)wdh_jpath(j, "comms.0.ring.records")) {
+    const char *type = wdh_jstr(r, "type"), *t = wdh_jstr(r, "userTag");
+    if (type && !strcmp(type, "CollApi") && t && strtoull(t, NULL, 16) == 0x5eed0000ull) api_tags++;
+  }
+  WDH_CHECK(phases >= 6, "%d compute phases in the proxy ring (3 ops x 2 channels)", phases);
+  WDH_CHECK(api_tags >= 3, "%d tagged CollApi records", api_tags);
+  wdh_json_free(j);
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return;
+  char cmd[2048], line[4096] = "";
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
+  FILE *p = popen(cmd, "r");
+  if (p && fgets(line, sizeof line, p)) fputs(line, stderr);
+  if (p) pclose(p);
+  WDH_CHECK(strstr(line, "rank 1 never entered AllReduce seq 3 [userTag 0x5eed0003]") != NULL,
+            "first line: %s", line);
+  unsetenv("NCCL_WATCHDOG_EVENT_MASK");
+}
+
+static void case_mask(const char *dir, int abi) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (wdh_fake_cuda_load() != 0) _exit(1);
+    wdh_plugin p;
+    if (wdh_load(&p, wdh_plugin_path(), abi) != 0 || p.version != abi) _exit(11);
+    wdh_comm c;
+    wdh_comm_init(&c, &p, COMM + (uint64_t)abi, "masked", 1, 2, 0);
+    int mask = __atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED);
+    int kch = (mask & ncclProfileKernelCh) != 0;
+    if (abi == 6) _exit(kch ? 0 : 12);
+    if (kch) _exit(13);
+    if (wdh_log_contains(NCCL_LOG_INFO, "KernelCh off: CUDA events bracket every launch") != 1) _exit(14);
+    wdh_op_cfg cfg;
+    wdh_op_cfg_default(&cfg);
+    cfg.no_proxy = 1; /* intra-node: only the CUDA events tell its end */
+    wdh_run_ops(&c, NULL, &cfg, 5);
+    wdh_sleep_ms(1200); /* past the timeout: healthy ops were released on their end events */
+    if (wdh_list_dumps(dir, "stall", NULL, 0) != 0) _exit(15);
+    cfg.hang_channel = 0; /* a kernel that never ends */
+    wdh_op op;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+    if (wdh_wait_dumps(dir, "stall", 1, 5000) != 1) _exit(16);
+    /* NCCL's RAS sets the mask job-wide; 0 stops every callback. */
+    __atomic_store_n(&wdh_activation_mask, 0, __ATOMIC_RELAXED);
+    wdh_sleep_ms(400);
+    if (wdh_log_contains(NCCL_LOG_WARN, "event mask changed under the plugin") != 1) _exit(17);
+    kill(getpid(), SIGUSR1);
+    if (wdh_wait_dumps(dir, "signal", 1, 5000) != 1) _exit(18);
+    char *paths[1];
+    int n = wdh_list_dumps(dir, "signal", paths, 1);
+    char *text = n ? wdh_read_file(paths[0], NULL) : NULL;
+    int said = text && strstr(text, "changed under the plugin") && strstr(text, "\"eventMaskNow\":\"0x0\"");
+    free(text);
+    wdh_free_paths(paths, n);
+    _exit(said ? 0 : 19);
+  }
+  int st = 0;
+  wdh_wait_child(pid, 30000, &st);
+  WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "ABI v%d mask case: status 0x%x (12 v6 lost KernelCh, 13 v7 kept it, 14 no reason "
+            "logged, 15 false stall, 16 no stall, 17 no WARN for the changed mask, 18-19 snapshot)",
+            abi, st);
+}
+
+int main(int argc, char **argv) {
+  if (!wdh_plugin_path()) return 77;
+  const char *which = argc > 1 ? argv[1] : NULL;
+  int rc = 0;
+  if (!which || !strcmp(which, "tag")) {
+    char *dir = wdh_scenario_dir("v7-tag", "500ms", "50ms");
+    case_tag(dir);
+    rc |= wdh_scenario_end("scenario.v7 tag", dir);
+  }
+  if (!which || !strcmp(which, "mask")) {
+    char *dir = wdh_scenario_dir("v7-mask", "500ms", "50ms");
+    case_mask(dir, 7);
+    rc |= wdh_scenario_end("scenario.v7 mask", dir);
+  }
+  if (!which || !strcmp(which, "v6mask")) {
+    char *dir = wdh_scenario_dir("v7-v6mask", "500ms", "50ms");
+    case_mask(dir, 6);
+    rc |= wdh_scenario_end("scenario.v7 v6mask", dir);
+  }
+  return rc;
+}
