@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The plugin library as NCCL and an installer see it: it exports exactly ncclProfiler_v4/v5/v6
+# The plugin library as NCCL and an installer see it: it exports exactly ncclProfiler_v4/v5/v6/v7
 # (ASan builds add their own bookkeeping symbols, ignored), the generic libnccl-profiler.so name
 # points at it, and `cmake --install --prefix` puts both in the prefix.
 # Usage: check-library.sh BUILD_DIR
@@ -7,7 +7,7 @@ set -euo pipefail
 build=$1
 lib=$build/lib/libnccl-profiler-watchdog.so
 exports=$(nm -D --defined-only "$lib" | awk '{print $3}' | grep -v '^__odr_asan\.' | sort | tr '\n' ' ')
-[ "$exports" = "ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6 " ] ||
+[ "$exports" = "ncclProfiler_v4 ncclProfiler_v5 ncclProfiler_v6 ncclProfiler_v7 " ] ||
   { echo "FAIL exports: got '$exports'"; exit 1; }
 [ "$(readlink "$build/lib/libnccl-profiler.so")" = libnccl-profiler-watchdog.so ] ||
   { echo "FAIL build-tree libnccl-profiler.so link"; exit 1; }
