@@ -56,6 +56,12 @@ int wd_judge_stalled(const wd_slot_view *v, uint64_t now, const wd_judge_limits 
 int wd_judge_release(const wd_slot_view *v, uint64_t now, uint64_t settle_ns) {
   if (v->snap.gpu & WD_GPU_DONE) return 1;
   uint64_t quiet = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
+  /* A task of a symmetric plan that is not its head (NCCL 2.31, symmetric_sched.cc,
+   * ncclProfilerStartTaskEvents): it announces no channel and never gets a KernelCh; it is done
+   * when its head, of the same group, is. */
+  if (v->group_done && v->snap.start.type == WD_T_COLL && v->snap.start.nChannels == 0 &&
+      v->snap.children_seen == 0 && !(v->snap.gpu & WD_GPU_KNOWN) && quiet >= settle_ns)
+    return 1;
   return v->superseded && !(v->snap.gpu & (WD_GPU_KNOWN | WD_GPU_NET_ERROR)) &&
          v->snap.gpu_wait == 0 && quiet >= settle_ns;
 }

@@ -53,7 +53,11 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
     v->order = 0;
   }
   if (v->snap.is_root) {
-    if (ctx) v->superseded = v->order < atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
+    if (ctx) {
+      uint64_t done = atomic_load_explicit(&ctx->completed_order, memory_order_relaxed);
+      v->superseded = v->order < done;
+      v->group_done = v->order <= done && done != 0;
+    }
     v->snap.status = (uint8_t)wd_judge_status(v->open, v->snap.gpu, v->snap.reached_ns);
   }
   return 1;

@@ -50,6 +50,7 @@ typedef struct wd_slot_view {
   uint64_t order;
   uint8_t open;
   uint8_t superseded; /* a later operation of its context completed (ctx given) */
+  uint8_t group_done; /* an operation of its own group, or a later one, completed (ctx given) */
 } wd_slot_view;
 
 /* Copy a live slot; returns 0 when the slot is free or changed during the copy. For a root

@@ -12,6 +12,10 @@
  *            sets the mask to 0 (ncclras CONTROL PROFILER_MASK): one WARN, and the snapshot's
  *            blindSpots says the plugin was blinded.
  *   v6mask   the same process on v6 (NCCL 2.30): KernelCh stays on.
+ *   sym      a symmetric plan of three AllReduce tasks (NCCL 2.31, symmetric_sched.cc,
+ *            ncclProfilerStartTaskEvents / profilerPostPlanWorkSym): only the head announces
+ *            channels and gets KernelCh; the other two announce 0 and get none. Once the head is
+ *            done they are too: nothing stays in flight, every seq completes, no stall dump.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -138,6 +142,64 @@ static void case_mask(const char *dir, int abi) {
             abi, st);
 }
 
+static void case_sym(const char *dir) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 7) != 0) return;
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM + 9, "sym", 1, 2, 0);
+  for (int round = 0; round < 3; round++) {
+    wdh_descr d;
+    memset(&d, 0, sizeof d);
+    d.type = ncclProfileGroup;
+    void *group = wdh_start(&p, c.ctx, &d);
+    void *coll[3];
+    for (int t = 0; t < 3; t++) {
+      memset(&d, 0, sizeof d);
+      d.type = ncclProfileColl;
+      d.parent_group = group;
+      d.func = "AllReduce";
+      d.count = 4096;
+      d.datatype = "ncclFloat32";
+      d.seq = (uint64_t)(round * 3 + t);
+      d.n_channels = t == 0 ? 2 : 0; /* only the head */
+      d.is_sym_coll = true;
+      d.algo = "NVLS";
+      d.proto = "Simple";
+      coll[t] = wdh_start(&p, c.ctx, &d);
+      wdh_stop(&p, coll[t]);
+    }
+    wdh_stop(&p, group);
+    for (int ch = 0; ch < 2; ch++) { /* the head's kernel channels, from the Profiler Thread */
+      memset(&d, 0, sizeof d);
+      d.type = ncclProfileKernelCh;
+      d.parent = coll[0];
+      d.channel = (uint8_t)ch;
+      d.ptimer = wdh_now_ns();
+      void *k = wdh_start(&p, c.ctx, &d);
+      wdh_state(&p, k, ncclProfilerKernelChStop, wdh_now_ns());
+      wdh_stop(&p, k);
+    }
+  }
+  wdh_sleep_ms(900); /* past the timeout: nothing may look stuck */
+  WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for a symmetric plan's tasks");
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
+    WDH_CHECK(cJSON_GetArraySize((cJSON *)wdh_jpath(j, "comms.0.inflight")) == 0,
+              "%d operations still in flight", cJSON_GetArraySize((cJSON *)wdh_jpath(j, "comms.0.inflight")));
+    WDH_CHECK(wdh_jnum(j, "comms.0.seq.0.lastCompleted", -1) == 8, "last completed %g",
+              wdh_jnum(j, "comms.0.seq.0.lastCompleted", -1));
+    int sym = 0;
+    cJSON *r;
+    cJSON_ArrayForEach(r, (cJSON *)wdh_jpath(j, "comms.0.ring.records"))
+      sym += cJSON_IsTrue(cJSON_GetObjectItem(r, "isSymColl"));
+    WDH_CHECK(sym >= 9, "%d records flagged isSymColl", sym);
+    wdh_json_free(j);
+  }
+  wdh_comm_finalize(&c);
+  WDH_CHECK(wdh_list_dumps(dir, "abort", NULL, 0) == 0, "an abort dump at a normal finalize");
+  wdh_unload(&p);
+}
+
 int main(int argc, char **argv) {
   if (!wdh_plugin_path()) return 77;
   const char *which = argc > 1 ? argv[1] : NULL;
@@ -156,6 +218,11 @@ int main(int argc, char **argv) {
     char *dir = wdh_scenario_dir("v7-v6mask", "500ms", "50ms");
     case_mask(dir, 6);
     rc |= wdh_scenario_end("scenario.v7 v6mask", dir);
+  }
+  if (!which || !strcmp(which, "sym")) {
+    char *dir = wdh_scenario_dir("v7-sym", "500ms", "50ms");
+    case_sym(dir);
+    rc |= wdh_scenario_end("scenario.v7 sym", dir);
   }
   return rc;
 }
