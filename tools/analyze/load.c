@@ -450,6 +450,7 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->dump_seq = inum(root, "dumpSeq", 0);
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
   d->poll_ms = num(get(root, "config"), "pollMs", 0);
+  d->fatal_signal = inum(get(get(root, "postmortem"), "fatal"), "signal", 0);
   return 0;
 }
 

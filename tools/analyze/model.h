@@ -108,6 +108,7 @@ typedef struct wd_az_dump {
   uint64_t wall_ns, mono_ns;
   double timeout_ms;   /* config.timeoutMs, 0 when absent */
   double poll_ms;      /* config.pollMs, 0 when absent */
+  int fatal_signal;    /* postmortem.fatal.signal: what ended a dead process, 0 unknown */
   int threads_disabled;
   int main_tid;        /* -1 when no thread list */
   wd_az_str main_name;

@@ -881,10 +881,17 @@ static double outlived_ms(const wd_az_set *set, const wd_az_comm *c, const wd_az
  * whatever the rules above made of it. */
 static void died_check(const wd_az_set *set, wd_az_comm *c) {
   wd_az_str pm = wd_az_intern("postmortem");
+  int other_cause = has_culprit(c);
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
     if (wd_az_dump_of(set, cr)->reason != pm) continue;
     wd_az_suspect *s = find_suspect(c, cr->rank);
+    /* Ended by SIGABRT while waiting in the stuck operation, when another rank explains it:
+     * PyTorch's watchdog aborted it because of the hang (its teardown dump did not make it). A
+     * victim, not the cause. */
+    if (!s && other_cause && wd_az_dump_of(set, cr)->fatal_signal == 6 &&
+        find_op(cr, c->stuck_func, c->stuck_seq))
+      continue;
     double alive_ms = s && s->reason == WD_AZ_NOT_ENTERED ? outlived_ms(set, c, cr) : 0;
     if (alive_ms >= CONTRADICTION_MS) {
       /* It outlived the others' wait by far, outside the operation: killed afterwards (torchrun's
