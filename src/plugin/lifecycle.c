@@ -135,8 +135,11 @@ int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *n
   const char *kch_why = "";
   int m = wd_choose_mask(ctx, abi, &kch_why);
   if (mask) __atomic_store_n(mask, m, __ATOMIC_RELAXED);
+  /* The context is on the store's list already: the watchdog reads these under its lock. */
+  pthread_mutex_lock(&wd_store.lock);
   ctx->mask_ptr = mask;
   ctx->mask_set = ctx->mask_seen = m;
+  pthread_mutex_unlock(&wd_store.lock);
   WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d, GPU progress from %s; event "
           "mask 0x%x, KernelCh %s: %s)",
           (unsigned long long)comm_id, ctx->name, rank, nranks, abi,
