@@ -116,6 +116,16 @@ static void put_int(wd_sb *b, const char *key_lit, size_t key_len, int64_t v) {
 }
 #define PUT_INT(b, key, v) put_int((b), ",\"" key "\":", sizeof(",\"" key "\":") - 1, (int64_t)(v))
 
+/* A kernel channel's (or phase's) GPU start time, and its stop time once NCCL gave it. */
+static void put_ptimers(wd_sb *b, const wd_record *r, const wd_ev_snap *ev, int stop_rec) {
+  WD_SB_LIT(b, ",\"pTimer\":");
+  wd_sb_hex(b, r->a);
+  if ((ev && ev->last_trans) || (stop_rec && r->count)) {
+    WD_SB_LIT(b, ",\"pTimerStop\":");
+    wd_sb_hex(b, ev ? ev->last_trans : r->count);
+  }
+}
+
 static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev_snap *ev) {
   int state_rec = !ev && r->phase == WD_PH_STATE;
   int stop_rec = !ev && (r->phase == WD_PH_STOP || r->phase == WD_PH_SPAN);
@@ -166,12 +176,7 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     break;
   case WD_T_KERNELCH:
     PUT_INT(b, "channel", r->channel);
-    WD_SB_LIT(b, ",\"pTimer\":");
-    wd_sb_hex(b, r->a);
-    if ((ev && ev->last_trans) || (stop_rec && r->count)) {
-      WD_SB_LIT(b, ",\"pTimerStop\":");
-      wd_sb_hex(b, ev ? ev->last_trans : r->count);
-    }
+    put_ptimers(b, r, ev, stop_rec);
     break;
   case WD_T_KERNELPHASE:
     PUT_INT(b, "channel", r->channel);
@@ -182,12 +187,7 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
       wd_sb_mem(b, pn, strlen(pn));
     }
     wd_sb_ch(b, '"');
-    WD_SB_LIT(b, ",\"pTimer\":");
-    wd_sb_hex(b, r->a);
-    if ((ev && ev->last_trans) || (stop_rec && r->count)) {
-      WD_SB_LIT(b, ",\"pTimerStop\":");
-      wd_sb_hex(b, ev ? ev->last_trans : r->count);
-    }
+    put_ptimers(b, r, ev, stop_rec);
     break;
   case WD_T_PROXYCTRL:
     if (state_rec) {

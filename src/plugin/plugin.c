@@ -106,6 +106,22 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
     (req)->rec.nChannels = (d)->p2p.nChannels;                                                 \
     break;
 
+/* Fields of the v6 members (also in v7): the CE collectives. */
+#define WD_FILL_V6(req, d)                                                                     \
+  case WD_T_CECOLL:                                                                            \
+    (req)->rec.a = (d)->ceColl.seqNumber;                                                      \
+    (req)->rec.func = wd_str_id((d)->ceColl.func);                                             \
+    (req)->rec.count = (d)->ceColl.count;                                                      \
+    (req)->rec.peer = (d)->ceColl.root;                                                        \
+    (req)->rec.dtype = wd_str_id((d)->ceColl.datatype);                                        \
+    (req)->stream = (d)->ceColl.stream;                                                        \
+    break;                                                                                     \
+  case WD_T_CESYNC: (req)->rec.n = (d)->ceCollSync.nRanks; break;                             \
+  case WD_T_CEBATCH:                                                                           \
+    (req)->rec.n = (d)->ceCollBatch.numOps;                                                    \
+    (req)->rec.count = (d)->ceCollBatch.totalBytes;                                            \
+    break;
+
 /* Whether a start can be taken; when not, its handle is NULL. Every path that goes on stores
  * the handle (NULL when the event is dropped). */
 static inline int wd_accepting(void *context, void **eHandle, const void *d) {
@@ -148,19 +164,7 @@ static __attribute__((noinline)) ncclResult_t wd_start_general_v7(void *context,
   switch (type) {
     WD_FILL_COMMON(&req, d)
     WD_FILL_V5(&req, d)
-  case WD_T_CECOLL:
-    req.rec.a = d->ceColl.seqNumber;
-    req.rec.func = wd_str_id(d->ceColl.func);
-    req.rec.count = d->ceColl.count;
-    req.rec.peer = d->ceColl.root;
-    req.rec.dtype = wd_str_id(d->ceColl.datatype);
-    req.stream = d->ceColl.stream;
-    break;
-  case WD_T_CESYNC: req.rec.n = d->ceCollSync.nRanks; break;
-  case WD_T_CEBATCH:
-    req.rec.n = d->ceCollBatch.numOps;
-    req.rec.count = d->ceCollBatch.totalBytes;
-    break;
+    WD_FILL_V6(&req, d)
   default: break;
   }
   /* Which phase or step of training the call belongs to (NCCL's per-call userProfilerTag). */
@@ -191,19 +195,7 @@ static __attribute__((noinline)) ncclResult_t wd_start_general_v6(void *context,
   switch (type) {
     WD_FILL_COMMON(&req, d)
     WD_FILL_V5(&req, d)
-  case WD_T_CECOLL:
-    req.rec.a = d->ceColl.seqNumber;
-    req.rec.func = wd_str_id(d->ceColl.func);
-    req.rec.count = d->ceColl.count;
-    req.rec.peer = d->ceColl.root;
-    req.rec.dtype = wd_str_id(d->ceColl.datatype);
-    req.stream = d->ceColl.stream;
-    break;
-  case WD_T_CESYNC: req.rec.n = d->ceCollSync.nRanks; break;
-  case WD_T_CEBATCH:
-    req.rec.n = d->ceCollBatch.numOps;
-    req.rec.count = d->ceCollBatch.totalBytes;
-    break;
+    WD_FILL_V6(&req, d)
   default: break;
   }
   *eHandle = wd_track_start(&req);

@@ -329,6 +329,21 @@ static void workload(const char *plugin, const char *dir) {
   wdh_unload(&p);
 }
 
+/* A run's dump directory, its host subdirectories first; dir is freed. */
+static void rm_dump_dir(char *dir) {
+  char host[512];
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  while (d && (e = readdir(d)))
+    if (e->d_name[0] != '.') {
+      snprintf(host, sizeof host, "%s/%s", dir, e->d_name);
+      wdh_rmtree(host);
+    }
+  if (d) closedir(d);
+  wdh_rmtree(dir);
+  free(dir);
+}
+
 static int run_child(const char *plugin, const char *mode, const char *arg, const char *sites_out,
                      int *status) {
   static char *dir; /* static: still reachable when the child exits (LeakSanitizer) */
@@ -366,19 +381,7 @@ static int run_child(const char *plugin, const char *mode, const char *arg, cons
   int st = 0;
   int ended = wdh_wait_child(pid, 60000, &st);
   *status = ended ? st : -1;
-  char host[512];
-  DIR *d = opendir(dir);
-  if (d) { /* host subdirectories */
-    struct dirent *e;
-    while ((e = readdir(d)))
-      if (e->d_name[0] != '.') {
-        snprintf(host, sizeof host, "%s/%s", dir, e->d_name);
-        wdh_rmtree(host);
-      }
-    closedir(d);
-    wdh_rmtree(dir);
-  }
-  free(dir);
+  rm_dump_dir(dir);
   return 0;
 }
 
@@ -421,17 +424,7 @@ static void limits_case(const char *plugin) {
   WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
             "16 communicators under ulimit -v with huge rings: status 0x%x (8: not all profiled, or "
             "no line naming the address-space limit)", st);
-  char host[512];
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  while (d && (e = readdir(d)))
-    if (e->d_name[0] != '.') {
-      snprintf(host, sizeof host, "%s/%s", dir, e->d_name);
-      wdh_rmtree(host);
-    }
-  if (d) closedir(d);
-  wdh_rmtree(dir);
-  free(dir);
+  rm_dump_dir(dir);
 #else
   (void)plugin;
 #endif
