@@ -545,9 +545,20 @@ static void test_describe(void) {
            "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
            "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system) compress=peer "
            "metrics=10s metrics_dir=(ring dir) trigger_poll=5 polls peer_records=64 "
-           "memory_budget=1024MiB",
+           "memory_budget=1024MiB kernelch=auto",
            (unsigned)geteuid());
   CU_ASSERT_STRING_EQUAL(line, want);
+  /* NCCL_WATCHDOG_KERNELCH: auto, on, off (and the boolean spellings); anything else warns. */
+  const char *kv[] = {"auto", " on ", "0", "yes", "maybe"};
+  const int kw[] = {WD_KCH_AUTO, WD_KCH_ON, WD_KCH_OFF, WD_KCH_ON, WD_KCH_AUTO};
+  for (int i = 0; i < 5; i++) {
+    reset();
+    put("NCCL_WATCHDOG_KERNELCH", kv[i]);
+    wd_config_defaults(&c);
+    wd_config_load(&c, fake_getenv, capture_warn);
+    CU_ASSERT_EQUAL(c.kernelch, kw[i]);
+    CU_ASSERT_EQUAL(nwarn, i == 4);
+  }
   /* Ring files can be turned off. */
   reset();
   put("NCCL_WATCHDOG_RING_DIR", " off ");
