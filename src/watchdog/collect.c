@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -80,7 +81,7 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
   c->launches_unbracketed = atomic_load(&ctx->launches.skipped);
   c->gpu_error = atomic_load(&ctx->launches.last_error);
   c->mask_set = ctx->mask_set;
-  c->mask_now = ctx->mask_ptr ? __atomic_load_n(ctx->mask_ptr, __ATOMIC_RELAXED) : ctx->mask_set;
+  c->mask_now = wd_mask_now(ctx);
   c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   c->p2p_completed = atomic_load(&ctx->p2p_done);
   const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};
@@ -168,4 +169,15 @@ void wd_collect_free(wd_dump_input *in) {
     free((void *)in->python);
   }
   memset(in, 0, sizeof(*in));
+}
+
+int wd_mask_now(wd_context *ctx) {
+  if (ctx->mask_ptr == NULL) return ctx->mask_set;
+  int now = 0;
+  struct iovec local = {&now, sizeof now}, remote = {ctx->mask_ptr, sizeof now};
+  if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) != (ssize_t)sizeof now) {
+    ctx->mask_ptr = NULL; /* unreadable, or the call is not allowed here (seccomp) */
+    return ctx->mask_set;
+  }
+  return now;
 }

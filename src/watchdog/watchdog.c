@@ -199,7 +199,7 @@ static void wd_warn_dropped(const wd_context *ctx, uint64_t dropped) {
  * over ours, and 0 stops every callback: a watchdog blinded that way says so, once per change. */
 static void wd_watch_mask(wd_context *ctx) {
   if (ctx->mask_ptr == NULL) return;
-  int now = __atomic_load_n(ctx->mask_ptr, __ATOMIC_RELAXED);
+  int now = wd_mask_now(ctx);
   if (now == ctx->mask_seen) return;
   ctx->mask_seen = now;
   int lost = ctx->mask_set & ~now;
