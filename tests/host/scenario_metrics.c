@@ -55,9 +55,20 @@ int main(void) {
   wdh_op_run(&dp, &cfg, &op); /* AllReduce seq 30 never finishes */
   wdh_sleep_ms(700);
 
-  char file[1024], cmd[4096], out[8192];
+  char file[1024], early[1100], cmd[4096], out[8192];
   snprintf(file, sizeof file, "%s/nccl-watchdog-mhost-%d.prom", dir, (int)getpid());
   WDH_CHECK(access(file, R_OK) == 0, "no metrics file %s", file);
+  /* The file as it is now, before the stall (timeout 1 s): the checker's Python takes a while to
+   * start on a loaded machine, and the file is rewritten every 200 ms meanwhile. */
+  snprintf(early, sizeof early, "%s.early", file);
+  size_t flen = 0;
+  char *content = wdh_read_file(file, &flen);
+  FILE *ef = content ? fopen(early, "w") : NULL;
+  if (ef) {
+    fwrite(content, 1, flen, ef);
+    fclose(ef);
+  }
+  free(content);
   snprintf(cmd, sizeof cmd,
            "/usr/bin/python3 '%s/tests/tools/check_metrics.py' '%s' "
            "'nccl_watchdog_ops_enqueued_total[comm_name=dp,func=AllReduce,rank=5,host=mhost]=31' "
@@ -67,7 +78,7 @@ int main(void) {
            "'nccl_watchdog_ops_completed_total[comm_name=pp,func=p2p]=5' "
            "'nccl_watchdog_seconds_since_progress[comm_name=dp]=>=0.4' "
            "'nccl_watchdog_stalls_detected_total[]=0' 2>&1",
-           src, file);
+           src, early);
   int rc = run(cmd, out, sizeof out);
   fputs(out, stderr);
   if (rc == 77) fprintf(stderr, "metrics: the Prometheus parser is missing; format not checked\n");
@@ -103,6 +114,7 @@ int main(void) {
   wdh_comm_finalize(&dp);
   wdh_unload(&p);
   WDH_CHECK(access(file, F_OK) != 0, "the metrics file outlived the plugin");
+  unlink(early);
   unsetenv("NCCL_WATCHDOG_METRICS");
   unsetenv("NCCL_WATCHDOG_HOSTNAME");
   return wdh_scenario_end("metrics", dir);
