@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "events/arena.h"
 #include "events/blacklist.h"
@@ -152,12 +152,12 @@ __attribute__((destructor)) static void store_unload(void) {
   wd_arena_release();
 }
 
-/* What stopped an allocation: an address-space limit when there is one, else memory. */
+/* What stopped an allocation: the process's tightest limit when it has one, else memory. */
 static void wd_store_short_cause(char *buf, size_t len) {
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-    snprintf(buf, len, "the address-space limit (ulimit -v: %llu MiB) or the memory",
-             (unsigned long long)(rl.rlim_cur >> 20));
+  const char *what;
+  uint64_t limit = wd_host_memory_limit(&what);
+  if (limit)
+    snprintf(buf, len, "%s (%llu MiB) or the memory", what, (unsigned long long)(limit >> 20));
   else
     snprintf(buf, len, "the memory (or the memory map)");
 }

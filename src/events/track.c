@@ -345,8 +345,8 @@ void *wd_track_start(wd_start_req *req) {
        * recv to self, which NCCL gives none (no profiler proxy op: proxy.cc). A CollNet op
        * announces none yet gets them, and ProxyOps that may start after its stop: held too,
        * until the watchdog finds its kernel done. */
-      int kch_hold = ctx->kch_on && (type == WD_T_COLL || type == WD_T_P2P) &&
-                     !(type == WD_T_P2P && rec->peer == ctx->rank);
+      int not_self = (type == WD_T_COLL || type == WD_T_P2P) && !(type == WD_T_P2P && rec->peer == ctx->rank);
+      int kch_hold = ctx->kch_on && not_self;
       /* A CE collective ends at enqueue as far as NCCL tells (ce_coll.cc): with CUDA events
        * around it, it is held until the GPU has done it. */
       int gpu_hold = type == WD_T_CECOLL && gkey;
@@ -354,8 +354,7 @@ void *wd_track_start(wd_start_req *req) {
        * launch was bracketed is held until its end event completes. One without (a graph
        * replay) completes at its stop, as without KernelCh ever. */
       uint64_t lf, ll;
-      if (!ctx->kch_on && !gpu_hold && (type == WD_T_COLL || type == WD_T_P2P) &&
-          !(type == WD_T_P2P && rec->peer == ctx->rank) && wd_launch_lookup(&ctx->launches, gkey, &lf, &ll))
+      if (!ctx->kch_on && not_self && wd_launch_lookup(&ctx->launches, gkey, &lf, &ll))
         gpu_hold = 1;
       hold = (uint32_t)(kch_hold || gpu_hold);
       kch_expected = kch_hold ? rec->nChannels : 0;
