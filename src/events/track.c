@@ -342,10 +342,12 @@ void *wd_track_start(wd_start_req *req) {
       atomic_store_explicit(&ev->order, wd_group_order(ctx, req->group_obj, &grouped), memory_order_relaxed);
       atomic_store_explicit(&ev->grouped, (uint8_t)grouped, memory_order_relaxed);
       /* Kernel channels are expected for every channel it announces, except for a send or
-       * recv to self, which NCCL gives none (no profiler proxy op: proxy.cc). A CollNet op
+       * recv to self before NCCL 2.31, which gets none (no profiler proxy op: proxy.cc); 2.31
+       * posts the self pair's too (plugin/profiler.cc, ncclProfilerPostPlanWork). A CollNet op
        * announces none yet gets them, and ProxyOps that may start after its stop: held too,
        * until the watchdog finds its kernel done. */
-      int not_self = (type == WD_T_COLL || type == WD_T_P2P) && !(type == WD_T_P2P && rec->peer == ctx->rank);
+      int not_self = (type == WD_T_COLL || type == WD_T_P2P) &&
+                     !(type == WD_T_P2P && rec->peer == ctx->rank && ctx->abi < 7);
       int kch_hold = ctx->kch_on && not_self;
       /* A CE collective ends at enqueue as far as NCCL tells (ce_coll.cc): with CUDA events
        * around it, it is held until the GPU has done it. */

@@ -539,6 +539,11 @@ static uint64_t next_seq(wdh_comm *c, const char *func) {
   return __atomic_fetch_add(&c->seq[fi], 1, __ATOMIC_RELAXED);
 }
 
+static int has_kernelch(const wdh_op *op);
+static void pt_post(wdh_op *op);
+static void pt_mark(wdh_op *op, int ch, int dev);
+enum { WDH_DEV_POSTED = 1, WDH_DEV_STARTED = 2, WDH_DEV_COMPLETED = 3 };
+
 /* Group start + Coll/P2p start + stop (+ Group stop unless deferred). */
 static void emit_group_and_op(wdh_op *op, void *coll_api_parent, int defer_stops) {
   wdh_comm *c = op->comm;
@@ -578,6 +583,9 @@ static void emit_group_and_op(wdh_op *op, void *coll_api_parent, int defer_stops
     d.proto = "Simple";
     d.user_tag = cfg->user_tag;
     op->coll = wdh_start(p, c->ctx, &d);
+    /* 2.31: the KernelCh work ops are posted against the task's handle before the task events
+     * stop (ncclProfilerPostPlanWork, from hostStreamPlanTask). */
+    pt_post(op);
     if (!defer_stops) wdh_stop(p, op->coll);
   }
   if (!defer_stops && has(op->mask, ncclProfileGroup)) wdh_stop(p, op->group);
@@ -685,8 +693,11 @@ static int has_proxyop(const wdh_op *op, int is_send) {
 }
 
 static int has_kernelch(const wdh_op *op) {
-  /* Send/recv to self gets no profiler proxy op, hence no KernelCh (proxy.cc, incWorkCounter). */
-  return has(op->mask, ncclProfileKernelCh) && !op->cfg.api_only && !wdh_op_is_self(op);
+  /* 2.27-2.30: a send/recv to self gets no profiler proxy op, hence no KernelCh (proxy.cc,
+   * incWorkCounter). 2.31 posts both halves of every pair, the self pair too
+   * (plugin/profiler.cc, ncclProfilerPostPlanWork). */
+  if (!has(op->mask, ncclProfileKernelCh) || op->cfg.api_only) return 0;
+  return op->comm->plugin->version >= 7 || !wdh_op_is_self(op);
 }
 
 /* One ProxyStep started the way the proxy posts it: a send step when its buffer is offered to
@@ -817,7 +828,9 @@ int wdh_op_gpu(wdh_op *op) {
   int hung = 0;
   for (int ch = 0; ch < cfg->n_channels && ch < WDH_MAX_CH; ch++) {
     void *kch = NULL;
-    if (has_kernelch(op)) {
+    if (op->kslot[ch]) {
+      pt_mark(op, ch, WDH_DEV_STARTED); /* the kernel wrote its start counter */
+    } else if (has_kernelch(op) && !op->comm->pthread) {
       /* The kernel wrote this channel's start counter; the proxy thread saw it
        * (transport/profiler.cc, profilerProxyProgress). */
       wdh_descr d;
@@ -854,6 +867,7 @@ int wdh_op_gpu(wdh_op *op) {
     }
     /* The kernel is done with this channel before the proxy's last network completions are
      * reported: KernelCh stops before the channel's ProxyOps. */
+    if (op->kslot[ch]) pt_mark(op, ch, WDH_DEV_COMPLETED);
     kernel_phases(op, kch, ch);
     end_kernelch(op, kch);
     for (int is_send = 0; is_send < 2; is_send++)
@@ -888,9 +902,12 @@ void wdh_op_resume(wdh_op *op) {
       op->next_step[ch][is_send] = next + 1;
     }
     run_steps(op, ch, is_send, cfg->hang_step + 1, -1);
+    if (op->kslot[ch]) pt_mark(op, ch, WDH_DEV_COMPLETED);
     end_kernelch(op, op->hung_kernelch);
     end_proxyop(op, ch, is_send);
   } else {
+    if (cfg->hang_channel >= 0 && cfg->hang_channel < WDH_MAX_CH && op->kslot[cfg->hang_channel])
+      pt_mark(op, cfg->hang_channel, WDH_DEV_COMPLETED);
     end_kernelch(op, op->hung_kernelch);
   }
   if (op->gpu_pos) wdh_gpu_complete(op->comm, op->gpu_pos);
@@ -1156,6 +1173,207 @@ long wdh_traffic_stop(wdh_traffic *t) {
   free(t);
   return ops;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * NCCL 2.31's Profiler Thread (plugin/profiler.cc)
+ * ------------------------------------------------------------------------------------------- */
+
+#define WDH_PT_OPS 4096
+
+typedef struct wdh_work_op {
+  _Atomic int dev;   /* 0 free, else WDH_DEV_*: what the kernel wrote (workStarted/workCompleted) */
+  int started;       /* thread-private: KernelCh started (op->started) */
+  wdh_plugin *plugin;
+  void *ctx, *task; /* profilerContext, taskEventHandle */
+  void *kch;
+  int rank, channel, mask;
+  uint64_t t_start, t_stop;
+} wdh_work_op;
+
+struct wdh_pthread {
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  wdh_work_op ops[WDH_PT_OPS];
+  long head, tail;  /* posted ops live in [tail, head) (modulo WDH_PT_OPS); tail under mu */
+  int stop, drain, idle;
+  atomic_long kch_started, kch_stopped;
+};
+
+/* The thread's pass over its active ops (profilerProgressOps): start once the channel started,
+ * phases then stop once it completed; completed ops at the tail are recycled. */
+static int pt_progress(wdh_pthread *pt, long tail, long head) {
+  int progressed = 0;
+  for (long i = tail; i < head; i++) {
+    wdh_work_op *w = &pt->ops[i % WDH_PT_OPS];
+    int dev = atomic_load(&w->dev);
+    if (!w->started && dev >= WDH_DEV_STARTED) {
+      wdh_descr d;
+      memset(&d, 0, sizeof(d));
+      d.type = ncclProfileKernelCh;
+      d.parent = w->task;
+      d.rank = w->rank;
+      d.channel = (uint8_t)w->channel;
+      d.ptimer = w->t_start;
+      w->kch = wdh_start(w->plugin, w->ctx, &d);
+      w->started = 1;
+      atomic_fetch_add(&pt->kch_started, 1);
+      progressed = 1;
+    }
+    if (w->started && dev == WDH_DEV_COMPLETED) {
+      /* profilerFireKernelPhaseEvents, then ncclProfilerStopKernelChEvent. */
+      if (w->kch && has(w->mask, ncclProfileKernelPhase)) {
+        static const char *const names[3] = {"initial_sync", "compute", "final_sync"};
+        uint64_t span = w->t_stop > w->t_start ? w->t_stop - w->t_start : 3;
+        for (int k = 0; k < 3; k++) {
+          wdh_descr d;
+          memset(&d, 0, sizeof(d));
+          d.type = ncclProfileKernelPhase;
+          d.parent = w->kch;
+          d.rank = w->rank;
+          d.channel = (uint8_t)w->channel;
+          d.phase_id = k;
+          d.phase_name = names[k];
+          d.ptimer = w->t_start + span * (uint64_t)k / 3;
+          void *h = wdh_start(w->plugin, w->ctx, &d);
+          if (h) {
+            wdh_state(w->plugin, h, ncclProfilerKernelPhaseStop, w->t_start + span * (uint64_t)(k + 1) / 3);
+            wdh_stop(w->plugin, h);
+          }
+        }
+      }
+      if (w->kch) {
+        wdh_state(w->plugin, w->kch, ncclProfilerKernelChStop, w->t_stop);
+        wdh_stop(w->plugin, w->kch);
+      }
+      atomic_fetch_add(&pt->kch_stopped, 1);
+      atomic_store(&w->dev, -1); /* delivered; recycled once it reaches the tail */
+      progressed = 1;
+    }
+  }
+  return progressed;
+}
+
+static void *pt_main(void *arg) {
+  wdh_pthread *pt = arg;
+  pthread_mutex_lock(&pt->mu);
+  for (;;) {
+    while (pt->tail == pt->head && !pt->stop) pthread_cond_wait(&pt->cv, &pt->mu);
+    if (pt->stop && (pt->tail == pt->head || pt->drain)) {
+      /* cleanupAndStop(drainStuck): ops whose kernels never finish are dropped, no stop. */
+      for (long i = pt->tail; i < pt->head; i++) atomic_store(&pt->ops[i % WDH_PT_OPS].dev, 0);
+      pt->tail = pt->head;
+      break;
+    }
+    long tail = pt->tail, head = pt->head;
+    pt->idle = 0;
+    pthread_mutex_unlock(&pt->mu);
+    int progressed = pt_progress(pt, tail, head); /* outside the lock: the plugin may block */
+    pthread_mutex_lock(&pt->mu);
+    while (pt->tail < head && atomic_load(&pt->ops[pt->tail % WDH_PT_OPS].dev) == -1) {
+      atomic_store(&pt->ops[pt->tail % WDH_PT_OPS].dev, 0);
+      pt->tail++;
+    }
+    pt->idle = !progressed;
+    pthread_cond_broadcast(&pt->cv);
+    if (!progressed) {
+      /* Back off briefly while the head has not completed (updateProgressInterval: <= 10 us). */
+      pthread_mutex_unlock(&pt->mu);
+      usleep(10);
+      pthread_mutex_lock(&pt->mu);
+    }
+  }
+  pthread_cond_broadcast(&pt->cv);
+  pthread_mutex_unlock(&pt->mu);
+  return NULL;
+}
+
+wdh_pthread *wdh_pthread_create(void) {
+  wdh_pthread *pt = calloc(1, sizeof(*pt));
+  if (!pt) return NULL;
+  pthread_mutex_init(&pt->mu, NULL);
+  pthread_cond_init(&pt->cv, NULL);
+  if (pthread_create(&pt->thread, NULL, pt_main, pt) != 0) {
+    free(pt);
+    return NULL;
+  }
+  pthread_setname_np(pt->thread, "wdh-profiler");
+  return pt;
+}
+
+void wdh_pthread_attach(wdh_pthread *pt, wdh_comm *c) { c->pthread = pt; }
+
+/* ncclProfilerPostPlanWork: one work op per channel the task's kernel runs on. */
+static void pt_post(wdh_op *op) {
+  wdh_comm *c = op->comm;
+  wdh_pthread *pt = c->pthread;
+  /* At capture nothing is posted: the captured host callback posts at each replay. */
+  if (!pt || c->plugin->version < 7 || !has_kernelch(op) || !op->coll || op->cfg.graph_captured)
+    return;
+  for (int ch = 0; ch < op->cfg.n_channels && ch < WDH_MAX_CH; ch++) {
+    pthread_mutex_lock(&pt->mu);
+    while (pt->head - pt->tail >= WDH_PT_OPS) pthread_cond_wait(&pt->cv, &pt->mu);
+    long i = pt->head;
+    wdh_work_op *w = &pt->ops[i % WDH_PT_OPS];
+    w->started = 0;
+    w->plugin = c->plugin;
+    w->ctx = c->ctx;
+    w->task = op->coll;
+    w->kch = NULL;
+    w->rank = c->rank;
+    w->channel = ch;
+    w->mask = op->mask;
+    w->t_start = w->t_stop = 0;
+    atomic_store(&w->dev, WDH_DEV_POSTED);
+    pt->head = i + 1;
+    op->kslot[ch] = (int)(i % WDH_PT_OPS) + 1;
+    pthread_cond_broadcast(&pt->cv);
+    pthread_mutex_unlock(&pt->mu);
+  }
+}
+
+/* The kernel writes the channel's start or completion counter (device/common.h, profiler()). */
+static void pt_mark(wdh_op *op, int ch, int dev) {
+  wdh_pthread *pt = op->comm->pthread;
+  if (!pt || !op->kslot[ch]) return;
+  wdh_work_op *w = &pt->ops[op->kslot[ch] - 1];
+  if (dev == WDH_DEV_STARTED) w->t_start = wdh_now_ns();
+  else w->t_stop = wdh_now_ns();
+  int expect = dev - 1;
+  atomic_compare_exchange_strong(&w->dev, &expect, dev);
+  if (dev == WDH_DEV_COMPLETED) op->kslot[ch] = 0;
+}
+
+void wdh_pthread_settle(wdh_pthread *pt) {
+  pthread_mutex_lock(&pt->mu);
+  for (;;) {
+    int pending = 0;
+    for (long i = pt->tail; i < pt->head; i++) {
+      wdh_work_op *w = &pt->ops[i % WDH_PT_OPS];
+      int dev = atomic_load(&w->dev);
+      if (dev == WDH_DEV_COMPLETED || (dev == WDH_DEV_STARTED && !w->started)) pending = 1;
+    }
+    if (!pending && (pt->idle || pt->tail == pt->head)) break;
+    pthread_cond_wait(&pt->cv, &pt->mu);
+  }
+  pthread_mutex_unlock(&pt->mu);
+}
+
+void wdh_pthread_destroy(wdh_pthread *pt, int drain) {
+  if (!pt) return;
+  pthread_mutex_lock(&pt->mu);
+  pt->stop = 1;
+  pt->drain = drain;
+  pthread_cond_broadcast(&pt->cv);
+  pthread_mutex_unlock(&pt->mu);
+  pthread_join(pt->thread, NULL);
+  pthread_mutex_destroy(&pt->mu);
+  pthread_cond_destroy(&pt->cv);
+  free(pt);
+}
+
+long wdh_pthread_kch_started(wdh_pthread *pt) { return atomic_load(&pt->kch_started); }
+long wdh_pthread_kch_stopped(wdh_pthread *pt) { return atomic_load(&pt->kch_stopped); }
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers

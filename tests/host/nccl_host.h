@@ -90,6 +90,9 @@ typedef struct wdh_comm {
   uint64_t seq[WDH_FUNC_COUNT]; /* next seqNumber per collective function (atomic access) */
   uint64_t ce_seq;              /* next CE collective number (ceSeqNum, counted apart) */
   void *stream;                 /* the stream its kernels go to (stand-in stream, or a token) */
+  /* NCCL 2.31+: the Profiler Thread that delivers this communicator's KernelCh and KernelPhase
+   * events (wdh_pthread_create); NULL = they come from the proxy part, as in 2.27-2.30. */
+  struct wdh_pthread *pthread;
 } wdh_comm;
 
 /* init through the loaded table (argument order per version). Returns the plugin's result
@@ -224,6 +227,7 @@ typedef struct wdh_op {
   void *pop[WDH_MAX_CH][2];                  /* ProxyOps by channel and is_send */
   void *step[WDH_MAX_CH][2][WDH_STEPS_OPEN]; /* open ProxySteps, by step % NCCL_STEPS */
   int next_step[WDH_MAX_CH][2];              /* next step the proxy will post */
+  int kslot[WDH_MAX_CH]; /* 2.31: its KernelCh work ops on the Profiler Thread (index + 1; 0 none) */
 } wdh_op;
 
 /* A send or recv whose peer is the rank itself (every AlltoAll has one). */
@@ -297,6 +301,29 @@ typedef struct wdh_traffic wdh_traffic;
 wdh_traffic *wdh_traffic_start(wdh_comm *c, int batch, const char *thread_name);
 long wdh_traffic_ops(wdh_traffic *t);  /* ops finished so far, thread-safe */
 long wdh_traffic_stop(wdh_traffic *t); /* stop, join, free; returns the ops finished */
+
+/* ---------------------------------------------------------------------------------------------
+ * NCCL 2.31's Profiler Thread (src/plugin/profiler.cc, ncclProfilerThreadFunc): one per
+ * communicator (shared by split children that share resources). The host posts a KernelCh work op
+ * per channel of every Coll, and per channel of each half of a send/recv pair (the self pair too),
+ * when the plan's task events start (ncclProfilerPostPlanWork); the GPU (wdh_op_gpu) marks a
+ * channel started and completed; the thread polls its ops (profilerProgressOps): KernelCh start
+ * once the channel started, then its KernelPhases and the KernelCh stop once it completed. So
+ * KernelCh comes from a third thread, at its own pace, possibly after the op's ProxyOps stopped.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct wdh_pthread wdh_pthread;
+wdh_pthread *wdh_pthread_create(void); /* thread named "wdh-profiler" */
+/* Attach pt to c (several communicators may share one); c's ops posted from now on use it. */
+void wdh_pthread_attach(wdh_pthread *pt, wdh_comm *c);
+/* Wait until every posted op whose channel completed has been delivered. */
+void wdh_pthread_settle(wdh_pthread *pt);
+/* ncclProfilerThreadDestroy: drain = 1 (abort: cleanupAndStop with drainStuck) drops ops whose
+ * kernels will never finish without stopping their KernelCh; drain = 0 waits for all of them.
+ * Then joins the thread and frees it; detach it from its communicators first (c->pthread = NULL). */
+void wdh_pthread_destroy(wdh_pthread *pt, int drain);
+long wdh_pthread_kch_started(wdh_pthread *pt); /* KernelCh starts delivered */
+long wdh_pthread_kch_stopped(wdh_pthread *pt); /* KernelCh stops delivered */
 
 /* ---------------------------------------------------------------------------------------------
  * Helpers for scenario tests

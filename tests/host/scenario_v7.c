@@ -200,6 +200,135 @@ static void case_sym(const char *dir) {
   wdh_unload(&p);
 }
 
+/* The in-flight root of comm (by commId) with that type and seq, or NULL. */
+static cJSON *inflight_op(cJSON *j, uint64_t comm_id, const char *type, double seq) {
+  cJSON *c, *n;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "comms")) {
+    const char *id = wdh_jstr(c, "commId");
+    if (!id || strtoull(id, NULL, 16) != comm_id) continue;
+    cJSON_ArrayForEach(n, cJSON_GetObjectItem(c, "inflight")) {
+      const char *t = wdh_jstr(n, "type");
+      if (t && !strcmp(t, type) && (seq < 0 || wdh_jnum(n, "seq", -1) == seq)) return n;
+    }
+  }
+  return NULL;
+}
+
+static int inflight_total(cJSON *j) {
+  int n = 0;
+  cJSON *c;
+  cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "comms"))
+    n += cJSON_GetArraySize(cJSON_GetObjectItem(c, "inflight"));
+  return n;
+}
+
+static void case_thread(const char *dir) {
+  setenv("NCCL_WATCHDOG_EVENT_MASK", "0x865f", 1); /* the default and KernelPhase */
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 7) != 0 || p.version != 7) {
+    WDH_CHECK(0, "no v7 table");
+    return;
+  }
+  wdh_comm a, b;
+  wdh_comm_init(&a, &p, COMM + 31, "pt-parent", 1, 2, 0);
+  wdh_comm_init(&b, &p, COMM + 32, "pt-child", 1, 2, 0);
+  WDH_CHECK(__atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED) & ncclProfileKernelCh,
+            "KernelCh off without CUDA events");
+  wdh_pthread *pt = wdh_pthread_create();
+  wdh_pthread_attach(pt, &a);
+  wdh_pthread_attach(pt, &b); /* ncclProfilerThreadCreate: a child sharing resources shares it */
+  wdh_proxy *px = wdh_proxy_create();
+
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&a, px, &cfg, 40);
+  wdh_run_ops(&b, px, &cfg, 40);
+  /* Send/recv pairs with the peer: each half announces its own direction's channels. */
+  for (int i = 0; i < 10; i++) {
+    wdh_op_cfg pc;
+    wdh_op_cfg_default(&pc);
+    pc.kind = i & 1 ? WDH_OP_RECV : WDH_OP_SEND;
+    pc.peer = 1;
+    pc.n_channels = i & 1 ? 2 : 3;
+    pc.explicit_group = 1;
+    wdh_run_ops(&a, px, &pc, 1);
+  }
+  /* The self pair of an AlltoAll: no proxy work, KernelCh on 2.31. */
+  for (int i = 0; i < 6; i++) {
+    wdh_op_cfg pc;
+    wdh_op_cfg_default(&pc);
+    pc.kind = i & 1 ? WDH_OP_RECV : WDH_OP_SEND;
+    pc.peer = 0;
+    pc.n_channels = 1;
+    pc.explicit_group = 1;
+    wdh_run_ops(&b, px, &pc, 1);
+  }
+  /* A captured AllReduce replayed five times after eager work. */
+  wdh_op_cfg gc;
+  wdh_op_cfg_default(&gc);
+  gc.graph_captured = 1;
+  wdh_op captured, rep;
+  wdh_op_run(&a, &gc, &captured);
+  for (int i = 0; i < 5; i++) wdh_op_replay(&captured, &rep);
+  wdh_proxy_drain(px);
+  wdh_pthread_settle(pt);
+  long started = wdh_pthread_kch_started(pt), stopped = wdh_pthread_kch_stopped(pt);
+  /* 80 AllReduce x 2 + 5 sends x 3 + 5 recvs x 2 + 6 self halves + 5 replays x 2 */
+  WDH_CHECK(started == 201 && stopped == 201, "KernelCh delivered: %ld started, %ld stopped", started, stopped);
+  wdh_sleep_ms(1300); /* past twice the timeout */
+  WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump in healthy 2.31 traffic");
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
+    WDH_CHECK(inflight_total(j) == 0, "%d operations in flight after healthy traffic", inflight_total(j));
+    int phases = 0;
+    cJSON *c, *r;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "comms"))
+      cJSON_ArrayForEach(r, (cJSON *)wdh_jpath(c, "proxyRing.records")) {
+        const char *t = wdh_jstr(r, "type");
+        phases += t && !strcmp(t, "KernelPhase");
+      }
+    WDH_CHECK(phases > 0, "no KernelPhase records from the Profiler Thread");
+    wdh_json_free(j);
+  }
+
+  /* A replay whose kernel never finishes channel 1. */
+  captured.cfg.hang_channel = 1;
+  int hung = wdh_op_replay(&captured, &rep);
+  WDH_CHECK(hung == 1, "the replay did not hang");
+  int n = wdh_wait_dumps(dir, "stall", 1, 6000);
+  WDH_CHECK(n == 1, "%d stall dumps for the hung replay", n);
+  char *paths[1];
+  n = wdh_list_dumps(dir, "stall", paths, 1);
+  j = n ? wdh_json_load(paths[0]) : NULL;
+  wdh_free_paths(paths, n);
+  if (j) {
+    cJSON *op = inflight_op(j, a.comm_id, "Coll", (double)rep.seq);
+    WDH_CHECK(op != NULL, "the hung replay (seq %llu) not in flight", (unsigned long long)rep.seq);
+    const char *st = op ? wdh_jstr(op, "status") : NULL;
+    WDH_CHECK(st && !strcmp(st, "stalled"), "status %s", st ? st : "(none)");
+    WDH_CHECK(inflight_total(j) == 1, "%d in flight, expected only the replay", inflight_total(j));
+    wdh_json_free(j);
+  }
+
+  /* Abort (init.cc, commReclaim): the Profiler Thread drains, then finalize. */
+  a.pthread = b.pthread = NULL;
+  wdh_pthread_destroy(pt, 1);
+  wdh_proxy_destroy(px);
+  wdh_comm_finalize(&b);
+  wdh_comm_finalize(&a);
+  n = wdh_wait_dumps(dir, "abort", 1, 5000);
+  WDH_CHECK(n == 1, "%d abort dumps", n);
+  n = wdh_list_dumps(dir, "abort", paths, 1);
+  j = n ? wdh_json_load(paths[0]) : NULL;
+  wdh_free_paths(paths, n);
+  if (j) {
+    WDH_CHECK(inflight_op(j, a.comm_id, "Coll", (double)rep.seq) != NULL, "the abort dump lost the replay");
+    wdh_json_free(j);
+  }
+  wdh_unload(&p);
+  unsetenv("NCCL_WATCHDOG_EVENT_MASK");
+}
+
 int main(int argc, char **argv) {
   if (!wdh_plugin_path()) return 77;
   const char *which = argc > 1 ? argv[1] : NULL;
@@ -223,6 +352,11 @@ int main(int argc, char **argv) {
     char *dir = wdh_scenario_dir("v7-sym", "500ms", "50ms");
     case_sym(dir);
     rc |= wdh_scenario_end("scenario.v7 sym", dir);
+  }
+  if (!which || !strcmp(which, "thread")) {
+    char *dir = wdh_scenario_dir("v7-thread", "500ms", "50ms");
+    case_thread(dir);
+    rc |= wdh_scenario_end("scenario.v7 thread", dir);
   }
   return rc;
 }
