@@ -38,6 +38,7 @@ static ncclResult_t empty_init_v4(void **context, int *mask, const char *name, u
 EMPTY_START(v4)
 EMPTY_START(v5)
 EMPTY_START(v6)
+EMPTY_START(v7)
 
 static ncclResult_t empty_stop(void *handle) {
   (void)handle;
@@ -55,6 +56,8 @@ static ncclResult_t empty_finalize(void *context) {
   return ncclSuccess;
 }
 
+EXPORT ncclProfiler_v7_t ncclProfiler_v7 = {"empty", empty_init_v5, empty_start_v7, empty_stop,
+                                            empty_state, empty_finalize};
 EXPORT ncclProfiler_v6_t ncclProfiler_v6 = {"empty", empty_init_v5, empty_start_v6, empty_stop,
                                             empty_state, empty_finalize};
 EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {"empty", empty_init_v5, empty_start_v5, empty_stop,

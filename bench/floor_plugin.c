@@ -91,6 +91,7 @@ static floor_handle *handle_of(floor_ctx *c, uint64_t type) {
 FLOOR_START(v4)
 FLOOR_START(v5)
 FLOOR_START(v6)
+FLOOR_START(v7)
 
 static ncclResult_t floor_stop(void *handle) {
   floor_handle *h = handle;
@@ -110,6 +111,8 @@ static ncclResult_t floor_finalize(void *context) {
   return ncclSuccess;
 }
 
+EXPORT ncclProfiler_v7_t ncclProfiler_v7 = {"floor", floor_init_v5, floor_start_v7, floor_stop,
+                                            floor_state, floor_finalize};
 EXPORT ncclProfiler_v6_t ncclProfiler_v6 = {"floor", floor_init_v5, floor_start_v6, floor_stop,
                                             floor_state, floor_finalize};
 EXPORT ncclProfiler_v5_t ncclProfiler_v5 = {"floor", floor_init_v5, floor_start_v5, floor_stop,
