@@ -6,6 +6,7 @@
  */
 #include "dump/render.h"
 
+
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/ncclver.h"
 #include "dump/dumpfile.h"
 #include "dump/forest.h"
 #include "dump/jsonstr.h"
@@ -871,6 +873,10 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
   if (!plugin || add_str(plugin, "name", "nccl-watchdog") ||
       add_str(plugin, "version", WD_VERSION) || add_num(plugin, "abi", in->abi))
     goto end;
+  if (in->nccl_version > 0) {
+    char vbuf[24];
+    if (add_str(plugin, "ncclVersion", wd_nccl_version_str(in->nccl_version, vbuf, sizeof vbuf))) goto end;
+  }
   if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg, in) ||
       put_memory(root, in) || put_env(root) ||
       put_strings(root))

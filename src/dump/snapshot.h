@@ -83,6 +83,7 @@ typedef struct wd_dump_input {
   char host[64];
   int pid;
   int abi;              /* highest ABI version NCCL used in this process */
+  int nccl_version;     /* the loaded NCCL's version code (ncclGetVersion), 0 unknown */
   /* reason-specific */
   uint32_t nstalls;
   const wd_stall *stalls;        /* reason "stall" */

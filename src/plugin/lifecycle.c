@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "base/gpu.h"
 #include "base/host.h"
+#include "base/ncclver.h"
 #include "events/arena.h"
 #include "events/budget.h"
 #include "events/store.h"
@@ -79,8 +80,10 @@ static void process_stop(void) {
   wd_watchdog_stop();
   wd_store_close();
   wd_cuda_release();
-  /* NCCL may be unloaded and loaded again at another address: forget its string pointers. */
+  /* NCCL may be unloaded and loaded again at another address (or another NCCL): forget its
+   * string pointers and its version. */
   wd_str_reset_ptrs();
+  wd_nccl_version_reset();
 }
 
 /* The mask this communicator asks NCCL for. KernelCh is the only completion signal of intra-node
@@ -92,6 +95,9 @@ static int wd_choose_mask(wd_context *ctx, int abi, const char **why) {
   int m = config.event_mask;
   const int kch = 1 << WD_T_KERNELCH, phase = 1 << WD_T_KERNELPHASE;
   if (abi < 7) m &= ~phase; /* KernelPhase exists from v7 on */
+  /* The library's own version where it answers; else the ABI it asked for (v7 = 2.31+). */
+  int ver = wd_nccl_version();
+  int costly = ver ? ver >= WD_NCCL_KCH_COSTLY : abi >= 7;
   if (config.kernelch == WD_KCH_ON) {
     m |= kch;
     *why = "NCCL_WATCHDOG_KERNELCH=on";
@@ -101,11 +107,14 @@ static int wd_choose_mask(wd_context *ctx, int abi, const char **why) {
                             : "NCCL_WATCHDOG_KERNELCH=off; intra-node operations are not seen to complete";
   } else if (!(m & kch)) {
     *why = "not in NCCL_WATCHDOG_EVENT_MASK";
-  } else if (ctx->launches.on && abi >= 7) {
+  } else if (ctx->launches.on && costly) {
     m &= ~(kch | phase);
-    *why = "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ (profiler "
-           "ABI v7); graph replays of intra-node work are then not seen to complete "
-           "(NCCL_WATCHDOG_KERNELCH=on for that)";
+    *why = ver ? "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
+                 "(ncclGetVersion); graph replays of intra-node work are then not seen to "
+                 "complete (NCCL_WATCHDOG_KERNELCH=on for that)"
+               : "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
+                 "(profiler ABI v7; ncclGetVersion not found); graph replays of intra-node work "
+                 "are then not seen to complete (NCCL_WATCHDOG_KERNELCH=on for that)";
   } else {
     *why = ctx->launches.on ? "kept: NCCL before 2.31 charges little for it"
                             : "kept: without CUDA events it is the completion of intra-node work";
@@ -140,9 +149,11 @@ int wd_lifecycle_init(wd_context **out, int abi, uint64_t comm_id, const char *n
   ctx->mask_ptr = mask;
   ctx->mask_set = ctx->mask_seen = m;
   pthread_mutex_unlock(&wd_store.lock);
-  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (profiler ABI v%d, GPU progress from %s; event "
-          "mask 0x%x, KernelCh %s: %s)",
-          (unsigned long long)comm_id, ctx->name, rank, nranks, abi,
+  char vbuf[24];
+  WD_INFO("profiling comm 0x%llx \"%s\" rank %d/%d (NCCL %s, profiler ABI v%d, GPU progress from %s; "
+          "event mask 0x%x, KernelCh %s: %s)",
+          (unsigned long long)comm_id, ctx->name, rank, nranks,
+          wd_nccl_version_str(wd_nccl_version(), vbuf, sizeof vbuf), abi,
           ctx->launches.on ? "CUDA events" : "NCCL's events", (unsigned)m,
           (m & (1 << WD_T_KERNELCH)) ? "on" : "off", kch_why);
   *out = ctx;

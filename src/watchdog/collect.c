@@ -1,6 +1,7 @@
 /* Gather a dump's snapshot from the event store (collect.h). */
 #include "watchdog/collect.h"
 
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -9,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/host.h"
+#include "base/ncclver.h"
 #include "events/store.h"
 #include "flightrec/strtab.h"
 #include "stacks/python.h"
@@ -125,6 +127,7 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
   in->mem_refused = mem.refused;
   pthread_mutex_lock(&wd_store.lock);
   in->abi = wd_store.abi_max;
+  in->nccl_version = wd_nccl_version();
   in->comms = calloc(wd_store.nctx ? (size_t)wd_store.nctx : 1, sizeof(wd_comm_snap));
   if (in->comms) {
     /* Oldest communicator first (the list is newest first). */

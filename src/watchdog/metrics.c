@@ -30,6 +30,7 @@ typedef struct wd_m_row {
   int rank, nranks;
   int64_t inflight;
   uint64_t since_ns, dropped;
+  int mask_set, mask_now; /* the mask we set at init, and the one NCCL uses now (RAS may change it) */
   int64_t p2p_enq, p2p_done;
   int nfuncs;
   wd_m_func funcs[WD_M_FUNCS];
@@ -103,6 +104,8 @@ void wd_metrics_note(wd_context *ctx, uint64_t now, int due) {
   row->nranks = ctx->nranks;
   row->since_ns = now - ctx->active_ns;
   row->dropped = atomic_load_explicit(&ctx->dropped, memory_order_relaxed);
+  row->mask_set = ctx->mask_set;
+  row->mask_now = ctx->mask_seen; /* read this poll (watchdog.c, wd_watch_mask) */
   row->p2p_enq = atomic_load_explicit(&ctx->p2p_enq, memory_order_relaxed);
   row->p2p_done = atomic_load_explicit(&ctx->p2p_done, memory_order_relaxed);
   if (row->p2p_enq > row->p2p_done) row->inflight += row->p2p_enq - row->p2p_done;
@@ -182,6 +185,14 @@ static void render(FILE *b, unsigned stalls, unsigned dumps) {
   for (size_t i = 0; i < wd_m.nrows; i++) {
     comm_sample(b, "nccl_watchdog_events_dropped_total", &wd_m.rows[i]);
     fprintf(b, "} %" PRIu64 "\n", wd_m.rows[i].dropped);
+  }
+  /* An alert on > 0 catches a watchdog blinded job-wide (NCCL RAS PROFILER_MASK; 0 = every type). */
+  family(b, "nccl_watchdog_event_types_lost", "gauge",
+         "Event types the plugin asked NCCL for that NCCL's current mask no longer delivers.");
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    comm_sample(b, "nccl_watchdog_event_types_lost", &wd_m.rows[i]);
+    fprintf(b, ",mask=\"0x%x\"} %d\n", (unsigned)wd_m.rows[i].mask_now,
+            __builtin_popcount((unsigned)(wd_m.rows[i].mask_set & ~wd_m.rows[i].mask_now)));
   }
 }
 

@@ -29,6 +29,16 @@
 #include "nccl_host.h"
 
 #define COMM 0x7a95e7c0ffee0007ull
+
+/* The NCCL library's version query, as the plugin finds it in the global scope (the program is
+ * linked with its symbols exported): WDH_NCCL_VERSION's value, or an error without it. */
+__attribute__((visibility("default"))) int ncclGetVersion(int *version);
+int ncclGetVersion(int *version) {
+  const char *v = getenv("WDH_NCCL_VERSION");
+  if (!v || !version) return 4; /* ncclInvalidArgument */
+  *version = atoi(v);
+  return 0;
+}
 #define TAG 0x5eed0003ull
 
 static void tag_rank(int rank, int fd) {
@@ -99,6 +109,9 @@ static void case_tag(const char *dir) {
 static void case_mask(const char *dir, int abi) {
   pid_t pid = fork();
   if (pid == 0) {
+    setenv("NCCL_WATCHDOG_METRICS", "100ms", 1);
+    setenv("NCCL_WATCHDOG_METRICS_DIR", dir, 1);
+    setenv("NCCL_WATCHDOG_HOSTNAME", "mhost", 1);
     if (wdh_fake_cuda_load() != 0) _exit(1);
     wdh_plugin p;
     if (wdh_load(&p, wdh_plugin_path(), abi) != 0 || p.version != abi) _exit(11);
@@ -132,13 +145,28 @@ static void case_mask(const char *dir, int abi) {
     int said = text && strstr(text, "changed under the plugin") && strstr(text, "\"eventMaskNow\":\"0x0\"");
     free(text);
     wdh_free_paths(paths, n);
-    _exit(said ? 0 : 19);
+    if (!said) _exit(19);
+    /* The metrics say it too: every type we asked for is lost. */
+    char prom[4200];
+    snprintf(prom, sizeof prom, "%s/nccl-watchdog-mhost-%d.prom", dir, (int)getpid());
+    text = wdh_read_file(prom, NULL);
+    const char *line = text ? strstr(text, "\nnccl_watchdog_event_types_lost{") : NULL;
+    const char *end = line ? strchr(line + 1, '\n') : NULL;
+    int lost = -1;
+    if (line && end) {
+      const char *sp = end;
+      while (sp > line && sp[-1] != ' ') sp--;
+      lost = atoi(sp);
+    }
+    int masked = line && end && strstr(line, "mask=\"0x0\"") && strstr(line, "mask=\"0x0\"") < end;
+    free(text);
+    _exit(masked && lost >= 4 ? 0 : 20);
   }
   int st = 0;
   wdh_wait_child(pid, 30000, &st);
   WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
             "ABI v%d mask case: status 0x%x (12 v6 lost KernelCh, 13 v7 kept it, 14 no reason "
-            "logged, 15 false stall, 16 no stall, 17 no WARN for the changed mask, 18-19 snapshot)",
+            "logged, 15 false stall, 16 no stall, 17 no WARN for the changed mask, 18-19 snapshot, 20 metrics)",
             abi, st);
 }
 
@@ -198,6 +226,47 @@ static void case_sym(const char *dir) {
   wdh_comm_finalize(&c);
   WDH_CHECK(wdh_list_dumps(dir, "abort", NULL, 0) == 0, "an abort dump at a normal finalize");
   wdh_unload(&p);
+}
+
+static void case_ncclver(const char *dir) {
+  static const struct { const char *ver; int abi, kch; const char *says; } runs[] = {
+      {"23200", 7, 0, "NCCL 2.32.0, profiler ABI v7"},
+      {"23007", 6, 1, "NCCL 2.30.7, profiler ABI v6"},
+  };
+  for (unsigned i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      setenv("WDH_NCCL_VERSION", runs[i].ver, 1);
+      if (wdh_fake_cuda_load() != 0) _exit(1);
+      wdh_plugin p;
+      if (wdh_load(&p, wdh_plugin_path(), runs[i].abi) != 0 || p.version != runs[i].abi) _exit(11);
+      wdh_comm c;
+      wdh_comm_init(&c, &p, COMM + 40 + i, "ver", 1, 2, 0);
+      int kch = (__atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED) & ncclProfileKernelCh) != 0;
+      if (kch != runs[i].kch) _exit(12);
+      if (wdh_log_contains(NCCL_LOG_INFO, runs[i].says) != 1) _exit(13);
+      kill(getpid(), SIGUSR1);
+      if (wdh_wait_dumps(dir, "signal", (int)i + 1, 5000) != (int)i + 1) _exit(14);
+      char *paths[2];
+      int n = wdh_list_dumps(dir, "signal", paths, 2);
+      int found = 0;
+      char want[64];
+      snprintf(want, sizeof want, "\"ncclVersion\":\"%.*s\"", (int)(strchr(runs[i].says, ',') - runs[i].says - 5),
+               runs[i].says + 5);
+      for (int k = 0; k < n; k++) {
+        char *text = wdh_read_file(paths[k], NULL);
+        if (text && strstr(text, want)) found = 1;
+        free(text);
+      }
+      wdh_free_paths(paths, n);
+      _exit(found ? 0 : 15);
+    }
+    int st = 0;
+    wdh_wait_child(pid, 30000, &st);
+    WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "NCCL %s: status 0x%x (12 KernelCh choice, 13 log line, 14 no snapshot, 15 no "
+              "ncclVersion in the dump)", runs[i].ver, st);
+  }
 }
 
 /* The in-flight root of comm (by commId) with that type and seq, or NULL. */
@@ -352,6 +421,11 @@ int main(int argc, char **argv) {
     char *dir = wdh_scenario_dir("v7-sym", "500ms", "50ms");
     case_sym(dir);
     rc |= wdh_scenario_end("scenario.v7 sym", dir);
+  }
+  if (!which || !strcmp(which, "ncclver")) {
+    char *dir = wdh_scenario_dir("v7-ncclver", "500ms", "50ms");
+    case_ncclver(dir);
+    rc |= wdh_scenario_end("scenario.v7 ncclver", dir);
   }
   if (!which || !strcmp(which, "thread")) {
     char *dir = wdh_scenario_dir("v7-thread", "500ms", "50ms");
