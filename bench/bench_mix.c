@@ -2,7 +2,7 @@
  * Hot-path benchmark in NCCL's real callback mix: nanoseconds of plugin work per callback when
  * the callbacks come from the threads NCCL calls them from, in its order, with its overlap.
  *
- *   bench_mix PLUGIN.so -m 230|231 [-n ops] [-r runs] [-w warmup] [-s steps]
+ *   bench_mix PLUGIN.so -m 230|231 [-k proxy|thread] [-n ops] [-r runs] [-w warmup] [-s steps]
  *
  * One AllReduce over 2 ring channels per op, the default mask's events (0x65f), played as:
  *   application thread  GroupApi, CollApi, Group, Coll (enqueue.cc: ncclEnqueueCheck,
@@ -19,7 +19,8 @@
  *                       v7 table, once the proxy thread is done with the op (a channel's kernel
  *                       cannot finish before its data moved), at its own pace against the proxy
  *                       thread's work on later ops.
- * Each thread measures its own CPU time over batches of work (CLOCK_THREAD_CPUTIME_ID, a
+ * -k proxy with -m 231 plays 2.31's table with KernelCh on the proxy thread (what the third
+ * thread costs, apart from the ABI). Each thread measures its own CPU time over batches of work (CLOCK_THREAD_CPUTIME_ID, a
  * system call per batch of 32 ops, the same for every plugin), so waiting for another thread
  * and being descheduled on a small machine are not counted. Prints one line:
  *   mix plugin=NAME nccl=230|231 ops=N callbacks=C runs=R ns_per_cb=MEDIAN min=.. max=.. mask=0x..
@@ -43,6 +44,7 @@
 
 typedef struct mix {
   int mode;  /* 230 or 231 */
+  int kch_on_proxy; /* KernelCh from the proxy thread (2.30's order; -k proxy with -m 231) */
   int steps; /* ProxySteps per ProxyOp */
   wdh_plugin *p;
   void *ctx;
@@ -175,7 +177,7 @@ static void proxy_part(const mix *m, void *coll) {
     mx_state(m, pop[i], ncclProfilerProxyOpInProgress_v4, 0);
     for (int s = 0; s < m->steps && s < STEPS_OPEN; s++) steps[i][s] = post_step(m, pop[i], !(i & 1), s);
   }
-  if (m->mode == 230) kch_start(m, coll, kch);
+  if (m->kch_on_proxy) kch_start(m, coll, kch);
   for (int s = 0; s < m->steps; s++) {
     for (int i = 0; i < OPS_PER_COLL; i++) {
       void *st = steps[i][s % STEPS_OPEN];
@@ -190,7 +192,7 @@ static void proxy_part(const mix *m, void *coll) {
       if (s + STEPS_OPEN < m->steps) steps[i][s % STEPS_OPEN] = post_step(m, pop[i], !(i & 1), s + STEPS_OPEN);
     }
   }
-  if (m->mode == 230)
+  if (m->kch_on_proxy)
     for (int ch = 0; ch < CHANNELS; ch++) kch_stop(m, kch[ch]);
   for (int i = 0; i < OPS_PER_COLL; i++) mx_stop(m, pop[i]);
 }
@@ -283,7 +285,8 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_mix PLUGIN.so -m 230|231 [-n ops] [-r runs] [-w warmup] [-s steps]\n");
+  fprintf(stderr, "usage: bench_mix PLUGIN.so -m 230|231 [-k proxy|thread] [-n ops] [-r runs] "
+                  "[-w warmup] [-s steps]\n");
   exit(2);
 }
 
@@ -291,11 +294,12 @@ int main(int argc, char **argv) {
   if (argc < 2 || argv[1][0] == '-') usage();
   const char *path = argv[1];
   long n = 50000, warm = 10000;
-  int runs = 7, steps = 8, mode = 230, opt;
+  int runs = 7, steps = 8, mode = 230, kch = -1, opt;
   optind = 2;
-  while ((opt = getopt(argc, argv, "m:n:r:w:s:")) != -1) {
+  while ((opt = getopt(argc, argv, "m:k:n:r:w:s:")) != -1) {
     switch (opt) {
     case 'm': mode = atoi(optarg); break;
+    case 'k': kch = !strcmp(optarg, "proxy") ? 1 : !strcmp(optarg, "thread") ? 0 : -2; break;
     case 'n': n = atol(optarg); break;
     case 'r': runs = atoi(optarg); break;
     case 'w': warm = atol(optarg); break;
@@ -303,7 +307,8 @@ int main(int argc, char **argv) {
     default: usage();
     }
   }
-  if ((mode != 230 && mode != 231) || n < 1 || runs < 1 || runs > 99 || warm < 0 || steps < 1) usage();
+  if (kch == -1) kch = mode == 230;
+  if ((mode != 230 && mode != 231) || kch < 0 || (mode == 230 && !kch) || n < 1 || runs < 1 || runs > 99 || warm < 0 || steps < 1) usage();
 
   wdh_plugin plugin;
   if (wdh_load(&plugin, path, mode == 231 ? 7 : 0) != 0) return 1;
@@ -313,7 +318,7 @@ int main(int argc, char **argv) {
   }
   wdh_comm comm;
   wdh_comm_init(&comm, &plugin, 0x2310, "mix", 2, 2, 0);
-  mix m = {.mode = mode, .steps = steps, .p = &plugin, .ctx = comm.ctx,
+  mix m = {.mode = mode, .kch_on_proxy = kch, .steps = steps, .p = &plugin, .ctx = comm.ctx,
            .mask = __atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED)};
 
   /* As bench_hotpath: one op, then more than a watchdog poll, so every run sees whole rings. */
@@ -322,7 +327,7 @@ int main(int argc, char **argv) {
 
   static spsc qp, qk;
   pthread_barrier_t start, done;
-  int nthreads = mode == 231 ? 2 : 1;
+  int nthreads = kch ? 1 : 2;
   pthread_barrier_init(&start, NULL, (unsigned)nthreads + 1);
   pthread_barrier_init(&done, NULL, (unsigned)nthreads + 1);
   consumer proxy = {.m = &m, .q = &qp, .part = proxy_part, .start = &start, .done = &done};
@@ -355,8 +360,8 @@ int main(int argc, char **argv) {
   snprintf(name, sizeof name, "%s", plugin.name ? plugin.name : "?");
   wdh_unload(&plugin);
   qsort(per_cb, (size_t)runs, sizeof(double), cmp_double);
-  printf("mix plugin=%s nccl=%d ops=%ld callbacks=%d runs=%d ns_per_cb=%.2f min=%.2f max=%.2f "
-         "mask=0x%x\n",
-         name, mode, n, cb, runs, per_cb[runs / 2], per_cb[0], per_cb[runs - 1], m.mask);
+  printf("mix plugin=%s nccl=%d kernelch=%s ops=%ld callbacks=%d runs=%d ns_per_cb=%.2f min=%.2f "
+         "max=%.2f mask=0x%x\n",
+         name, mode, kch ? "proxy" : "thread", n, cb, runs, per_cb[runs / 2], per_cb[0], per_cb[runs - 1], m.mask);
   return wdh_failures() ? 1 : 0;
 }

@@ -222,6 +222,15 @@ static inline int wd_is_root_type(unsigned type) {
   return type == WD_T_COLL || type == WD_T_P2P || type == WD_T_CECOLL;
 }
 
+/* The pool a proxy-level event's slot comes from. From NCCL 2.31 (ABI v7) kernel channels and
+ * phases come from the Profiler Thread (plugin/profiler.cc), not the proxy thread: they take the
+ * operation pool's slots, so no two threads but the Profiler Thread and the application thread
+ * (a few slots per operation) share a free queue, and the proxy thread keeps its own. */
+static inline wd_pool *wd_child_pool(wd_context *ctx, unsigned type) {
+  return ctx->abi >= 7 && (type == WD_T_KERNELCH || type == WD_T_KERNELPHASE) ? &ctx->pool
+                                                                              : &ctx->proxy_pool;
+}
+
 /* Children that keep their parent alive and progress its operation. */
 static inline int wd_is_tracked_child(unsigned type) {
   return type == WD_T_PROXYOP || type == WD_T_PROXYSTEP || type == WD_T_KERNELCH ||
@@ -312,7 +321,7 @@ void *wd_track_start(wd_start_req *req) {
     gkey = wd_launch_begin(&ctx->launches, req->stream, type == WD_T_KERNELLAUNCH ? gkey : 0);
 
   wd_pool *pool = detached ? &wd_store.detached
-                           : (wd_type_is_proxy_level(type) ? &ctx->proxy_pool : &ctx->pool);
+                           : (wd_type_is_proxy_level(type) ? wd_child_pool(ctx, type) : &ctx->pool);
   wd_event *ev = wd_pool_alloc(pool);
   if (ev == NULL) {
     if (!detached) atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
@@ -431,7 +440,7 @@ int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t v
       __builtin_expect(!wd_ref_matched(pslot, parent_obj), 0))
     return wd_child_start_slow(context, out, parent_obj, val, n_pid, meta);
   wd_event *parent = pslot;
-  wd_event *ev = wd_pool_alloc(&ctx->proxy_pool);
+  wd_event *ev = wd_pool_alloc(wd_child_pool(ctx, type));
   if (__builtin_expect(ev == NULL, 0)) {
     atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
     wd_event_unref(parent);
