@@ -811,9 +811,13 @@ static void kernel_phases(wdh_op *op, void *kch, int ch) {
     d.channel = (uint8_t)ch;
     d.phase_id = i;
     d.phase_name = names[i];
-    d.ptimer = t + (uint64_t)i * 1000;
+    /* initial_sync lasts cfg.sync_ns (the wait for the peers), the others 1 us each. */
+    uint64_t sync = op->cfg.sync_ns ? op->cfg.sync_ns : 1000;
+    uint64_t begin = i == 0 ? t : t + sync + (uint64_t)(i - 1) * 1000;
+    uint64_t end = i == 0 ? t + sync : begin + 1000;
+    d.ptimer = begin;
     void *h = wdh_start(p, op->comm->ctx, &d);
-    wdh_state(p, h, ncclProfilerKernelPhaseStop, t + (uint64_t)(i + 1) * 1000);
+    wdh_state(p, h, ncclProfilerKernelPhaseStop, end);
     wdh_stop(p, h);
   }
 }

@@ -203,6 +203,7 @@ typedef struct wdh_op_cfg {
   int api_only;       /* Broadcast on the AllGatherV path, symmetric kernels: GroupApi + CollApi */
   int explicit_group; /* inside ncclGroupStart/End: GroupApi depth 2 */
   uint64_t user_tag;  /* v7: the call's userProfilerTag (API events, Coll, P2p) */
+  uint64_t sync_ns;   /* v7 KernelPhase: initial_sync's length (waiting for the peers), 0 = 1 us */
 } wdh_op_cfg;
 
 #define WDH_MAX_CH 16

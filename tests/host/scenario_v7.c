@@ -106,6 +106,56 @@ static void case_tag(const char *dir) {
   unsetenv("NCCL_WATCHDOG_EVENT_MASK");
 }
 
+/* Three ranks; rank 2 arrives last at every collective (its kernels wait 0.1 ms in initial_sync,
+ * the others 5 ms), then never enters AllReduce seq 6. */
+static void arrival_rank(int rank, int fd) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 7) != 0 || p.version != 7) _exit(11);
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM + 50, "arrive", 1, 3, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.sync_ns = rank == 2 ? 100000 : 5000000;
+  wdh_run_ops(&c, NULL, &cfg, 6); /* seq 0..5 */
+  if (rank != 2) {
+    cfg.hang_channel = 0;
+    wdh_op op;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+  }
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (;;) pause();
+}
+
+static void case_arrival(const char *dir) {
+  setenv("NCCL_WATCHDOG_EVENT_MASK", "0x865f", 1);
+  /* Peer dumps keep the newest records only: enough here for the phases of six collectives. */
+  setenv("NCCL_WATCHDOG_PEER_RECORDS", "4096", 1);
+  pid_t pids[3];
+  WDH_CHECK(wdh_fork_ranks(3, arrival_rank, pids) == 3, "ranks not ready");
+  int n = wdh_wait_dumps(dir, NULL, 3, 8000);
+  WDH_CHECK(n == 3, "%d dumps, expected one per rank", n);
+  wdh_kill_ranks(pids, 3);
+  unsetenv("NCCL_WATCHDOG_EVENT_MASK");
+  unsetenv("NCCL_WATCHDOG_PEER_RECORDS");
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return;
+  char cmd[2048], buf[8192] = "";
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
+  FILE *p = popen(cmd, "r");
+  size_t len = p ? fread(buf, 1, sizeof buf - 1, p) : 0;
+  buf[len] = '\0';
+  if (p) pclose(p);
+  fputs(buf, stderr);
+  WDH_CHECK(strstr(buf, "rank 2 never entered AllReduce seq 6") != NULL, "no verdict on rank 2");
+  /* Every collective all three rings still hold (seq 6 does not count: rank 2 never ran it). */
+  const char *a = strstr(buf, "arrival: rank 2 arrived last at ");
+  int k = 0, of = 0;
+  if (a) sscanf(a, "arrival: rank 2 arrived last at %d of %d", &k, &of);
+  WDH_CHECK(a && k == of && k >= 3 && k <= 6, "no KernelPhase arrival line for rank 2 (%d of %d)", k, of);
+}
+
 static void case_mask(const char *dir, int abi) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -421,6 +471,11 @@ int main(int argc, char **argv) {
     char *dir = wdh_scenario_dir("v7-sym", "500ms", "50ms");
     case_sym(dir);
     rc |= wdh_scenario_end("scenario.v7 sym", dir);
+  }
+  if (!which || !strcmp(which, "arrival")) {
+    char *dir = wdh_scenario_dir("v7-arrival", "500ms", "50ms");
+    case_arrival(dir);
+    rc |= wdh_scenario_end("scenario.v7 arrival", dir);
   }
   if (!which || !strcmp(which, "ncclver")) {
     char *dir = wdh_scenario_dir("v7-ncclver", "500ms", "50ms");

@@ -357,6 +357,104 @@ static void load_ring(wd_az_crank *cr, const cJSON *ring, int64_t *min_t) {
   rotate(cr->hist, sizeof(cr->hist[0]), WD_AZ_HIST, nhist, &cr->nhist);
 }
 
+/* ---- kernel phases (ABI v7) ---- */
+
+typedef struct wd_az_link {
+  int64_t slot, to; /* a KernelCh's slot -> its Coll's slot; a Coll's slot -> its ring index */
+} wd_az_link;
+
+static int cmp_link(const void *a, const void *b) {
+  int64_t x = ((const wd_az_link *)a)->slot, y = ((const wd_az_link *)b)->slot;
+  return (x > y) - (x < y);
+}
+
+static const wd_az_link *find_link(const wd_az_link *v, size_t n, int64_t slot) {
+  wd_az_link key = {slot, 0};
+  return n ? bsearch(&key, v, n, sizeof *v, cmp_link) : NULL;
+}
+
+static int phase_ns(const cJSON *r, double *ms) {
+  uint64_t a, b;
+  if (hex(r, "pTimer", &a) != 0 || hex(r, "pTimerStop", &b) != 0 || b < a) return -1;
+  *ms = (double)(b - a) / 1e6;
+  return 0;
+}
+
+/* Phase records name their KernelCh, whose record names its Coll: joined by slot within this
+ * dump's rings (slots are reused last-freed-last, so far apart). Only dumps with KernelPhase
+ * records pay for it. */
+static void load_phases(wd_az_crank *cr, const cJSON *ring, const cJSON *pring) {
+  const cJSON *r, *precs = get(pring, "records"), *recs = get(ring, "records");
+  if (!cJSON_IsArray(precs) || !cJSON_IsArray(recs)) return;
+  size_t nph = 0, nk = 0, nc = 0;
+  cJSON_ArrayForEach(r, precs) {
+    const char *t = str(r, "type");
+    if (t && !strcmp(t, "KernelPhase")) nph++;
+    else if (t && !strcmp(t, "KernelCh")) nk++;
+  }
+  if (!nph || !nk) return;
+  cJSON_ArrayForEach(r, recs) {
+    const char *t = str(r, "type");
+    if (t && !strcmp(t, "Coll") && phase(str(r, "ph")) == 0) nc++;
+  }
+  wd_az_link *k = malloc(nk * sizeof *k), *c = malloc((nc ? nc : 1) * sizeof *c);
+  const cJSON **coll = malloc((nc ? nc : 1) * sizeof *coll);
+  if (!k || !c || !coll) goto out;
+  nk = nc = 0;
+  cJSON_ArrayForEach(r, precs) {
+    const char *t = str(r, "type");
+    const cJSON *par = get(r, "parent");
+    if (t && !strcmp(t, "KernelCh") && cJSON_IsNumber(par)) k[nk++] = (wd_az_link){lnum(r, "slot", -1), (int64_t)par->valuedouble};
+  }
+  cJSON_ArrayForEach(r, recs) {
+    const char *t = str(r, "type");
+    if (t && !strcmp(t, "Coll") && phase(str(r, "ph")) == 0 && get(r, "seq")) {
+      coll[nc] = r;
+      c[nc] = (wd_az_link){lnum(r, "slot", -1), (int64_t)nc};
+      nc++;
+    }
+  }
+  qsort(k, nk, sizeof *k, cmp_link);
+  qsort(c, nc, sizeof *c, cmp_link);
+  /* Newest phase records first, into at most WD_AZ_PHASES collectives. */
+  double sum[WD_AZ_PHASES][2] = {{0}};
+  int cnt[WD_AZ_PHASES][2] = {{0}};
+  int64_t key[WD_AZ_PHASES];
+  int n = 0;
+  int total = cJSON_GetArraySize(precs);
+  const cJSON *x = cJSON_GetArrayItem(precs, total - 1);
+  for (int idx = 0; idx < total && x; idx++, x = x->prev) {
+    const char *t = str(x, "type"), *ph = str(x, "phase");
+    int which = ph && !strcmp(ph, "initial_sync") ? 0 : ph && !strcmp(ph, "compute") ? 1 : -1;
+    const cJSON *par = get(x, "parent");
+    double ms;
+    if (!t || strcmp(t, "KernelPhase") || which < 0 || !cJSON_IsNumber(par) || phase_ns(x, &ms)) continue;
+    const wd_az_link *kl = find_link(k, nk, (int64_t)par->valuedouble);
+    const wd_az_link *cl = kl ? find_link(c, nc, kl->to) : NULL;
+    if (!cl) continue;
+    int i = 0;
+    while (i < n && key[i] != cl->to) i++;
+    if (i == n) {
+      if (n == WD_AZ_PHASES) continue;
+      key[n] = cl->to;
+      cr->phase[n].func = istr(coll[cl->to], "func");
+      cr->phase[n].seq = lnum(coll[cl->to], "seq", -1);
+      n++;
+    }
+    sum[i][which] += ms;
+    cnt[i][which]++;
+  }
+  for (int i = 0; i < n; i++) {
+    cr->phase[i].sync_ms = cnt[i][0] ? sum[i][0] / cnt[i][0] : -1;
+    cr->phase[i].compute_ms = cnt[i][1] ? sum[i][1] / cnt[i][1] : -1;
+  }
+  cr->nphase = n;
+out:
+  free(k);
+  free(c);
+  free(coll);
+}
+
 /* ---- communicators ---- */
 
 static void load_seq(wd_az_crank *cr, const cJSON *seq) {
@@ -398,6 +496,7 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   cJSON_ArrayForEach(n, get(c, "inflight")) tree_min_t(n, min_t, 0);
   load_ring(cr, get(c, "ring"), min_t);
   ring_min_t(get(c, "proxyRing"), min_t);
+  load_phases(cr, get(c, "ring"), get(c, "proxyRing"));
   return 0;
 }
 

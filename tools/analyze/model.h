@@ -15,6 +15,7 @@
 #define WD_AZ_HIST 64       /* last Coll start records kept for cross-rank comparison */
 #define WD_AZ_FRAMES 6      /* top frames kept for the main thread */
 #define WD_AZ_THREADS 16    /* threads whose top frame is kept */
+#define WD_AZ_PHASES 8      /* last collectives whose kernels reported phases (ABI v7 KernelPhase) */
 
 /* Strings are interned once (function and type names, hosts, frames): records hold small ids. */
 typedef uint32_t wd_az_str;
@@ -71,6 +72,16 @@ typedef struct wd_az_hist {
   int64_t t; /* start time, ns relative to the dump (<= 0): when this rank entered it */
 } wd_az_hist;
 
+/* How long one collective's kernel spent in its first phase on this rank (NCCL 2.31+ KernelPhase,
+ * from the ring: phases are reported once a channel completes). initial_sync waits for the
+ * peers to arrive: the rank that waits least there arrived last. */
+typedef struct wd_az_phase {
+  wd_az_str func;
+  int64_t seq;
+  double sync_ms;    /* initial_sync, mean over the channels that reported it */
+  double compute_ms; /* compute, likewise */
+} wd_az_phase;
+
 /* One communicator rank as one dump shows it. */
 typedef struct wd_az_crank {
   uint64_t comm_id;
@@ -94,6 +105,8 @@ typedef struct wd_az_crank {
   int nhist;
   wd_az_hist hist[WD_AZ_HIST]; /* oldest first */
   uint64_t ring_written, ring_lost;
+  int nphase;
+  wd_az_phase phase[WD_AZ_PHASES]; /* newest first */
 } wd_az_crank;
 
 typedef struct wd_az_thread {

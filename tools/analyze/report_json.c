@@ -175,6 +175,10 @@ static cJSON *comm_json(const wd_az_set *set, const wd_az_comm *c) {
   cJSON_AddStringToObject(o, "verdict", wd_az_verdict_name(c->verdict));
   cJSON_AddStringToObject(o, "summary", c->summary);
   if (c->note[0]) cJSON_AddStringToObject(o, "note", c->note);
+  if (c->arrival[0]) {
+    cJSON_AddStringToObject(o, "arrival", c->arrival);
+    cJSON_AddNumberToObject(o, "arrivalLastRank", c->arrival_rank);
+  }
   cJSON_AddItemToObject(o, "stuck", stuck_json(c));
   cJSON *funcs = cJSON_AddArrayToObject(o, "functions");
   for (int i = 0; i < c->nfuncs; i++) cJSON_AddItemToArray(funcs, func_json(&c->funcs[i]));

@@ -180,6 +180,7 @@ static void print_comm(FILE *f, const wd_az_set *set, const wd_az_comm *c) {
             c->ninflight == 1 ? "" : "s");
   }
   if (c->note[0]) fprintf(f, "  note: %s\n", c->note);
+  if (c->arrival[0]) fprintf(f, "  arrival: %s\n", c->arrival);
   print_suspects(f, set, c);
   print_stragglers(f, set, c);
 }

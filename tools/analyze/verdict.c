@@ -1250,6 +1250,71 @@ static void overall_summary(wd_az_result *res) {
            res->ncomms == 1 ? "" : "s", res->ndumps_read, res->ndumps_read == 1 ? "" : "s");
 }
 
+static int cmp_dbl(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* KernelPhase (NCCL 2.31+): in a collective's kernel, initial_sync waits for the peers. Across
+ * the recent collectives every rank reported phases for, the rank that waited least there
+ * arrived last; one that does so at three quarters of them (at least 3), waiting under half the
+ * others' median, is late by habit: a slow rank, whatever the verdict on the hang. */
+static void arrival_check(wd_az_comm *c) {
+  c->arrival_rank = -1;
+  int nr = 0;
+  for (int i = 0; i < c->npresent; i++) nr += c->by_rank[c->present[i]]->nphase > 0;
+  if (nr < 2) return;
+  int *last = calloc((size_t)c->nranks, sizeof *last);
+  double *own = calloc((size_t)c->nranks, sizeof *own), *others = NULL;
+  int nothers = 0, counted = 0;
+  others = malloc((size_t)(WD_AZ_PHASES * nr) * sizeof *others);
+  if (!last || !own || !others) goto out;
+  const wd_az_crank *ref = NULL;
+  for (int i = 0; i < c->npresent && !ref; i++)
+    if (c->by_rank[c->present[i]]->nphase) ref = c->by_rank[c->present[i]];
+  for (int k = 0; k < ref->nphase; k++) {
+    const wd_az_phase *p = &ref->phase[k];
+    int min_rank = -1, all = 1;
+    double min_ms = 0;
+    for (int i = 0; i < c->npresent && all; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      if (!cr->nphase) continue;
+      const wd_az_phase *q = NULL;
+      for (int j = 0; j < cr->nphase && !q; j++)
+        if (cr->phase[j].seq == p->seq && cr->phase[j].func == p->func && cr->phase[j].sync_ms >= 0) q = &cr->phase[j];
+      if (!q) all = 0;
+      else if (min_rank < 0 || q->sync_ms < min_ms) min_rank = cr->rank, min_ms = q->sync_ms;
+    }
+    if (!all || min_rank < 0) continue;
+    counted++;
+    last[min_rank]++;
+    own[min_rank] += min_ms;
+    for (int i = 0; i < c->npresent; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      if (cr->rank == min_rank) continue;
+      for (int j = 0; j < cr->nphase; j++)
+        if (cr->phase[j].seq == p->seq && cr->phase[j].func == p->func && cr->phase[j].sync_ms >= 0)
+          others[nothers++] = cr->phase[j].sync_ms;
+    }
+  }
+  int best = -1;
+  for (int r = 0; r < c->nranks; r++)
+    if (last[r] && (best < 0 || last[r] > last[best])) best = r;
+  if (best < 0 || counted < 3 || 4 * last[best] < 3 * counted || !nothers) goto out;
+  qsort(others, (size_t)nothers, sizeof *others, cmp_dbl);
+  double med = others[nothers / 2], mine = own[best] / last[best];
+  if (!(mine < med / 2)) goto out;
+  c->arrival_rank = best;
+  wd_az_fmt(c->arrival, sizeof c->arrival,
+            "rank %d arrived last at %d of %d recent collectives (KernelPhase: the others waited "
+            "%.3g ms in initial_sync on median, rank %d %.3g ms): a slow rank",
+            best, last[best], counted, med, best, mine);
+out:
+  free(last);
+  free(own);
+  free(others);
+}
+
 int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) {
   memset(res, 0, sizeof(*res));
   res->set = set;
@@ -1273,6 +1338,7 @@ int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) 
     wd_az_comm *c = &res->comms[nc++];
     if (fill_comm(set, c, idx + i, j - i) != 0) break;
     analyze_comm(set, o, c);
+    arrival_check(c);
     i = j;
   }
   res->ncomms = nc;

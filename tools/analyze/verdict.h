@@ -77,6 +77,10 @@ typedef struct wd_az_comm {
   wd_az_straggler *strag;
   char summary[1024];
   char note[512]; /* why no verdict, or what a healthy communicator shows */
+  /* NCCL 2.31+ KernelPhase: the rank that arrived last at the recent collectives, when one does
+   * consistently (its kernels wait least in initial_sync); empty otherwise. */
+  char arrival[384];
+  int arrival_rank; /* -1 when none */
 } wd_az_comm;
 
 typedef struct wd_az_opts {
