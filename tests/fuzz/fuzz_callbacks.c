@@ -28,6 +28,7 @@
 static ncclProfiler_v4_t *abi4;
 static ncclProfiler_v5_t *abi5;
 static ncclProfiler_v6_t *abi6;
+static ncclProfiler_v7_t *abi7;
 static _Atomic(void *) handles[NHANDLES];
 static _Atomic(void *) comms[NCOMMS];
 static _Atomic(void *) finalized[64]; /* contexts finalized earlier: stale context values */
@@ -94,7 +95,7 @@ static uint64_t rand_type(uint64_t *s) {
   case 0: return 0;
   case 1: return next_rand(s);                     /* several bits, unknown bits */
   case 2: return 1ull << pick(s, 64);
-  default: return 1ull << pick(s, 15);             /* the types NCCL has */
+  default: return 1ull << pick(s, 16);             /* the types NCCL has (v7: KernelPhase) */
   }
 }
 
@@ -130,7 +131,7 @@ static void do_start(uint64_t *s) {
   void *ctx = rand_context(s), *h = NULL;
   void *parent = rand_handle(s);
   uint64_t type = rand_type(s);
-  int version = 4 + (int)pick(s, 3);
+  int version = 4 + (int)pick(s, 4);
   ncclResult_t r;
   if (version == 4) {
     ncclProfilerEventDescr_v4_t d;
@@ -175,7 +176,50 @@ static void do_start(uint64_t *s) {
     } else {
       FILL_PROXY_OP(d, s);
     }
-    if (version == 5) {
+    if (version == 7) {
+      /* v7 (NCCL 2.31): v6's members in v7's layout, and what only v7 carries: userTag,
+       * isSymColl, kernelVariant, KernelPhase with any phaseId and a NULL or odd phaseName. */
+      ncclProfilerEventDescr_v7_t d7;
+      memset(&d7, 0, sizeof d7);
+      d7.type = type;
+      d7.parentObj = parent;
+      d7.rank = (int)pick(s, 8);
+      if (type == ncclProfileColl) {
+        FILL_COLL(d7, s);
+        d7.coll.parentGroup = rand_handle(s);
+        d7.coll.userTag = pick(s, 2) ? next_rand(s) : 0;
+        d7.coll.isSymColl = (uint8_t)pick(s, 3);
+        d7.coll.kernelVariant = pick(s, 2) ? rand_str(s, b3, sizeof b3) : NULL;
+      } else if (type == ncclProfileP2p) {
+        FILL_P2P(d7, s);
+        d7.p2p.parentGroup = rand_handle(s);
+        d7.p2p.userTag = next_rand(s);
+      } else if (type == ncclProfileCollApi) {
+        d7.collApi.func = rand_str(s, b1, sizeof b1);
+        d7.collApi.datatype = rand_str(s, b2, sizeof b2);
+        d7.collApi.userTag = next_rand(s);
+      } else if (type == ncclProfileP2pApi) {
+        d7.p2pApi.func = rand_str(s, b1, sizeof b1);
+        d7.p2pApi.datatype = rand_str(s, b2, sizeof b2);
+        d7.p2pApi.userTag = next_rand(s);
+      } else if (type == ncclProfileCeColl) {
+        d7.ceColl.func = rand_str(s, b1, sizeof b1);
+        d7.ceColl.datatype = rand_str(s, b2, sizeof b2);
+        d7.ceColl.syncStrategy = rand_str(s, b3, sizeof b3);
+        d7.ceColl.seqNumber = next_rand(s) % 100;
+        d7.ceColl.userTag = next_rand(s);
+      } else if (type == ncclProfileGroupApi) {
+        d7.groupApi.groupDepth = (int)pick(s, 4);
+      } else if (type == ncclProfileKernelPhase) {
+        d7.kernelPhase.channelId = (uint8_t)next_rand(s);
+        d7.kernelPhase.phaseId = (uint8_t)(pick(s, 4) ? pick(s, 3) : next_rand(s));
+        d7.kernelPhase.phaseName = pick(s, 3) ? rand_str(s, b1, sizeof b1) : NULL;
+        d7.kernelPhase.pTimer = next_rand(s);
+      } else {
+        FILL_PROXY_OP(d7, s);
+      }
+      r = abi7->startEvent(ctx, pick(s, 50) ? &h : NULL, &d7);
+    } else if (version == 5) {
       ncclProfilerEventDescr_v5_t d5;
       memcpy(&d5, &d, sizeof d5); /* same layout for the v5 members */
       r = abi5->startEvent(ctx, pick(s, 50) ? &h : NULL, &d5);
@@ -191,7 +235,10 @@ static void do_state(uint64_t *s) {
   ncclProfilerEventStateArgs_t a;
   a.proxyStep.transSize = (size_t)next_rand(s);
   ncclProfilerEventState_t st = (ncclProfilerEventState_t)(pick(s, 4) ? pick(s, 40) : next_rand(s));
-  count(abi5->recordEventState(rand_handle(s), st, pick(s, 3) ? &a : NULL));
+  if (pick(s, 2))
+    count(abi7->recordEventState(rand_handle(s), st, pick(s, 3) ? &a : NULL));
+  else
+    count(abi5->recordEventState(rand_handle(s), st, pick(s, 3) ? &a : NULL));
 }
 
 static void do_lifecycle(uint64_t *s) {
@@ -207,7 +254,10 @@ static void do_lifecycle(uint64_t *s) {
   int mask = 0;
   char name[32];
   snprintf(name, sizeof name, "fuzz-%u", pick(s, 1000));
-  if (pick(s, 2))
+  unsigned which = pick(s, 3);
+  if (which == 2)
+    count(abi7->init(&ctx, next_rand(s), &mask, pick(s, 8) ? name : NULL, 1, 8, (int)pick(s, 8), NULL));
+  else if (which == 1)
     count(abi6->init(&ctx, next_rand(s), &mask, pick(s, 8) ? name : NULL, 1, 8, (int)pick(s, 8), NULL));
   else
     count(abi4->init(&ctx, &mask, name, next_rand(s), 1, 8, (int)pick(s, 8), NULL));
@@ -273,7 +323,8 @@ int main(int argc, char **argv) {
   abi4 = dlsym(lib, "ncclProfiler_v4");
   abi5 = dlsym(lib, "ncclProfiler_v5");
   abi6 = dlsym(lib, "ncclProfiler_v6");
-  if (!abi4 || !abi5 || !abi6) return 2;
+  abi7 = dlsym(lib, "ncclProfiler_v7");
+  if (!abi4 || !abi5 || !abi6 || !abi7) return 2;
   printf("fuzz_callbacks: seed 0x%llx, %d threads, %.0f s\n", (unsigned long long)seed, nthreads, seconds);
   fflush(stdout);
   uint64_t s0 = seed;
