@@ -160,6 +160,8 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     break;
   case WD_T_PROXYOP:
     PUT_INT(b, "pid", r->pid);
+    /* A PXN send progressed here for another process: the rank whose data it is. */
+    if ((r->flags & WD_F_DETACHED) && r->a) PUT_INT(b, "originRank", (int64_t)r->a - 1);
     PUT_INT(b, "channel", r->channel);
     PUT_INT(b, "peer", r->peer);
     PUT_INT(b, "nSteps", r->n);

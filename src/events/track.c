@@ -419,8 +419,12 @@ static __attribute__((noinline)) int wd_child_start_slow(void *context, void **o
   req.rec.flags = (uint8_t)(meta >> 8);
   req.rec.channel = (uint8_t)(meta >> 16);
   req.rec.peer = (int32_t)(meta >> 32);
-  if (req.rec.type == WD_T_PROXYOP) req.rec.count = val;
-  else req.rec.a = val;
+  if (req.rec.type == WD_T_PROXYOP) {
+    req.rec.count = (uint32_t)val; /* chunk size */
+    req.rec.a = val >> 32;         /* its rank + 1: kept for a detached (PXN) op's origin */
+  } else {
+    req.rec.a = val;
+  }
   req.rec.n = (int32_t)n_pid;
   req.rec.pid = req.pid;
   *out = wd_track_start(&req);
@@ -455,7 +459,7 @@ int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t v
   uint64_t w[WD_RECORD_WORDS] = {0};
   w[WD_RECW_TS] = now;
   w[WD_RECW_A] = type == WD_T_PROXYOP ? 0 : val;
-  w[WD_RECW_COUNT] = type == WD_T_PROXYOP ? val : 0;
+  w[WD_RECW_COUNT] = type == WD_T_PROXYOP ? (uint32_t)val : 0;
   w[WD_RECW_SLOT] = wd_recw_pair(ev->slot_id, parent->slot_id);
   w[WD_RECW_TID] = wd_recw_pair((uint32_t)wd_tid(), (uint32_t)(meta >> 32));
   w[WD_RECW_N] = n_pid;

@@ -32,7 +32,10 @@ static inline unsigned wd_type_of(uint64_t bit) {
 }
 
 /* The proxy-level members are the same in v4, v5 and v6. A tail call: the event layer stores
- * the handle and returns 0 (ncclSuccess). */
+ * the handle and returns 0 (ncclSuccess). A ProxyOp's rank rides above its chunk size: for a PXN
+ * send progressed here for another process it is the ORIGINATING rank (plugin/profiler.cc,
+ * ncclProfilerStartProxyOpEvent: sub->rank), which tells that process apart where pids and
+ * addresses coincide. */
 #define wd_child_start(context, eHandle, d, type)                                              \
   ((ncclResult_t)((type) == WD_T_PROXYSTEP                                                     \
        ? wd_track_child_start((context), (eHandle), (d)->parentObj, 0,                         \
@@ -41,7 +44,8 @@ static inline unsigned wd_type_of(uint64_t bit) {
        ? wd_track_child_start((context), (eHandle), (d)->parentObj, (d)->kernelCh.pTimer, 0,   \
                               wd_child_meta((type), 0, (d)->kernelCh.channelId, -1))           \
        : wd_track_child_start(                                                                 \
-             (context), (eHandle), (d)->parentObj, (uint64_t)(d)->proxyOp.chunkSize,           \
+             (context), (eHandle), (d)->parentObj,                                             \
+             (uint64_t)(uint32_t)(d)->proxyOp.chunkSize | ((uint64_t)(uint32_t)((d)->rank + 1) << 32), \
              (uint32_t)(d)->proxyOp.nSteps | ((uint64_t)(uint32_t)(d)->proxyOp.pid << 32),     \
              wd_child_meta((type), (d)->proxyOp.isSend ? WD_F_SEND : 0,                        \
                            (d)->proxyOp.channelId, (d)->proxyOp.peer))))

@@ -582,6 +582,54 @@ static void test_dead_link(void) {
   cJSON_Delete(rep);
 }
 
+/* ---- dead links by the steps' states ---- */
+
+/* The two ends of the link from rank 7 (node000) to rank 8 (node001) on channel 1, and nobody
+ * else; the summary names them with their hosts. */
+static void expect_state_link(cJSON *rep, int pxn) {
+  const cJSON *c = comm0(rep);
+  CU_ASSERT_STRING_EQUAL(sget(c, "verdict"), "hang");
+  CU_ASSERT_EQUAL(count_culprits(c), 2);
+  const cJSON *sus = cJSON_GetObjectItem(c, "suspects");
+  const cJSON *a = cJSON_GetArrayItem(sus, 0), *b = cJSON_GetArrayItem(sus, 1);
+  CU_ASSERT_EQUAL(nget(a, "rank"), 7);
+  CU_ASSERT_STRING_EQUAL(sget(a, "reason"), "dead_link");
+  CU_ASSERT_EQUAL(nget(a, "linkPeer"), 8);
+  CU_ASSERT_EQUAL(nget(a, "linkChannel"), 1);
+  CU_ASSERT_EQUAL(nget(b, "rank"), 8);
+  CU_ASSERT_EQUAL(nget(b, "linkPeer"), 7);
+  const char *sum = sget(rep, "summary");
+  CU_ASSERT_PTR_NOT_NULL(strstr(sum, "dead link between rank 7 (host node000) and rank 8 (host "
+                                     "node001) on channel 1: rank 7's send"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(sum, "handed step 4 to the network"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(sum, "rank 8 has received nothing for it (RecvWait"));
+  CU_ASSERT_EQUAL(strstr(sum, "PXN send, progressed by rank 6's process") != NULL, pxn);
+}
+
+static void test_link_tick(void) {
+  /* Every rank stalled within 50 ms of the others: time cannot tell, the states can. */
+  cJSON *rep = gen_report("s_tick", "--ranks 16 --victim 8 --scenario link-tick --ring 64", 0);
+  expect_state_link(rep, 0);
+  cJSON_Delete(rep);
+}
+
+static void test_pxn_link(void) {
+  cJSON *rep = gen_report("s_pxn", "--ranks 16 --victim 8 --scenario pxn-link --ring 64", 0);
+  expect_state_link(rep, 1);
+  cJSON_Delete(rep);
+  /* Every process pid 4242 (PID namespaces): the originating rank joins the send to rank 7. */
+  rep = gen_report("s_pxn_pid", "--ranks 16 --victim 8 --scenario pxn-link --ring 64 --same-pid", 0);
+  expect_state_link(rep, 1);
+  cJSON_Delete(rep);
+}
+
+static void test_pxn_p2p(void) {
+  cJSON *rep = gen_report("s_pxn_p2p", "--ranks 16 --victim 8 --scenario pxn-p2p --ring 64", 0);
+  expect_state_link(rep, 1);
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(rep, "summary"), "ranks 7-8 are waiting in point-to-point"));
+  cJSON_Delete(rep);
+}
+
 static void test_dead_host(void) {
   cJSON *rep = gen_report("j_host", "--layout 2x4x4 --scenario dead-host --ring 64", 0);
   const cJSON *h = cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "job"), "networkHost");
@@ -705,6 +753,9 @@ int main(int argc, char **argv) {
   CU_add_test(job, "job_deadlock", test_job_deadlock);
   CU_add_test(job, "p2p_mismatch", test_p2p_mismatch);
   CU_add_test(job, "dead_link", test_dead_link);
+  CU_add_test(job, "link_tick", test_link_tick);
+  CU_add_test(job, "pxn_link", test_pxn_link);
+  CU_add_test(job, "pxn_p2p", test_pxn_p2p);
   CU_add_test(job, "dead_host", test_dead_host);
   CU_add_test(job, "straggler", test_straggler);
   CU_add_test(job, "crashed", test_crashed);

@@ -202,13 +202,98 @@ static void consider_wait(wd_az_op *op, const cJSON *node, const cJSON *proxyop)
   w->since_ms = since;
 }
 
+/* ---- connection states (dead links by state) ---- */
+
+static int state_is(const char *st, const char *name) { return st && strcmp(st, name) == 0; }
+
+/* One open ProxyOp's standing from its open steps (children). 0 when it tells nothing. */
+static int conn_of(const cJSON *pop, wd_az_conn *out) {
+  memset(out, 0, sizeof *out);
+  int is_send = is_true(pop, "isSend");
+  int lo = -1, hi = -1, gpu = 0, recv_lo = -1;
+  const char *recv_state = NULL;
+  double since = num(pop, "sinceProgressMs", 0);
+  const cJSON *st;
+  cJSON_ArrayForEach(st, get(pop, "children")) {
+    const char *t = str(st, "type");
+    if (!t || strcmp(t, "ProxyStep") || is_true(st, "stopped")) continue;
+    const char *state = str(st, "state");
+    int step = inum(st, "step", -1);
+    double s = num(st, "sinceProgressMs", 0);
+    if (s > since) since = s;
+    if (is_send) {
+      if (state_is(state, "SendPeerWait") || state_is(state, "SendWait")) {
+        if (lo < 0 || step < lo) lo = step;
+        if (step > hi) hi = step;
+      } else if (state_is(state, "SendGPUWait")) {
+        gpu = 1;
+      }
+    } else if (recv_lo < 0 || step < recv_lo) {
+      recv_lo = step;
+      recv_state = state;
+    }
+  }
+  out->peer = inum(pop, "peer", -1);
+  out->channel = (int16_t)inum(pop, "channel", -1);
+  out->since_ms = (float)since;
+  if (is_send && lo >= 0) {
+    out->kind = WD_AZ_CONN_SEND_POSTED;
+    out->step_lo = lo, out->step_hi = hi;
+  } else if (is_send && gpu) {
+    out->kind = WD_AZ_CONN_SEND_GPU;
+  } else if (!is_send && recv_lo >= 0) {
+    out->kind = state_is(recv_state, "RecvWait") ? WD_AZ_CONN_RECV_EMPTY : WD_AZ_CONN_RECV_GOT;
+    out->step_lo = out->step_hi = recv_lo;
+  }
+  return out->kind;
+}
+
+/* Keep the telling ones (posted sends, empty receives) before the others. */
+static void keep_conn(wd_az_op *op, const wd_az_conn *c) {
+  int telling = c->kind == WD_AZ_CONN_SEND_POSTED || c->kind == WD_AZ_CONN_RECV_EMPTY;
+  if (op->nconn < WD_AZ_CONNS) {
+    op->conn[op->nconn++] = *c;
+    return;
+  }
+  if (!telling) return;
+  for (int i = 0; i < WD_AZ_CONNS; i++)
+    if (op->conn[i].kind != WD_AZ_CONN_SEND_POSTED && op->conn[i].kind != WD_AZ_CONN_RECV_EMPTY) {
+      op->conn[i] = *c;
+      return;
+    }
+}
+
+/* Another process's PXN sends this one progressed: detached ProxyOps with their origin. */
+static void load_pxn(wd_az_dump *d, const cJSON *open, int depth) {
+  const cJSON *n;
+  if (depth > 4) return;
+  cJSON_ArrayForEach(n, open) {
+    const char *t = str(n, "type");
+    if (t && !strcmp(t, "ProxyOp") && !is_true(n, "stopped") && is_true(n, "isSend") &&
+        d->npxn < WD_AZ_PXN) {
+      wd_az_pxn *x = &d->pxn[d->npxn];
+      x->origin_pid = inum(n, "pid", -1);
+      x->origin_rank = inum(n, "originRank", -1);
+      if (conn_of(n, &x->conn) == WD_AZ_CONN_SEND_POSTED && x->origin_pid > 0) {
+        x->conn.pxn = 1;
+        d->npxn++;
+      }
+    }
+    load_pxn(d, get(n, "children"), depth + 1);
+  }
+}
+
 static void walk_children(wd_az_op *op, const cJSON *node, const cJSON *proxyop, int depth) {
   const cJSON *c, *children = get(node, "children");
   if (!cJSON_IsArray(children) || depth > 8) return;
   cJSON_ArrayForEach(c, children) {
     const char *type = str(c, "type");
     int is_op = type && strcmp(type, "ProxyOp") == 0;
-    if (is_op && !is_true(c, "stopped")) op->nproxy_open++;
+    if (is_op && !is_true(c, "stopped")) {
+      op->nproxy_open++;
+      wd_az_conn conn;
+      if (conn_of(c, &conn)) keep_conn(op, &conn);
+    }
     consider_wait(op, c, is_op ? NULL : proxyop);
     walk_children(op, c, is_op ? c : proxyop, depth + 1);
   }
@@ -579,6 +664,7 @@ static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *
   tmp.ncranks = set->ncranks - first_crank;
   load_threads(&tmp, get(root, "threads"));
   load_python(&tmp, get(root, "python"));
+  load_pxn(&tmp, get(get(root, "detached"), "open"), 0);
   *d = tmp;
   return 0;
 }

@@ -39,6 +39,32 @@ typedef struct wd_az_wait {
   double since_ms;
 } wd_az_wait;
 
+/* Where one open proxy operation of a stuck op stands, by its open steps' states
+ * (transport/net.cc: sendProxyProgress, recvProxyProgress). */
+enum {
+  WD_AZ_CONN_SEND_POSTED = 1, /* a send step in SendPeerWait or SendWait: handed to the network */
+  WD_AZ_CONN_SEND_GPU = 2,    /* send steps only in SendGPUWait: waiting on its own kernel */
+  WD_AZ_CONN_RECV_EMPTY = 3,  /* the oldest open recv step in RecvWait: nothing arrived for it */
+  WD_AZ_CONN_RECV_GOT = 4,    /* the oldest open recv step got its data (flush or GPU wait) */
+};
+#define WD_AZ_CONNS 4 /* open proxy operations kept per stuck op, the telling ones first */
+
+typedef struct wd_az_conn {
+  int32_t peer;
+  int16_t channel;
+  uint8_t kind;  /* WD_AZ_CONN_* */
+  uint8_t pxn;   /* learnt from another process's detached (PXN) send */
+  int32_t step_lo, step_hi; /* posted send steps; a recv's oldest open step (both) */
+  float since_ms;
+} wd_az_conn;
+
+/* A PXN send another local process progressed for this one's rank (its detached ProxyOp). */
+typedef struct wd_az_pxn {
+  int origin_pid, origin_rank;
+  wd_az_conn conn;
+} wd_az_pxn;
+#define WD_AZ_PXN 8 /* kept per dump */
+
 typedef struct wd_az_op {
   wd_az_str type;   /* "Coll", "P2p", "ProxyOp" ... */
   wd_az_str func;
@@ -53,6 +79,8 @@ typedef struct wd_az_op {
   int proxy_gone;   /* proxyThread: 2 exited with the kernel known to wait (network error), 1
                        exited and nothing tells (revoke or network error), 0 running */
   wd_az_wait wait;
+  int nconn;
+  wd_az_conn conn[WD_AZ_CONNS];
 } wd_az_op;
 
 /* An operation-level ring record, reduced to what a report says about it. */
@@ -135,6 +163,8 @@ typedef struct wd_az_dump {
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
   size_t crank0, ncranks; /* its communicator ranks: cranks[crank0 .. crank0+ncranks) */
   int kept;
+  int npxn;
+  wd_az_pxn pxn[WD_AZ_PXN]; /* open PXN sends of other processes it progressed */
 } wd_az_dump;
 
 typedef struct wd_az_skip {

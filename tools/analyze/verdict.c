@@ -577,6 +577,172 @@ static void link_suspect(const wd_az_set *set, wd_az_comm *c, const wd_az_crank 
 
 static double stall_start_ms(const wd_az_set *set, const wd_az_crank *cr, const wd_az_op *op);
 
+static const wd_az_op *stuck_p2p(const wd_az_set *set, const wd_az_opts *o, const wd_az_crank *cr);
+static const wd_az_op *p2p_partner(const wd_az_crank *cr, const wd_az_op *op, int r);
+
+/* ---- dead links by the steps' states ---- */
+
+/* PXN sends of the whole set, by (host, origin pid): another local process progressed them for
+ * the origin (transport/net.cc: only sends go through PXN). Built once per analysis. */
+typedef struct pxn_ref {
+  wd_az_str host;
+  int pid, rank;
+  const wd_az_pxn *x;
+  const wd_az_dump *by; /* the process whose proxy progressed it */
+} pxn_ref;
+static pxn_ref *g_pxn;
+static size_t g_npxn;
+
+static int cmp_pxn(const void *a, const void *b) {
+  const pxn_ref *x = a, *y = b;
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+static void pxn_index(const wd_az_set *set) {
+  free(g_pxn);
+  g_pxn = NULL;
+  g_npxn = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < set->ndumps; i++) n += set->dumps[i].kept ? (size_t)set->dumps[i].npxn : 0;
+  if (!n || !(g_pxn = malloc(n * sizeof *g_pxn))) return;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    for (int k = 0; d->kept && k < d->npxn; k++)
+      g_pxn[g_npxn++] = (pxn_ref){d->host, d->pxn[k].origin_pid, d->pxn[k].origin_rank, &d->pxn[k], d};
+  }
+  qsort(g_pxn, g_npxn, sizeof *g_pxn, cmp_pxn);
+}
+
+/* A rank's standing on each of its open connections in op: its own ProxyOps, and the PXN sends
+ * another process of its host progressed for it. The originating rank in the PXN descriptor
+ * tells apart two processes with one pid on one host (PID namespaces). */
+static int conns_of(const wd_az_set *set, const wd_az_crank *cr, const wd_az_op *op,
+                    wd_az_conn *out, const wd_az_dump **via, int max) {
+  int n = 0;
+  for (int i = 0; op && i < op->nconn && n < max; i++) via[n] = NULL, out[n++] = op->conn[i];
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  if (!g_npxn) return n;
+  pxn_ref key = {d->host, d->pid, 0, NULL, NULL};
+  pxn_ref *hit = bsearch(&key, g_pxn, g_npxn, sizeof *g_pxn, cmp_pxn);
+  if (!hit) return n;
+  while (hit > g_pxn && !cmp_pxn(hit - 1, &key)) hit--;
+  for (; hit < g_pxn + g_npxn && !cmp_pxn(hit, &key) && n < max; hit++) {
+    if (hit->by == d || (hit->rank >= 0 && hit->rank != cr->rank)) continue;
+    via[n] = hit->by;
+    out[n++] = hit->x->conn;
+  }
+  return n;
+}
+
+typedef struct link_hit {
+  const wd_az_crank *from, *to;
+  const wd_az_op *ofrom, *oto;
+  wd_az_conn send, recv;
+  const wd_az_dump *via; /* the PXN proxy's process, NULL when the sender's own */
+} link_hit;
+
+/* The sender handed step k to the network and the receiver, on the same channel, has received
+ * nothing for step k: the data stopped between them. */
+static int link_between(const wd_az_set *set, const wd_az_crank *a, const wd_az_op *oa,
+                        const wd_az_crank *b, const wd_az_op *ob, link_hit *out) {
+  wd_az_conn ca[WD_AZ_CONNS + WD_AZ_PXN], cb[WD_AZ_CONNS + WD_AZ_PXN];
+  const wd_az_dump *va[WD_AZ_CONNS + WD_AZ_PXN], *vb[WD_AZ_CONNS + WD_AZ_PXN];
+  int na = conns_of(set, a, oa, ca, va, WD_AZ_CONNS + WD_AZ_PXN);
+  int nb = conns_of(set, b, ob, cb, vb, WD_AZ_CONNS + WD_AZ_PXN);
+  for (int i = 0; i < na; i++) {
+    if (ca[i].kind != WD_AZ_CONN_SEND_POSTED || ca[i].peer != b->rank) continue;
+    for (int j = 0; j < nb; j++) {
+      if (cb[j].kind != WD_AZ_CONN_RECV_EMPTY || cb[j].peer != a->rank ||
+          cb[j].channel != ca[i].channel || cb[j].step_lo < ca[i].step_lo ||
+          cb[j].step_lo > ca[i].step_hi)
+        continue;
+      *out = (link_hit){a, b, oa, ob, ca[i], cb[j], va[i]};
+      return 1;
+    }
+  }
+  return 0;
+}
+
+static void state_link_suspects(const wd_az_set *set, wd_az_comm *c, const link_hit *h) {
+  const wd_az_dump *df = wd_az_dump_of(set, h->from), *dt = wd_az_dump_of(set, h->to);
+  char ss[32], sr[32], via[160] = "";
+  if (h->via) {
+    int vr = -1; /* the proxying process's rank in this communicator, when it has one */
+    for (size_t k = h->via->crank0; k < h->via->crank0 + h->via->ncranks; k++)
+      if (set->cranks[k].comm_id == c->comm_id) vr = set->cranks[k].rank;
+    if (vr >= 0)
+      wd_az_fmt(via, sizeof via, " (a PXN send, progressed by rank %d's process, pid %d on host %s)",
+                vr, h->via->pid, wd_az_s(h->via->host));
+    else
+      wd_az_fmt(via, sizeof via, " (a PXN send, progressed by pid %d on host %s)", h->via->pid,
+                wd_az_s(h->via->host));
+  }
+  wd_az_suspect *a = add_suspect(c, h->from->rank, WD_AZ_DEAD_LINK, h->from);
+  wd_az_suspect *b = add_suspect(c, h->to->rank, WD_AZ_DEAD_LINK, h->to);
+  if (a) {
+    a->op = h->ofrom;
+    a->link_peer = h->to->rank;
+    a->link_channel = h->send.channel;
+    wd_az_fmt(a->detail, sizeof a->detail,
+              "its send to rank %d on channel %d handed step %d to the network %s s ago%s and "
+              "rank %d (host %s) has received nothing for it: the link from host %s to host %s "
+              "carries nothing", h->to->rank, h->send.channel, h->recv.step_lo,
+              wd_az_secs(h->send.since_ms, ss, sizeof ss), via, h->to->rank, wd_az_s(dt->host),
+              wd_az_s(df->host), wd_az_s(dt->host));
+    wd_az_fmt(a->link, sizeof a->link,
+              "dead link between rank %d (host %s) and rank %d (host %s) on channel %d: rank "
+              "%d's send%s handed step %d to the network %s s ago (SendWait) and rank %d has "
+              "received nothing for it (RecvWait, %s s)",
+              h->from->rank, wd_az_s(df->host), h->to->rank, wd_az_s(dt->host), h->send.channel,
+              h->from->rank, via, h->recv.step_lo, wd_az_secs(h->send.since_ms, ss, sizeof ss),
+              h->to->rank, wd_az_secs(h->recv.since_ms, sr, sizeof sr));
+  }
+  if (b) {
+    b->op = h->oto;
+    b->link_peer = h->from->rank;
+    b->link_channel = h->recv.channel;
+    wd_az_fmt(b->detail, sizeof b->detail,
+              "its receive from rank %d on channel %d has got nothing for step %d for %s s while "
+              "rank %d (host %s) handed that step to the network%s: the link from host %s to "
+              "host %s carries nothing", h->from->rank, h->recv.channel, h->recv.step_lo,
+              wd_az_secs(h->recv.since_ms, sr, sizeof sr), h->from->rank, wd_az_s(df->host), via,
+              wd_az_s(df->host), wd_az_s(dt->host));
+    if (a) snprintf(b->link, sizeof b->link, "%s", a->link);
+  }
+}
+
+/* Every link whose sender posted and whose receiver got nothing, among the ranks waiting in the
+ * stuck operation (or, for point-to-point, in their stuck Send/Recv pairs). Only the earliest
+ * is named unless others began within a tick of it: time breaks ties only. */
+static int state_link_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c, int p2p) {
+  link_hit hits[8];
+  int n = 0;
+  for (int i = 0; i < c->nwaiting && n < 8; i++) {
+    const wd_az_crank *a = c->by_rank[c->waiting[i]];
+    const wd_az_op *oa = p2p ? stuck_p2p(set, o, a) : find_op(a, c->stuck_func, c->stuck_seq);
+    if (!oa) continue;
+    for (int j = 0; j < c->nwaiting && n < 8; j++) {
+      const wd_az_crank *b = c->by_rank[c->waiting[j]];
+      if (b == a) continue;
+      const wd_az_op *ob = p2p ? p2p_partner(b, oa, a->rank) : find_op(b, c->stuck_func, c->stuck_seq);
+      if (p2p && !ob) ob = stuck_p2p(set, o, b);
+      if (ob && link_between(set, a, oa, b, ob, &hits[n])) n++;
+    }
+  }
+  if (!n) return 0;
+  double first = 0;
+  for (int k = 0; k < n; k++)
+    if (hits[k].send.since_ms > first) first = hits[k].send.since_ms;
+  int named = 0;
+  for (int k = 0; k < n; k++)
+    if (first - hits[k].send.since_ms < STANDOUT_MS) {
+      state_link_suspects(set, c, &hits[k]);
+      named++;
+    }
+  return named;
+}
+
 /* Dead links among the ranks waiting in the stuck collective: a pair of ranks waiting on each
  * other, both stalled before every other waiting rank by a clear margin (the rest only wait on
  * what the link holds up). Returns the number of links named. */
@@ -641,6 +807,7 @@ static int proxy_gone_check(wd_az_comm *c) {
  * clear margin, and whose wait is on the network, is the suspect. */
 static void network_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   if (proxy_gone_check(c)) return;
+  if (state_link_check(set, o, c, 0)) return;
   if (dead_link_check(set, o, c)) return;
   const wd_az_crank *first = NULL;
   const wd_az_op *fop = NULL;
@@ -776,7 +943,7 @@ static int p2p_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   }
   for (int i = 0; i < c->nwaiting; i++)
     p2p_blame(c, c->waiting[i], stuck_p2p(set, o, c->by_rank[c->waiting[i]]));
-  if (c->stuck && !has_culprit(c)) p2p_links(set, o, c);
+  if (c->stuck && !has_culprit(c) && !state_link_check(set, o, c, 1)) p2p_links(set, o, c);
   if (c->stuck && !has_culprit(c) && !c->nmissing)
     wd_az_fmt(c->note, sizeof(c->note), "every peer of a stuck point-to-point operation has a "
               "matching operation in flight");
@@ -1037,6 +1204,10 @@ static int culprit_ranks(const wd_az_comm *c, int reason, int *out) {
  * 3.0 s in SendWait, rank 2's receive 3.0 s in RecvWait, each on the other" */
 static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size_t len) {
   const wd_az_suspect *a = &c->sus[0], *b = find_suspect((wd_az_comm *)c, a->link_peer);
+  if (a->link[0]) { /* found by the steps' states: said whole */
+    wd_az_fmt(out, len, "%s", a->link);
+    return;
+  }
   if (!b || !a->cr || !b->cr || !a->op || !b->op) {
     wd_az_fmt(out, len, "dead link at rank %d: %s", a->rank, a->detail);
     return;
@@ -1321,6 +1492,7 @@ int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) 
   res->ndumps_read = set->ndumps;
   for (size_t i = 0; i < set->ndumps; i++) res->ndumps_kept += set->dumps[i].kept;
   g_first_stall_ms = 0;
+  pxn_index(set);
   for (size_t i = 0; i < set->ndumps; i++) {
     const wd_az_dump *d = &set->dumps[i];
     double t = (double)d->wall_ns / 1e6;
@@ -1343,6 +1515,9 @@ int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) 
   }
   res->ncomms = nc;
   free(idx);
+  free(g_pxn);
+  g_pxn = NULL;
+  g_npxn = 0;
   if (!res->comms) return -1;
   qsort(res->comms, res->ncomms, sizeof(*res->comms), cmp_comm);
   overall_summary(res);

@@ -35,6 +35,7 @@ typedef struct wd_az_suspect {
   int peer_is_suspect;    /* network_stall: the peer it waits on is itself a suspect */
   int link_peer, link_channel; /* dead_link: the other end and the channel, else -1 */
   char detail[512];       /* one sentence */
+  char link[512];         /* dead_link found by the steps' states: the link, said once */
 } wd_az_suspect;
 
 typedef struct wd_az_func_row {

@@ -28,6 +28,21 @@
  *   dead-host     every rank of G's host has a dead link from its dp predecessor
  *   straggler     healthy, but G enters every collective 2 s after the others
  *   crashed       job-root, but G left only a post-mortem dump; vanished: G left no dump
+ *
+ * Dead links by the steps' states (first form; a ring of N ranks, 8 per host, every rank stalled
+ * within one poll of the others, so time tells nothing):
+ *   link-tick     the link from rank K-1 to K (channel 1) is dead: K-1's send has steps 4-7
+ *                 handed to the network (SendWait), K has received nothing for step 4
+ *                 (RecvWait); every other rank waits on its own GPU (SendGPUWait) and for data
+ *                 from upstream (RecvWait), as a ring does behind a dead link (transport/net.cc)
+ *   pxn-link      the same with K on the next host and K-1's send going through PXN: the
+ *                 proxy of rank K-2 (same host, another process) progresses it, so K-1's dump
+ *                 has no send ProxyOp and K-2's dump holds it as a detached ProxyOp with
+ *                 K-1's pid and originating rank (src/plugin/profiler.cc, ProxyOp descriptor)
+ *   pxn-p2p       only ranks K-1 and K are stuck: K-1 in a Send to K through K-2's PXN proxy,
+ *                 K in the matching Recv, nothing received
+ * --same-pid gives every process pid 4242 (PID namespaces): only the originating rank tells
+ * which process a PXN send belongs to.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -41,12 +56,17 @@ enum {
   SC_HEALTHY, SC_MISSING, SC_NOT_ENTERED, SC_MISMATCH, SC_NET_STALL, SC_WRAPPED,
   /* 3-D jobs only */
   SC_JOB_ROOT, SC_JOB_DEADLOCK, SC_P2P_MISMATCH, SC_DEAD_LINK, SC_DEAD_HOST, SC_STRAGGLER,
-  SC_CRASHED, SC_VANISHED, SC_COUNT
+  SC_CRASHED, SC_VANISHED,
+  /* one communicator again: dead links by state */
+  SC_LINK_TICK, SC_PXN_LINK, SC_PXN_P2P, SC_COUNT
 };
+static int is_3d(int sc) { return sc >= SC_JOB_ROOT && sc <= SC_VANISHED; }
+static int by_state(int sc) { return sc >= SC_LINK_TICK; }
 static const char *const g_scenarios[SC_COUNT] = {
     "healthy",      "missing-rank", "not-entered", "mismatch",     "network-stall",
     "wrapped",      "job-root",     "job-deadlock", "p2p-mismatch", "dead-link",
-    "dead-host",    "straggler",    "crashed",     "vanished"};
+    "dead-host",    "straggler",    "crashed",     "vanished",     "link-tick",
+    "pxn-link",     "pxn-p2p"};
 
 enum { T_GROUPAPI, T_COLLAPI, T_COLL, T_KERNELCH, T_PROXYOP, T_PROXYSTEP, T_P2PAPI, T_P2P };
 static const char *const g_types[] = {"GroupApi", "CollApi",   "Coll",   "KernelCh",
@@ -64,7 +84,10 @@ typedef struct opts {
   const char *out;
   int ranks, scenario, ring, comms, victim;
   int tp, pp, dp; /* 3-D layout, 0 when one communicator per job */
+  int same_pid;   /* every process has pid 4242 (PID namespaces) */
 } opts;
+
+static int pid_of(const opts *o, int rank) { return o->same_pid ? 4242 : 10000 + rank; }
 
 typedef struct rec {
   int64_t t;
@@ -99,6 +122,12 @@ typedef struct rank_view {
   int64_t t_end;      /* time of the last completed operation, relative to the dump */
   int64_t lag_ns;     /* straggler: it enters every operation this much later */
   int ring_cap, extra_records;
+  /* dead links by state: the stuck op's send (to the next rank) and recv (from the previous)
+   * on channel 1, by their open steps' states; no_send: its send goes through PXN */
+  int by_state, no_send;
+  const char *send_state, *recv_state;
+  int send_lo, send_hi, recv_step;
+  int pid;
 } rank_view;
 
 static const char *func_name(int f) {
@@ -219,7 +248,7 @@ static void gen_stuck(const rank_view *v, recbuf *ops, recbuf *px, int64_t tb) {
 /* One ProxyOp of the open tree; the one the rank waits in holds the open step. */
 static void print_proxyop(FILE *f, const rank_view *v, int slot, int is_send, int peer, int channel,
                           int waiting, double age, double s) {
-  int pid = 10000 + v->grank;
+  int pid = v->pid ? v->pid : 10000 + v->grank;
   fprintf(f,
           "{\"slot\":%d,\"type\":\"ProxyOp\",\"parentSlot\":150,\"channel\":%d,\"peer\":%d,"
           "\"isSend\":%s,\"nSteps\":8,\"stepsDone\":%d,\"chunkSize\":524288,\"pid\":%d,"
@@ -235,7 +264,63 @@ static void print_proxyop(FILE *f, const rank_view *v, int slot, int is_send, in
   fputs("]},", f);
 }
 
+/* A ProxyOp on channel 1 with steps lo..hi open in one state (dead links by state). */
+static void print_state_op(FILE *f, int slot, const char *parent, int pid, int origin, int is_send,
+                           int peer, int lo, int hi, const char *state, double age, double s) {
+  fprintf(f,
+          "{\"slot\":%d,\"type\":\"ProxyOp\",\"parentSlot\":%s,\"channel\":1,\"peer\":%d,"
+          "\"isSend\":%s,\"nSteps\":8,\"stepsDone\":%d,\"chunkSize\":524288,\"pid\":%d,",
+          slot, parent, peer, is_send ? "true" : "false", lo, pid);
+  if (origin >= 0) fprintf(f, "\"originRank\":%d,\"detached\":true,\"raw\":\"0x7f00deadbe00\",", origin);
+  fprintf(f, "\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,\"children\":[",
+          age, s);
+  for (int k = lo; k <= hi; k++)
+    fprintf(f,
+            "%s{\"slot\":%d,\"type\":\"ProxyStep\",\"parentSlot\":%d,\"step\":%d,\"state\":\"%s\","
+            "\"transSize\":0,\"stopped\":false,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,"
+            "\"children\":[]}",
+            k > lo ? "," : "", slot + 100 + k, slot, k, state, s, s);
+  fputs("]}", f);
+}
+
 static void print_inflight(FILE *f, const rank_view *v) {
+  if (v->by_state) {
+    int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
+    double age = v->since_ms + 0.8, s = v->since_ms;
+    if (v->p2p)
+      fprintf(f,
+              "[{\"slot\":150,\"type\":\"P2p\",\"parentSlot\":60,\"status\":\"stalled\","
+              "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+              "\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"peer\":%d,"
+              "\"nChannels\":2,\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,"
+              "\"done\":1},\"children\":[",
+              age, s, func_name(1 + v->p2p), COUNT, v->p2p_peer);
+    else
+      fprintf(f,
+              "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
+              "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+              "\"func\":\"AllReduce\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
+              "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
+              "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":1},\"children\":[",
+              age, s, v->stuck_seq, COUNT);
+    if (v->p2p == 2) {
+      print_state_op(f, 301, "150", v->pid, -1, 0, v->p2p_peer, 4, 7, v->recv_state, age, s);
+      fputc(',', f);
+    } else if (!v->p2p) {
+      if (!v->no_send) {
+        print_state_op(f, 300, "150", v->pid, -1, 1, next, v->send_lo, v->send_hi, v->send_state, age, s);
+        fputc(',', f);
+      }
+      print_state_op(f, 301, "150", v->pid, -1, 0, prev, v->recv_step, v->recv_step + 3, v->recv_state, age, s);
+      fputc(',', f);
+    }
+    fprintf(f,
+            "{\"slot\":550,\"type\":\"KernelCh\",\"parentSlot\":150,\"channel\":1,"
+            "\"pTimer\":\"0x1000\",\"state\":null,\"stopped\":false,\"ageMs\":%.1f,"
+            "\"sinceProgressMs\":%.1f,\"children\":[]}]}]",
+            age, s);
+    return;
+  }
   int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
   double age = v->since_ms + 0.8, s = v->since_ms;
   if (v->p2p)
@@ -346,9 +431,38 @@ static rank_view view_of(const opts *o, int rank, int comm) {
     v.ring_cap = o->ring / 2;
     v.extra_records = 2;
   }
+  v.pid = pid_of(o, rank);
   int hung = o->scenario != SC_HEALTHY && o->scenario != SC_WRAPPED;
   if (comm != 0 || !hung) return v;
   v.since_ms = stall_ms(o, rank);
+  if (by_state(o->scenario)) {
+    int to = o->victim, from = (o->victim + o->ranks - 1) % o->ranks;
+    v.t_end = -(int64_t)(v.since_ms * 1e6) - 2 * OP_NS;
+    if (o->scenario == SC_PXN_P2P) {
+      if (rank != from && rank != to) return v;
+      v.stuck = 1;
+      v.p2p = rank == from ? 1 : 2;
+      v.p2p_peer = v.wait_peer = rank == from ? to : from;
+      v.by_state = 1;
+      v.no_send = rank == from;
+      v.recv_state = "RecvWait";
+      v.recv_step = 4;
+      v.wait_channel = 1;
+      return v;
+    }
+    v.stuck = 1;
+    v.stuck_seq = SEQ_AR;
+    v.by_state = 1;
+    v.wait_channel = 1;
+    v.send_state = rank == from ? "SendWait" : "SendGPUWait";
+    v.send_lo = 4;
+    v.send_hi = rank == from ? 7 : 4;
+    v.recv_state = rank == from ? "RecvGPUWait" : "RecvWait";
+    v.recv_step = 4;
+    v.no_send = rank == from && o->scenario == SC_PXN_LINK;
+    v.wait_peer = rank == to ? from : (rank + o->ranks - 1) % o->ranks;
+    return v;
+  }
   v.t_end = -(int64_t)(v.since_ms * 1e6) - 2 * OP_NS;
   int victim = rank == o->victim;
   if (victim && (o->scenario == SC_NOT_ENTERED || o->scenario == SC_MISSING)) return v;
@@ -482,7 +596,9 @@ static const char *reason_of(const opts *o, int rank) {
     if (o->scenario == SC_CRASHED && rank == o->victim) return "postmortem";
     return stuck3d(o, rank) ? "stall" : "peer";
   }
-  int first = o->scenario == SC_NET_STALL ? o->victim : (o->victim + 1) % o->ranks;
+  int first = o->scenario == SC_NET_STALL ? o->victim
+              : o->scenario == SC_PXN_P2P  ? (o->victim + o->ranks - 1) % o->ranks
+                                           : (o->victim + 1) % o->ranks;
   return rank == first ? "stall" : "peer";
 }
 
@@ -526,7 +642,7 @@ static void print_header(FILE *f, const opts *o, int rank, uint64_t wall, uint64
           "\"host\":\"node%03d\",\"pid\":%d,\"plugin\":{\"name\":\"nccl-watchdog\","
           "\"version\":\"0.1.0\",\"abi\":5},\"time\":{\"wall\":\"2026-11-22T03:12:09.123456789Z\","
           "\"wall_ns\":\"0x%" PRIx64 "\",\"mono_ns\":\"0x%" PRIx64 "\"},",
-          reason, rank / 8, 10000 + rank, wall, mono);
+          reason, rank / 8, pid_of(o, rank), wall, mono);
   if (strcmp(reason, "signal") == 0)
     fputs("\"trigger\":{\"signal\":\"SIGUSR1\",\"senderPid\":0},", f);
   else if (strcmp(reason, "peer") == 0)
@@ -570,9 +686,14 @@ static int write_rank(const opts *o, int rank) {
     rank_view v = o->tp ? view3d(o, rank, c) : view_of(o, rank, c);
     print_comm(f, o, &v);
   }
-  fputs("],\"detached\":{\"open\":[],\"ring\":{\"capacity\":0,\"written\":0,\"torn\":0,"
-        "\"lost\":0,\"records\":[]}}",
-        f);
+  fputs("],\"detached\":{\"open\":[", f);
+  /* The PXN proxy (rank K-2, same host as K-1) progresses K-1's send to K: a detached ProxyOp
+   * with K-1's pid and originating rank, steps 4-7 handed to the network. */
+  int from = (o->victim + o->ranks - 1) % o->ranks, proxy = (o->victim + o->ranks - 2) % o->ranks;
+  if ((o->scenario == SC_PXN_LINK || o->scenario == SC_PXN_P2P) && rank == proxy)
+    print_state_op(f, 0x40000300, "\"foreign\"", pid_of(o, from), from, 1, o->victim, 4, 7,
+                   "SendWait", 300100.8, 300100.0);
+  fputs("],\"ring\":{\"capacity\":0,\"written\":0,\"torn\":0,\"lost\":0,\"records\":[]}}", f);
   if (strcmp(reason_of(o, rank), "postmortem") != 0) { /* a ring file holds no stacks */
     fputs(",\"threads\":", f);
     print_threads(f, o, rank);
@@ -596,8 +717,8 @@ static void write_trigger(const opts *o) {
 
 static int usage(void) {
   fprintf(stderr, "usage: gen_dumps OUTDIR --ranks=N --scenario=healthy|missing-rank|"
-                  "not-entered|mismatch|network-stall|wrapped [--ring=R] [--comms=C] "
-                  "[--victim=K]\n"
+                  "not-entered|mismatch|network-stall|wrapped|link-tick|pxn-link|pxn-p2p "
+                  "[--ring=R] [--comms=C] [--victim=K] [--same-pid]\n"
                   "       gen_dumps OUTDIR --layout=TPxPPxDP --scenario=healthy|job-root|"
                   "job-deadlock|p2p-mismatch|dead-link|dead-host|straggler|crashed|vanished "
                   "[--ring=R] [--victim=G]\n");
@@ -626,7 +747,8 @@ static int parse_args(int argc, char **argv, opts *o) {
       {"ranks", required_argument, NULL, 'n'},  {"scenario", required_argument, NULL, 's'},
       {"ring", required_argument, NULL, 'r'},   {"comms", required_argument, NULL, 'c'},
       {"victim", required_argument, NULL, 'v'}, {"layout", required_argument, NULL, 'l'},
-      {"version", no_argument, NULL, 'V'},      {NULL, 0, NULL, 0}};
+      {"version", no_argument, NULL, 'V'},      {"same-pid", no_argument, NULL, 'P'},
+      {NULL, 0, NULL, 0}};
   o->ranks = 0;
   o->scenario = -1;
   o->ring = 2000;
@@ -638,6 +760,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     int rc = 0;
     switch (c) {
     case 'V': printf("gen_dumps %s\n", WD_VERSION); exit(0);
+    case 'P': o->same_pid = 1; break;
     case 'n': rc = parse_int("ranks", optarg, &o->ranks); break;
     case 'r': rc = parse_int("ring", optarg, &o->ring); break;
     case 'c': rc = parse_int("comms", optarg, &o->comms); break;
@@ -664,7 +787,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   if (optind == argc - 1) o->out = argv[optind];
   if (o->tp) {
     o->ranks = world(o);
-    int three_d = o->scenario == SC_HEALTHY || o->scenario >= SC_JOB_ROOT;
+    int three_d = o->scenario == SC_HEALTHY || is_3d(o->scenario);
     if (!three_d || o->tp < 2 || o->pp < 3 || o->dp < 3) {
       fprintf(stderr, "gen_dumps: --layout needs a 3-D scenario and TP >= 2, PP >= 3, DP >= 3\n");
       return -1;
@@ -676,12 +799,18 @@ static int parse_args(int argc, char **argv, opts *o) {
       fprintf(stderr, "gen_dumps: --victim must be a rank of an inner pipeline stage\n");
       return -1;
     }
-  } else if (o->scenario >= SC_JOB_ROOT) {
+  } else if (is_3d(o->scenario)) {
     fprintf(stderr, "gen_dumps: --scenario=%s needs --layout\n", g_scenarios[o->scenario]);
     return -1;
   }
   if (!o->out || o->ranks < 2 || o->scenario < 0 || o->ring < 16 || o->comms < 1) return -1;
   if (o->victim < 0) o->victim = o->ranks > 3 ? 3 : o->ranks - 1;
+  if ((o->scenario == SC_PXN_LINK || o->scenario == SC_PXN_P2P) &&
+      (o->victim < 2 || (o->victim - 2) / 8 != (o->victim - 1) / 8)) {
+    fprintf(stderr, "gen_dumps: --scenario=%s needs ranks K-2 and K-1 on one host (e.g. --victim=8)\n",
+            g_scenarios[o->scenario]);
+    return -1;
+  }
   return o->victim < o->ranks ? 0 : -1;
 }
 
