@@ -687,6 +687,7 @@ static int has_proxyop(const wdh_op *op, int is_send) {
   const wdh_op_cfg *cfg = &op->cfg;
   if (!has(op->mask, ncclProfileProxyOp) || cfg->no_proxy || cfg->api_only || wdh_op_is_self(op))
     return 0;
+  if (is_send && cfg->pxn_send) return 0; /* progressed by another process's proxy (PXN) */
   if (cfg->kind == WDH_OP_SEND) return is_send;
   if (cfg->kind == WDH_OP_RECV) return !is_send;
   return 1;
@@ -748,7 +749,7 @@ void wdh_op_post(wdh_op *op) {
 }
 
 /* Steps from `first` of one ProxyOp once the GPU is there; stops at hang_at (returns 1). */
-static int run_steps(wdh_op *op, int ch, int is_send, int first, int hang_at) {
+static int run_steps(wdh_op *op, int ch, int is_send, int first, int hang_at, int gpu_hang) {
   wdh_plugin *p = op->comm->plugin;
   const wdh_op_cfg *cfg = &op->cfg;
   int steps_on = has(op->mask, ncclProfileProxyStep);
@@ -756,6 +757,7 @@ static int run_steps(wdh_op *op, int ch, int is_send, int first, int hang_at) {
   for (int s = first; s < cfg->n_steps; s++) {
     void *st = steps_on ? op->step[ch][is_send][s % WDH_STEPS_OPEN] : NULL;
     pause_us(cfg->step_delay_us);
+    if (is_send && gpu_hang && s == hang_at) return 1; /* the kernel never fills the buffer */
     if (is_send) {
       /* The kernel's data is ready: SendPeerWait_v4, then SendWait once isend is posted. */
       if (steps_on) wdh_state(p, st, ncclProfilerProxyStepSendPeerWait_v4, chunk);
@@ -846,25 +848,31 @@ int wdh_op_gpu(wdh_op *op) {
       d.ptimer = wdh_now_ns();
       kch = wdh_start(p, c->ctx, &d);
     }
-    int ch_hung = 0;
+    int ch_hung = 0, dir_hung[2] = {0, 0};
     int any_proxy = has_proxyop(op, 0) || has_proxyop(op, 1);
     for (int is_send = 0; is_send < 2; is_send++) {
       if (!has_proxyop(op, is_send)) continue;
-      int hang_here = ch == cfg->hang_channel && (cfg->kind == WDH_OP_SEND ? is_send : !is_send);
-      if (run_steps(op, ch, is_send, 0, hang_here ? cfg->hang_step : -1)) {
+      int dirs = cfg->hang_dirs ? cfg->hang_dirs
+                                : cfg->kind == WDH_OP_SEND ? WDH_HANG_SEND_NET : WDH_HANG_RECV;
+      int hang_here = ch == cfg->hang_channel &&
+                      (is_send ? (dirs & (WDH_HANG_SEND_NET | WDH_HANG_SEND_GPU)) : (dirs & WDH_HANG_RECV));
+      if (run_steps(op, ch, is_send, 0, hang_here ? cfg->hang_step : -1,
+                    is_send && (dirs & WDH_HANG_SEND_GPU))) {
         op->hung_proxyop = op->pop[ch][is_send];
         op->hung_step = has(op->mask, ncclProfileProxyStep)
                             ? op->step[ch][is_send][cfg->hang_step % WDH_STEPS_OPEN] : NULL;
         op->hung_ch = ch;
         op->hung_is_send = is_send;
-        ch_hung = 1;
+        ch_hung = dir_hung[is_send] = 1;
       }
     }
     if (!any_proxy && ch == cfg->hang_channel) ch_hung = 1; /* a kernel that never finishes */
+    /* Its send went through another process's proxy (PXN) and never completes there. */
+    if (cfg->pxn_send && ch == cfg->hang_channel && (cfg->hang_dirs & WDH_HANG_SEND_NET)) ch_hung = 1;
     if (ch_hung) {
       /* The other direction of the channel finishes; the kernel channel never does. */
       for (int is_send = 0; is_send < 2; is_send++)
-        if (has_proxyop(op, is_send) && op->pop[ch][is_send] != op->hung_proxyop) end_proxyop(op, ch, is_send);
+        if (has_proxyop(op, is_send) && !dir_hung[is_send]) end_proxyop(op, ch, is_send);
       op->hung_kernelch = kch;
       hung = 1;
       continue;
@@ -905,7 +913,7 @@ void wdh_op_resume(wdh_op *op) {
       open_step(op, ch, is_send, next);
       op->next_step[ch][is_send] = next + 1;
     }
-    run_steps(op, ch, is_send, cfg->hang_step + 1, -1);
+    run_steps(op, ch, is_send, cfg->hang_step + 1, -1, 0);
     if (op->kslot[ch]) pt_mark(op, ch, WDH_DEV_COMPLETED);
     end_kernelch(op, op->hung_kernelch);
     end_proxyop(op, ch, is_send);
@@ -1008,6 +1016,35 @@ uint64_t wdh_ce_coll(wdh_comm *c, const char *func, wdh_op *out) {
   if (ce_on) wdh_stop(p, out->coll);
   if (has(mask, ncclProfileGroupApi)) wdh_stop(p, out->group_api);
   return out->gpu_pos;
+}
+
+void *wdh_pxn_send(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t origin_pid,
+                   int origin_rank, int channel, int peer, int n_steps, int posted) {
+  wdh_descr d;
+  memset(&d, 0, sizeof(d));
+  d.type = ncclProfileProxyOp;
+  d.parent = foreign_parent;
+  d.rank = origin_rank; /* sub->rank: the originating rank (plugin/profiler.cc) */
+  d.pid = origin_pid;
+  d.channel = (uint8_t)channel;
+  d.peer = peer;
+  d.n_steps = n_steps;
+  d.chunk_size = 131072;
+  d.is_send = 1;
+  void *pop = wdh_start(p, foreign_ctx, &d);
+  wdh_state(p, pop, ncclProfilerProxyOpInProgress_v4, 0);
+  for (int s = 0; s < posted && s < WDH_STEPS_OPEN; s++) {
+    memset(&d, 0, sizeof(d));
+    d.type = ncclProfileProxyStep;
+    d.parent = pop;
+    d.rank = origin_rank;
+    d.step = s;
+    void *st = wdh_start(p, foreign_ctx, &d);
+    wdh_state(p, st, ncclProfilerProxyStepSendGPUWait, 0);
+    wdh_state(p, st, ncclProfilerProxyStepSendPeerWait_v4, 131072);
+    wdh_state(p, st, ncclProfilerProxyStepSendWait, 131072);
+  }
+  return pop;
 }
 
 void *wdh_pxn_op(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t pid, int channel,

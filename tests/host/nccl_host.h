@@ -204,7 +204,19 @@ typedef struct wdh_op_cfg {
   int explicit_group; /* inside ncclGroupStart/End: GroupApi depth 2 */
   uint64_t user_tag;  /* v7: the call's userProfilerTag (API events, Coll, P2p) */
   uint64_t sync_ns;   /* v7 KernelPhase: initial_sync's length (waiting for the peers), 0 = 1 us */
+  /* Which directions of channel hang_channel hang (WDH_HANG_*; 0: a collective's recv, a p2p
+   * send's send), as a ring behind a dead link shows them (transport/net.cc). */
+  int hang_dirs;
+  /* PXN (transport/net.cc): its network sends are progressed by another local process's proxy
+   * (wdh_pxn_send there): no send ProxyOp here; with a send hang the channel waits on it. */
+  int pxn_send;
 } wdh_op_cfg;
+
+enum {
+  WDH_HANG_RECV = 1,     /* the recv step stays in RecvWait: nothing arrives */
+  WDH_HANG_SEND_NET = 2, /* the send step reaches SendWait (handed to the network), never ends */
+  WDH_HANG_SEND_GPU = 4, /* the send step stays in SendGPUWait: its kernel never fills it */
+};
 
 #define WDH_MAX_CH 16
 #define WDH_STEPS_OPEN 8 /* NCCL_STEPS: ProxySteps open at once per ProxyOp */
@@ -281,6 +293,12 @@ uint64_t wdh_ce_coll(wdh_comm *c, const char *func, wdh_op *out);
  * leave_open = 1 keeps the ProxyOp and its last step open. Returns the ProxyOp handle. */
 void *wdh_pxn_op(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t pid, int channel,
                  int peer, int is_send, int n_steps, int leave_open);
+/* A PXN send this process's proxy progresses for local rank origin_rank of process origin_pid
+ * (transport/net.cc; the descriptor carries the originating rank and pid, plugin/profiler.cc):
+ * a ProxyOp with the foreign context and parent, steps 0..posted-1 moved through SendGPUWait,
+ * SendPeerWait and SendWait and left open (the network never completes them). Returns it. */
+void *wdh_pxn_send(wdh_plugin *p, void *foreign_ctx, void *foreign_parent, pid_t origin_pid,
+                   int origin_rank, int channel, int peer, int n_steps, int posted);
 
 /* ---------------------------------------------------------------------------------------------
  * Proxy thread: a worker that runs wdh_op_proxy() on submitted ops in FIFO order.
