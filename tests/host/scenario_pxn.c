@@ -44,6 +44,9 @@ int main(void) {
   (void)mixed;
   /* A ProxyOp with a foreign context and OUR pid (misbehaving peer): still never dereferenced. */
   wdh_pxn_op(&p, foreign_ctx, foreign_parent, getpid(), 0, 1, 0, 2, 0);
+  /* A PXN send of local rank 5 of another process, handed to the network and left open: the
+   * descriptor's rank is the originating one (plugin/profiler.cc), kept as originRank. */
+  wdh_pxn_send(&p, foreign_ctx, foreign_parent, other + 1, 5, 3, 7, 4, 2);
   wdh_run_ops(&c, NULL, &cfg, 5);
 
   /* Longer than the timeout: detached events are not our stalls. */
@@ -71,6 +74,18 @@ int main(void) {
     }
     WDH_CHECK(open_foreign == 2, "%d open foreign-pid ProxyOps in detached.open, expected 2",
               open_foreign);
+    int origin = -1, posted = 0;
+    cJSON_ArrayForEach(n, cJSON_GetObjectItem(det, "open")) {
+      if (wdh_jnum(n, "pid", -1) != other + 1) continue;
+      origin = (int)wdh_jnum(n, "originRank", -1);
+      cJSON *k;
+      cJSON_ArrayForEach(k, cJSON_GetObjectItem(n, "children")) {
+        const char *st = wdh_jstr(k, "state");
+        posted += st && !strcmp(st, "SendWait");
+      }
+    }
+    WDH_CHECK(origin == 5, "the PXN send's originRank is %d, expected 5", origin);
+    WDH_CHECK(posted == 2, "%d of its steps in SendWait, expected 2", posted);
     WDH_CHECK(open_steps >= 2, "%d open detached ProxySteps, expected 2", open_steps);
     int recs = cJSON_GetArraySize(wdh_jpath(j, "detached.ring.records"));
     WDH_CHECK(recs > 100, "%d records in the detached ring", recs);
