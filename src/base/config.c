@@ -321,7 +321,8 @@ static void wd_quote(const char *s, char *buf, size_t len) {
 enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
-  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_KERNELCH, K_COUNT
+  K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_KERNELCH,
+  K_VERDICT, K_ANALYZER, K_VERDICT_WAIT, K_VERDICT_LIMIT, K_VERDICT_MEMORY, K_ON_VERDICT, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -355,6 +356,12 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_PEER_RECORDS] = "NCCL_WATCHDOG_PEER_RECORDS",
     [K_MEMORY_BUDGET] = "NCCL_WATCHDOG_MEMORY_BUDGET",
     [K_KERNELCH] = "NCCL_WATCHDOG_KERNELCH",
+    [K_VERDICT] = "NCCL_WATCHDOG_VERDICT",
+    [K_ANALYZER] = "NCCL_WATCHDOG_ANALYZER",
+    [K_VERDICT_WAIT] = "NCCL_WATCHDOG_VERDICT_WAIT",
+    [K_VERDICT_LIMIT] = "NCCL_WATCHDOG_VERDICT_TIMEOUT",
+    [K_VERDICT_MEMORY] = "NCCL_WATCHDOG_VERDICT_MEMORY",
+    [K_ON_VERDICT] = "NCCL_WATCHDOG_ON_VERDICT",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -397,6 +404,10 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->compress = WD_COMPRESS_PEER;
   cfg->memory_budget_mib = 1024;
   cfg->kernelch = WD_KCH_AUTO;
+  cfg->verdict = 1;
+  cfg->verdict_wait_ns = 10 * WD_NS_PER_S;
+  cfg->verdict_limit_ns = 120 * WD_NS_PER_S;
+  cfg->verdict_memory_mib = 16384;
 }
 
 const char *wd_kernelch_name(int k) { return k == WD_KCH_ON ? "on" : k == WD_KCH_OFF ? "off" : "auto"; }
@@ -486,6 +497,12 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_PEER_RECORDS] = "an integer, 0 = whole rings",
     [K_MEMORY_BUDGET] = "MiB, an integer, 0 = no budget",
     [K_KERNELCH] = "auto, on or off",
+    [K_VERDICT] = "1/0, true/false, yes/no, on/off",
+    [K_ANALYZER] = "the path of nccl-watchdog-analyze",
+    [K_VERDICT_WAIT] = "5s, 30s, 2m",
+    [K_VERDICT_LIMIT] = "30s, 2m, 10m",
+    [K_VERDICT_MEMORY] = "MiB, an integer, 0 = no limit",
+    [K_ON_VERDICT] = "a command and its arguments, no shell",
 };
 
 /* A duration, or what 0 means for it. */
@@ -531,6 +548,12 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_PEER_RECORDS: snprintf(buf, len, "%u", cfg->peer_records); break;
   case K_MEMORY_BUDGET: snprintf(buf, len, "%u", cfg->memory_budget_mib); break;
   case K_KERNELCH: snprintf(buf, len, "%s", wd_kernelch_name(cfg->kernelch)); break;
+  case K_VERDICT: snprintf(buf, len, "%d", cfg->verdict); break;
+  case K_ANALYZER: path_or(cfg->analyzer, "the one beside the plugin", buf, len); break;
+  case K_VERDICT_WAIT: wd_fmt_duration(cfg->verdict_wait_ns, buf, len); break;
+  case K_VERDICT_LIMIT: wd_fmt_duration(cfg->verdict_limit_ns, buf, len); break;
+  case K_VERDICT_MEMORY: snprintf(buf, len, "%u", cfg->verdict_memory_mib); break;
+  case K_ON_VERDICT: path_or(cfg->on_verdict, "none", buf, len); break;
   case K_TRIGGER_POLL: duration_or(cfg->trigger_poll_ns, "0 (5 polls)", buf, len); break;
   case K_METRICS: duration_or(cfg->metrics_ns, "0 (off)", buf, len); break;
   case K_METRICS_DIR: path_or(cfg->metrics_dir, "the ring directory", buf, len); break;
@@ -635,6 +658,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
   } else {
     switch (key) {
     case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS: case K_GPU_EVENTS: case K_KEEP_RINGS: case K_TERM_DUMP: case K_PYTHON:
+    case K_VERDICT:
       if (key == K_BACKTRACE && !strcasecmp(wd_skip_ws(val), "all")) {
         cfg->backtrace = WD_BACKTRACE_ALL;
       } else if (wd_parse_bool(val, &i) != 0) {
@@ -646,6 +670,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       else if (key == K_KEEP_RINGS) cfg->keep_rings = i;
       else if (key == K_TERM_DUMP) cfg->term_dump = i;
       else if (key == K_PYTHON) cfg->python = i;
+      else if (key == K_VERDICT) cfg->verdict = i;
       else cfg->peer_dumps = i;
       break;
     case K_TIMEOUT:
@@ -668,6 +693,28 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       why = wd_check_duration(val, WD_POLL_MIN_NS, WD_TRIGGER_POLL_MAX_NS, 1, &cfg->trigger_poll_ns,
                               reason, sizeof reason);
       break;
+    case K_VERDICT_WAIT:
+    case K_VERDICT_LIMIT:
+      why = wd_check_duration(val, WD_POLL_MIN_NS, WD_VERDICT_MAX_NS, 0,
+                              key == K_VERDICT_WAIT ? &cfg->verdict_wait_ns : &cfg->verdict_limit_ns,
+                              reason, sizeof reason);
+      break;
+    case K_VERDICT_MEMORY:
+      why = wd_check_uint(val, 0, 1u << 24, NULL, &u, reason, sizeof reason);
+      if (!why) cfg->verdict_memory_mib = (uint32_t)u;
+      break;
+    case K_ANALYZER:
+    case K_ON_VERDICT: {
+      char *dst = key == K_ANALYZER ? cfg->analyzer : cfg->on_verdict;
+      size_t n = strlen(val);
+      if (n >= WD_PATH_MAX) {
+        snprintf(reason, sizeof reason, "is too long (at most %d bytes)", WD_PATH_MAX - 1);
+        why = reason;
+      } else {
+        memcpy(dst, val, n + 1);
+      }
+      break;
+    }
     case K_METRICS:
       why = wd_check_duration(val, WD_METRICS_MIN_NS, WD_METRICS_MAX_NS, 1, &cfg->metrics_ns, reason,
                               sizeof reason);
@@ -991,7 +1038,7 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
            " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s"
-           " trigger_poll=%s peer_records=%u memory_budget=%uMiB kernelch=%s",
+           " trigger_poll=%s peer_records=%u memory_budget=%uMiB kernelch=%s verdict=%d",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
@@ -1000,5 +1047,5 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
            cfg->hostname[0] ? cfg->hostname : "(system)", wd_compress_name(cfg->compress), metrics,
            cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records,
-           cfg->memory_budget_mib, wd_kernelch_name(cfg->kernelch));
+           cfg->memory_budget_mib, wd_kernelch_name(cfg->kernelch), cfg->verdict);
 }

@@ -50,6 +50,13 @@ typedef struct wd_config {
   int kernelch;                  /* NCCL_WATCHDOG_KERNELCH: WD_KCH_* */
   uint32_t peer_records;         /* NCCL_WATCHDOG_PEER_RECORDS: newest records per ring in a peer
                                     dump (a summary), 64; 0 = whole rings */
+  /* The automatic verdict of a stall episode (watchdog/autoverdict.h). */
+  int verdict;                   /* NCCL_WATCHDOG_VERDICT: run the analyzer, default 1 */
+  char analyzer[WD_PATH_MAX];    /* NCCL_WATCHDOG_ANALYZER: empty = beside the plugin */
+  uint64_t verdict_wait_ns;      /* NCCL_WATCHDOG_VERDICT_WAIT: for the episode's dumps, 10 s */
+  uint64_t verdict_limit_ns;     /* NCCL_WATCHDOG_VERDICT_TIMEOUT: the analyzer's run, 120 s */
+  uint32_t verdict_memory_mib;   /* NCCL_WATCHDOG_VERDICT_MEMORY: its address space, 16384 MiB */
+  char on_verdict[WD_PATH_MAX];  /* NCCL_WATCHDOG_ON_VERDICT: a command (no shell), empty = none */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).
@@ -57,6 +64,7 @@ typedef struct wd_config {
 #define WD_DEFAULT_EVENT_MASK 0x65f
 
 #define WD_TRIGGER_POLL_MAX_NS (600ull * 1000000000ull) /* 10 min */
+#define WD_VERDICT_MAX_NS (3600ull * 1000000000ull)     /* 1 h */
 #define WD_METRICS_MIN_NS (100ull * 1000000ull)       /* 100 ms */
 #define WD_METRICS_MAX_NS (3600ull * 1000000000ull)   /* 1 h */
 

@@ -164,3 +164,55 @@ int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t na
   w->next++;
   return 1;
 }
+
+/* ---- verdict lines ---- */
+
+static int verdict_path(char *out, size_t len, const char *dir, unsigned k) {
+  int n = snprintf(out, len, "%s/verdict-%u.line", dir, k);
+  return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static int verdict_relay_path(char *out, size_t len, const wd_trigger_watch *w, unsigned k) {
+  int n = snprintf(out, len, "%s/verdict-%s-%u.line", w->relay_dir, w->job, k);
+  return n > 0 && (size_t)n < len ? 0 : -1;
+}
+
+static void relay_verdict(wd_trigger_watch *w, unsigned k, const char *line) {
+  char path[WD_PATH_MAX + 96];
+  if (!w->relay_dir[0] || verdict_relay_path(path, sizeof path, w, k) != 0) return;
+  if (create_exclusive(path, line) != 0 && errno == ENOENT && mkdir(w->relay_dir, 0700) == 0)
+    create_exclusive(path, line);
+}
+
+int wd_trigger_post_verdict(wd_trigger_watch *w, unsigned k, const char *line) {
+  char path[WD_PATH_MAX + 64];
+  if (verdict_path(path, sizeof path, w->dir, k) != 0) return -1;
+  w->shared_checks++;
+  if (create_exclusive(path, line) != 0) return -1;
+  relay_verdict(w, k, line);
+  return 0;
+}
+
+static void chomp(char *s) {
+  char *nl = strchr(s, '\n');
+  if (nl) *nl = '\0';
+}
+
+int wd_trigger_verdict_poll(wd_trigger_watch *w, unsigned k, uint64_t now, char *line, size_t len) {
+  char path[WD_PATH_MAX + 96];
+  if (w->relay_dir[0] && verdict_relay_path(path, sizeof path, w, k) == 0) {
+    w->node_checks++;
+    if (read_file_since(path, line, len, w) == 0 && line[0]) {
+      chomp(line);
+      return 1;
+    }
+  }
+  if (!w->poller || now < w->next_verdict_ns) return 0;
+  w->next_verdict_ns = now + w->shared_every_ns;
+  if (verdict_path(path, sizeof path, w->dir, k) != 0) return 0;
+  w->shared_checks++;
+  if (read_file(path, line, len) != 0 || !line[0]) return 0;
+  relay_verdict(w, k, line);
+  chomp(line);
+  return 1;
+}

@@ -28,6 +28,7 @@ typedef struct wd_trigger_watch {
   int64_t start_sec, start_nsec; /* when the watch started: older relay files are stale */
   uint64_t shared_checks;      /* metadata operations on the shared file system */
   uint64_t node_checks;        /* ... and on the node-local relay */
+  uint64_t next_verdict_ns;    /* the poller's next look for a verdict line on the shared FS */
 } wd_trigger_watch;
 
 /* Start watching: episodes already in the directory are history (never answered); the first
@@ -47,5 +48,15 @@ int wd_trigger_post(wd_trigger_watch *w, const char *json, char *name_out, size_
  * content_len-1 bytes, NUL-terminated) when it exists (w->next moves on), else 0. */
 int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t name_len,
                     char *content, size_t content_len);
+
+/* The automatic verdict of episode k (watchdog/autoverdict.h): its first line, published by the
+ * episode's opener as <dump dir>/triggers/verdict-<k>.line (whole or not at all) and relayed to
+ * its node. 0, or -1 (errno). */
+int wd_trigger_post_verdict(wd_trigger_watch *w, unsigned k, const char *line);
+
+/* One look for episode k's verdict line, as for episodes: the node-local relay every call, the
+ * shared directory when this process is the poller and its interval has passed (then relayed).
+ * Returns 1 with the line (NUL-terminated, no newline), else 0. */
+int wd_trigger_verdict_poll(wd_trigger_watch *w, unsigned k, uint64_t now, char *line, size_t len);
 
 #endif

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "dump/dumpfile.h"
 #include "flightrec/strtab.h"
+#include "watchdog/autoverdict.h"
 
 #define WD_M_FUNCS 32 /* functions kept per communicator in one file */
 
@@ -130,7 +131,7 @@ static void family(FILE *b, const char *name, const char *type, const char *help
   fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void render(FILE *b, unsigned stalls, unsigned dumps) {
+static void render(FILE *b, unsigned stalls, unsigned dumps, const wd_av_stats *av) {
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME, &wall);
   family(b, "nccl_watchdog_info", "gauge", "The plugin is loaded in this process (value 1).");
@@ -146,6 +147,25 @@ static void render(FILE *b, unsigned stalls, unsigned dumps) {
   fprintf(b, "nccl_watchdog_stalls_detected_total{%s} %u\n", wd_m.labels, stalls);
   family(b, "nccl_watchdog_dumps_written_total", "counter", "Dumps this process wrote (any reason).");
   fprintf(b, "nccl_watchdog_dumps_written_total{%s} %u\n", wd_m.labels, dumps);
+  if (av) {
+    family(b, "nccl_watchdog_episode_open", "gauge",
+           "The job's stall episode this process is part of, 0 when none.");
+    fprintf(b, "nccl_watchdog_episode_open{%s} %u\n", wd_m.labels, av->open_episode);
+    family(b, "nccl_watchdog_episodes_resumed_total", "counter",
+           "Stall episodes of this process that ended with progress (slow, not hung).");
+    fprintf(b, "nccl_watchdog_episodes_resumed_total{%s} %u\n", wd_m.labels, av->resumed);
+    if (av->last_kind[0]) {
+      char k[48], r[32], h[160];
+      label_value(k, sizeof k, av->last_kind);
+      label_value(r, sizeof r, av->last_rank);
+      label_value(h, sizeof h, av->last_host);
+      family(b, "nccl_watchdog_verdict_seconds", "gauge",
+             "The latest automatic verdict: seconds from the episode's opening; labels: its first "
+             "line's verdict, culprit rank and host.");
+      fprintf(b, "nccl_watchdog_verdict_seconds{%s,verdict=\"%s\",culprit_rank=\"%s\",culprit_host=\"%s\"} %.3f\n",
+              wd_m.labels, k, r, h, av->last_seconds);
+    }
+  }
 
   family(b, "nccl_watchdog_ops_enqueued_total", "counter",
          "Operations enqueued per communicator and function (p2p: Send and Recv together).");
@@ -211,13 +231,13 @@ static int write_file(const char *data, size_t len) {
   return -1;
 }
 
-void wd_metrics_flush(unsigned stall_episodes, unsigned dumps) {
+void wd_metrics_flush(unsigned stall_episodes, unsigned dumps, const wd_av_stats *av) {
   if (!wd_m.on) return;
   char *text = NULL;
   size_t len = 0;
   FILE *b = open_memstream(&text, &len);
   if (b) {
-    render(b, stall_episodes, dumps);
+    render(b, stall_episodes, dumps, av);
     if (fclose(b) != 0) len = 0;
   }
   if (!text || !len || write_file(text, len) != 0) {

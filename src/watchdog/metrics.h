@@ -21,7 +21,9 @@ int wd_metrics_due(uint64_t now);
  * context's counters for the file. */
 void wd_metrics_note(wd_context *ctx, uint64_t now, int due);
 /* After the pass, when due: writes the file (temporary, rename), with the process counters. */
-void wd_metrics_flush(unsigned stall_episodes, unsigned dumps);
+struct wd_av_stats;
+/* av: the automatic verdict's state (autoverdict.h), NULL when there is none. */
+void wd_metrics_flush(unsigned stall_episodes, unsigned dumps, const struct wd_av_stats *av);
 /* At watchdog stop: removes the file (a process that is gone has no health to report). */
 void wd_metrics_close(void);
 

@@ -29,6 +29,7 @@
 #include "events/store.h"
 #include "flightrec/strtab.h"
 #include "stacks/backtrace.h"
+#include "watchdog/autoverdict.h"
 #include "watchdog/collect.h"
 #include "watchdog/fatal.h"
 #include "watchdog/metrics.h"
@@ -56,6 +57,7 @@ static struct {
   uint64_t peer_dump_ns; /* when it last answered a job episode (peer dump): its own stall soon
                             after is the same episode, already dumped */
   uint64_t peer_mark;    /* wd_progress_mark() then: unchanged, nothing completed since */
+  uint64_t episode_began_ns; /* when the stalled operation of this process's episode last moved */
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -244,9 +246,13 @@ static void wd_check_stalls(uint64_t now) {
   wd_pool_reserve(&wd_store.detached, wd_pool_nslots(&wd_store.detached) / 4);
   pthread_mutex_unlock(&wd_store.lock);
   /* Counted before this poll's dump: the next file shows it (within one interval). */
-  if (metrics_due) wd_metrics_flush(wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps);
+  if (metrics_due) {
+    wd_av_stats av;
+    wd_av_get_stats(&av);
+    wd_metrics_flush(wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps, &av);
+  }
   if (n == 0) {
-    if (wd_wd.episode) WD_INFO("progress resumed: stall episode over");
+    if (wd_wd.episode) wd_av_resumed(now, wd_wd.episode_began_ns);
     wd_wd.episode = 0;
     return;
   }
@@ -273,12 +279,17 @@ static void wd_check_stalls(uint64_t now) {
       stalls[j] = stalls[j - 1];
       stalls[j - 1] = t;
     }
+  wd_wd.episode_began_ns = now - stalls[0].since_progress_ns;
   /* The episode first: the process that opens it dumps whole rings, the others of the same
    * episode a summary. */
-  int joined = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok && wd_post_trigger(stalls, n) == 0;
+  int posted = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok ? wd_post_trigger(stalls, n) : -1;
+  int joined = posted == 0;
+  unsigned k = wd_wd.watch.next - 1; /* the episode posted or joined */
+  if (posted == 1) wd_av_opened(k, now, stalls, n);
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
   int rc = wd_dump("stall", &extra, joined, path, sizeof(path));
+  if (posted >= 0 && rc == 0) wd_av_dumped(k, now);
   for (uint32_t i = 0; i < n && i < 4; i++) {
     const wd_stall *s = &stalls[i];
     WD_WARN("stall on comm 0x%llx \"%s\" rank %d/%d: %s %s seq %lld made no progress for %.1f s; "
@@ -313,6 +324,7 @@ static void wd_check_triggers(uint64_t now) {
             (double)(now - wd_wd.last_dump_ns) / 1e9);
     wd_wd.peer_dump_ns = now;
     wd_wd.peer_mark = wd_progress_mark();
+    wd_av_dumped(wd_wd.watch.next - 1, now);
     return;
   }
   wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
@@ -321,6 +333,7 @@ static void wd_check_triggers(uint64_t now) {
     wd_wd.peer_dump_ns = now;
     wd_wd.peer_mark = wd_progress_mark();
     WD_WARN("another process reported a stall (%s): dump %s", name, path);
+    wd_av_dumped(wd_wd.watch.next - 1, now);
   }
 }
 
@@ -422,8 +435,10 @@ static void *wd_main(void *arg) {
       next = now + poll_ns;
       if (wd_wd.cfg->peer_dumps && wd_wd.dumps_ok) wd_check_triggers(now);
       wd_check_stalls(now);
+      wd_av_poll(now);
     }
   }
+  wd_av_stop();
   wd_fatal_altstack_free();
   return NULL;
 }
@@ -458,6 +473,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     int poller = !lr || !*lr || strtol(lr, NULL, 10) == 0;
     uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;
     wd_trigger_watch_init(&wd_wd.watch, wd_wd.base, cfg->ring_dir, poller, every);
+    wd_av_start(cfg, &wd_wd.watch, wd_wd.base, wd_wd.host);
   }
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wd_wd.wake_fd < 0) {

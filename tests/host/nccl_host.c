@@ -1679,6 +1679,9 @@ char *wdh_scenario_dir(const char *tag, const char *timeout, const char *poll) {
   setenv("NCCL_WATCHDOG_RING_DIR", dir, 1); /* ring files go with the dumps, removed with them */
   setenv("NCCL_WATCHDOG_TIMEOUT", timeout, 1);
   setenv("NCCL_WATCHDOG_POLL", poll, 1);
+  /* The automatic verdict (on for users) runs the analyzer beside the plugin after every
+   * episode; scenarios about other things leave it out unless they ask (0 without overwriting). */
+  setenv("NCCL_WATCHDOG_VERDICT", "0", 0);
   return dir;
 }
 

@@ -399,7 +399,8 @@ int wdh_check_failures(void);
 /* Prints a PASS/FAIL line with the name and returns the exit code (0 or 1). */
 int wdh_check_summary(const char *name);
 /* The common start of a scenario program: a fresh dump directory (wdh_tempdir(tag)) exported as
- * NCCL_WATCHDOG_DUMP_DIR, and NCCL_WATCHDOG_TIMEOUT / NCCL_WATCHDOG_POLL set. Returns the
+ * NCCL_WATCHDOG_DUMP_DIR, and NCCL_WATCHDOG_TIMEOUT / NCCL_WATCHDOG_POLL set;
+ * NCCL_WATCHDOG_VERDICT=0 unless the environment already says. Returns the
  * malloc'ed directory, for wdh_scenario_end(). */
 char *wdh_scenario_dir(const char *tag, const char *timeout, const char *poll);
 /* The common end: checks that no callback failed, prints the PASS/FAIL line; on failure prints

@@ -104,6 +104,7 @@ int main(void) {
   const char *env = getenv("WDH_STORM_RANKS");
   g_n = env ? atoi(env) : 200;
   if (g_n < PER_NODE || g_n > 4096) return 2;
+  setenv("NCCL_WATCHDOG_VERDICT", "1", 1); /* one automatic verdict for the whole storm */
   char *dir = wdh_scenario_dir("storm", "2s", "100ms");
   g_base = wdh_tempdir("storm-nodes");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
@@ -147,9 +148,29 @@ int main(void) {
   snprintf(tdir, sizeof tdir, "%s/triggers", dir);
   DIR *d = opendir(tdir);
   struct dirent *e;
-  while (d && (e = readdir(d)) != NULL) ntrig += e->d_name[0] != '.';
+  while (d && (e = readdir(d)) != NULL) ntrig += strncmp(e->d_name, "episode-", 8) == 0;
   if (d) closedir(d);
   WDH_CHECK(ntrig == 1, "%d trigger files (want 1: the episode)", ntrig);
+  /* Exactly one automatic verdict, made by the process that opened the episode. */
+  const char *azv = getenv("WDH_ANALYZER");
+  int nverdicts = 0;
+  double verdict_s = -1;
+  if (azv && access(azv, X_OK) == 0) {
+    char vline[1200];
+    snprintf(vline, sizeof vline, "%s/verdict-1.line", tdir);
+    for (int i = 0; i < 600 && access(vline, R_OK) != 0; i++) wdh_sleep_ms(100);
+    verdict_s = access(vline, R_OK) == 0 ? (double)(wdh_now_ns() - t_ready) / 1e9 : -1;
+    wdh_sleep_ms(1000);
+    d = opendir(dir);
+    while (d && (e = readdir(d)) != NULL) nverdicts += strncmp(e->d_name, "verdict-", 8) == 0 &&
+                                                      strstr(e->d_name, ".txt") != NULL;
+    if (d) closedir(d);
+    WDH_CHECK(nverdicts == 1, "%d automatic verdicts (want 1)", nverdicts);
+    char *vt = wdh_read_file(vline, NULL);
+    WDH_CHECK(vt && strstr(vt, "rank 0 never entered AllReduce seq 3"), "automatic verdict: %s",
+              vt ? vt : "(none)");
+    free(vt);
+  }
   /* Shared file system: a non-poller probes it once at start and may try to post once; a poller
    * adds one stat per trigger poll (500 ms) while it ran. */
   double run_s = (double)(wdh_now_ns() - t0) / 1e9;
@@ -159,9 +180,10 @@ int main(void) {
   fprintf(stderr,
           "storm: %d processes on %d nodes: ready in %.1f s, %d dumps (%d stall, %d peer) %.1f s "
           "after ready, %.1f MB in all, 1 trigger; shared-FS checks: %ld in all (max %ld per "
-          "poller, %ld per other process) in %.1f s\n",
+          "poller, %ld per other process) in %.1f s; automatic verdict line %.1f s after ready\n",
           g_n, g_n / PER_NODE, (double)(t_ready - t0) / 1e9, n, stall, peer,
-          (double)(t_all - t_ready) / 1e9, (double)g_bytes / 1e6, stotal, smax_p, smax_np, run_s);
+          (double)(t_all - t_ready) / 1e9, (double)g_bytes / 1e6, stotal, smax_p, smax_np, run_s,
+          verdict_s);
   wdh_kill_ranks(pids, g_n);
   /* The analyzer names rank 0 from these dumps. */
   const char *az = getenv("WDH_ANALYZER");

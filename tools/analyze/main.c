@@ -31,6 +31,7 @@ typedef struct args {
   const char *trace;
   const char *html;
   const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
+  const char *out;     /* PREFIX: PREFIX.txt, .json and .html, written whole or not at all */
   wd_az_opts opts;
   int ninputs;
   char **inputs;
@@ -42,6 +43,9 @@ static void usage(FILE *f) {
           "  --json             machine-readable report on stdout (schema: docs/analyzer.md)\n"
           "  --trace=FILE       also write a Chrome/Perfetto trace of every rank's rings\n"
           "  --html=FILE        also write a self-contained HTML report (charts per rank)\n"
+          "  --out=PREFIX       write the text, JSON and HTML reports to PREFIX.txt, .json and\n"
+          "                     .html (each through a temporary file and a rename), and only the\n"
+          "                     first line on stdout (the plugin's automatic verdict uses it)\n"
           "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
@@ -77,7 +81,7 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
-  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML };
+  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
@@ -85,6 +89,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"straggler-ms", required_argument, NULL, O_STRAG},
       {"timings", no_argument, NULL, O_TIMINGS},
       {"html", required_argument, NULL, O_HTML},
+      {"out", required_argument, NULL, O_OUT},
       {"jobs", required_argument, NULL, 'j'},
       {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
@@ -97,6 +102,7 @@ static int parse_args(int argc, char **argv, args *a) {
     case O_JSON: a->json = 1; break;
     case O_TRACE: a->trace = optarg; break;
     case O_HTML: a->html = optarg; break;
+    case O_OUT: a->out = optarg; break;
     case O_SALVAGE: a->salvage = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
     case O_TIMINGS: a->timings = 1; break;
@@ -141,6 +147,35 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+typedef enum { R_TEXT, R_JSON, R_HTML } report_kind;
+
+/* PREFIX.<ext>: written to a temporary name, synced and renamed, so a reader sees the whole
+ * report or none. 0 or -1 (errno). */
+static int write_report(const char *prefix, const char *ext, report_kind kind, const wd_az_result *res) {
+  char path[4096], tmp[4120];
+  snprintf(path, sizeof path, "%s.%s", prefix, ext);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+  if (!f) {
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  int bad = 0;
+  if (kind == R_TEXT) wd_az_report_text(f, res, 0);
+  else if (kind == R_JSON) bad = wd_az_report_json(f, res) != 0;
+  else bad = wd_az_report_html(f, res) != 0;
+  if (fflush(f) != 0 || fsync(fileno(f)) != 0) bad = 1;
+  if (fclose(f) != 0) bad = 1;
+  if (bad || rename(tmp, path) != 0) {
+    int e = errno;
+    unlink(tmp);
+    errno = e;
+    return -1;
+  }
+  return 0;
+}
+
 static int run(const args *a) {
   wd_az_set set;
   memset(&set, 0, sizeof(set));
@@ -170,8 +205,20 @@ static int run(const args *a) {
     wd_az_job_verdict(&res, &job);
     t3 = now_s();
   }
-  if (a->json) rc = wd_az_report_json(stdout, &res) == 0 ? EXIT_OK : EXIT_OUTPUT;
-  else wd_az_report_text(stdout, &res, a->verbose);
+  if (a->out) {
+    static const char *const ext[] = {"txt", "json", "html"};
+    for (int k = R_TEXT; k <= R_HTML; k++)
+      if (write_report(a->out, ext[k], (report_kind)k, &res) != 0) {
+        fprintf(stderr, "nccl-watchdog-analyze: could not write %s.%s: %s\n", a->out, ext[k],
+                strerror(errno));
+        rc = EXIT_OUTPUT;
+      }
+    printf("%s\n", res.summary);
+  } else if (a->json) {
+    rc = wd_az_report_json(stdout, &res) == 0 ? EXIT_OK : EXIT_OUTPUT;
+  } else {
+    wd_az_report_text(stdout, &res, a->verbose);
+  }
   if (a->html) {
     FILE *hf = fopen(a->html, "w");
     int bad = !hf || wd_az_report_html(hf, &res) != 0;

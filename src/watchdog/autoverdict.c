@@ -1,0 +1,454 @@
+/* The automatic verdict of a stall episode (autoverdict.h). */
+#include "watchdog/autoverdict.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "dump/dumpfile.h"
+
+extern char **environ;
+
+#define AV_COUNT_EVERY_NS (1000ull * 1000000ull) /* how often the opener counts the dumps */
+#define AV_HOOK_LIMIT_NS (60ull * 1000000000ull) /* the hook's time limit */
+#define AV_LINE 2048
+#define AV_SALVAGE_MAX 64 /* ring files of dead processes turned into dumps per episode */
+
+enum { AV_IDLE, AV_SETTLE, AV_RUNNING };
+
+/* A child this module runs: the analyzer, the hook or a salvage. */
+typedef struct av_child {
+  pid_t pid;
+  uint64_t kill_ns;
+} av_child;
+
+static struct {
+  const wd_config *cfg;
+  wd_trigger_watch *watch;
+  char base[WD_PATH_MAX];
+  char host[64];
+  char analyzer[WD_PATH_MAX + 64]; /* "" when none was found */
+  /* The episode whose verdict this process makes. */
+  int state;
+  unsigned k;
+  uint64_t opened_ns, deadline_ns, next_count_ns;
+  time_t opened_sec; /* wall clock: dumps of the episode are newer than this, less a margin */
+  int expected, counted;
+  av_child analyzer_run, hook, salvage;
+  /* The episode whose verdict line this process logs. */
+  unsigned wait_k;
+  uint64_t wait_until_ns;
+  unsigned salvaged_k; /* the last episode this node's ring files were salvaged for */
+  wd_av_stats stats;
+} av;
+
+/* ---- children ---------------------------------------------------------------------------- */
+
+/* argv[0] is run directly (never a shell), in its own process group, with default signal
+ * dispositions, stdin and stdout on /dev/null and stderr to err_path (or /dev/null). */
+static pid_t av_spawn(char *const argv[], char *const envp[], const char *err_path) {
+  posix_spawn_file_actions_t fa;
+  posix_spawnattr_t at;
+  if (posix_spawn_file_actions_init(&fa) != 0) return -1;
+  if (posix_spawnattr_init(&at) != 0) {
+    posix_spawn_file_actions_destroy(&fa);
+    return -1;
+  }
+  sigset_t none, all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null",
+                                   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  posix_spawnattr_setsigmask(&at, &none);
+  posix_spawnattr_setsigdefault(&at, &all);
+  posix_spawnattr_setpgroup(&at, 0);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, envp ? envp : environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&at);
+  if (rc != 0) {
+    errno = rc;
+    return -1;
+  }
+  return pid;
+}
+
+/* 1 when the child ended (status in *st, -1 when someone else reaped it: a framework's SIGCHLD
+ * handler may), 0 while it runs. Kills it (its process group) at its deadline. */
+static int av_reap(av_child *c, uint64_t now, int *st, int *killed) {
+  *killed = 0;
+  if (c->pid <= 0) return 0;
+  pid_t r = waitpid(c->pid, st, WNOHANG);
+  if (r == 0 && now >= c->kill_ns) {
+    kill(-c->pid, SIGKILL);
+    kill(c->pid, SIGKILL);
+    r = waitpid(c->pid, st, 0); /* prompt after SIGKILL */
+    *killed = 1;
+  }
+  if (r == 0) return 0;
+  if (r < 0) *st = -1;
+  c->pid = 0;
+  return 1;
+}
+
+static void av_kill(av_child *c) {
+  if (c->pid <= 0) return;
+  int st;
+  kill(-c->pid, SIGKILL);
+  kill(c->pid, SIGKILL);
+  waitpid(c->pid, &st, 0);
+  c->pid = 0;
+}
+
+/* ---- the analyzer ------------------------------------------------------------------------- */
+
+/* The analyzer beside the plugin: <plugin dir>/../bin (make install, the build tree), or the
+ * plugin's own directory (a wheel). */
+static void av_find_analyzer(void) {
+  av.analyzer[0] = '\0';
+  if (av.cfg->analyzer[0]) {
+    if (access(av.cfg->analyzer, X_OK) == 0) snprintf(av.analyzer, sizeof av.analyzer, "%s", av.cfg->analyzer);
+    else
+      WD_WARN("automatic verdict off: NCCL_WATCHDOG_ANALYZER=%s is not an executable file (%s)",
+              av.cfg->analyzer, strerror(errno));
+    return;
+  }
+  Dl_info info;
+  char dir[WD_PATH_MAX] = ".";
+  if (dladdr((void *)av_find_analyzer, &info) && info.dli_fname) {
+    snprintf(dir, sizeof dir, "%s", info.dli_fname);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+  }
+  char a[WD_PATH_MAX + 64], b[WD_PATH_MAX + 64];
+  snprintf(a, sizeof a, "%s/../bin/nccl-watchdog-analyze", dir);
+  snprintf(b, sizeof b, "%s/nccl-watchdog-analyze", dir);
+  if (access(a, X_OK) == 0) snprintf(av.analyzer, sizeof av.analyzer, "%s", a);
+  else if (access(b, X_OK) == 0) snprintf(av.analyzer, sizeof av.analyzer, "%s", b);
+  else
+    WD_WARN("automatic verdict off: nccl-watchdog-analyze is neither %s nor %s; "
+            "NCCL_WATCHDOG_ANALYZER names it", a, b);
+}
+
+static int av_is_dump_name(const char *n) {
+  static const char *const reasons[] = {"-stall.", "-peer.", "-sigabrt.", "-term.", "-abort.", "-postmortem."};
+  if (n[0] == '.') return 0;
+  size_t len = strlen(n);
+  if (!(len > 5 && !strcmp(n + len - 5, ".json")) && !(len > 8 && !strcmp(n + len - 8, ".json.gz")))
+    return 0;
+  for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+    if (strstr(n, reasons[i])) return 1;
+  return 0;
+}
+
+/* Dumps of the episode so far: in the dump directory's host subdirectories, written since the
+ * episode opened (less the timeout: a rank's own stall dump may come just before). */
+static int av_count_dumps(void) {
+  DIR *top = opendir(av.base);
+  if (!top) return 0;
+  time_t since = av.opened_sec - (time_t)(av.cfg->timeout_ns / 1000000000ull) - 5;
+  int n = 0;
+  struct dirent *h;
+  while ((h = readdir(top)) != NULL && n < (1 << 24)) {
+    if (h->d_name[0] == '.' || !strcmp(h->d_name, "triggers")) continue;
+    if (h->d_type != DT_DIR && h->d_type != DT_UNKNOWN) continue;
+    int fd = openat(dirfd(top), h->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *sub = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!sub) {
+      if (fd >= 0) close(fd);
+      continue;
+    }
+    struct dirent *e;
+    struct stat st;
+    while ((e = readdir(sub)) != NULL)
+      if (av_is_dump_name(e->d_name) && fstatat(dirfd(sub), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          st.st_mtime >= since)
+        n++;
+    closedir(sub);
+  }
+  closedir(top);
+  return n;
+}
+
+static void av_publish(const char *line);
+
+static void av_run_analyzer(uint64_t now) {
+  char prefix[WD_PATH_MAX + 32], out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48];
+  snprintf(prefix, sizeof prefix, "%s/verdict-%u", av.base, av.k);
+  snprintf(out, sizeof out, "--out=%s", prefix);
+  snprintf(err, sizeof err, "%s.log", prefix);
+  char *argv[] = {av.analyzer, "-q", "-j", "2", out, av.base, NULL};
+  pid_t pid = av_spawn(argv, NULL, err);
+  if (pid <= 0) {
+    char line[AV_LINE];
+    snprintf(line, sizeof line, "NO VERDICT MADE for stall episode %u: the analyzer %s could not be started (%s)",
+             av.k, av.analyzer, strerror(errno));
+    av.state = AV_IDLE;
+    av_publish(line);
+    return;
+  }
+  /* At low priority and within its memory: the job's own work comes first. */
+  setpriority(PRIO_PROCESS, (id_t)pid, 19);
+  if (av.cfg->verdict_memory_mib) {
+    struct rlimit rl = {(rlim_t)av.cfg->verdict_memory_mib << 20, (rlim_t)av.cfg->verdict_memory_mib << 20};
+    prlimit(pid, RLIMIT_AS, &rl, NULL);
+  }
+  av.analyzer_run = (av_child){pid, now + av.cfg->verdict_limit_ns};
+  av.state = AV_RUNNING;
+  WD_INFO("stall episode %u: %d dump(s) of %d expected after %.1f s; analyzing (pid %d): %s.txt",
+          av.k, av.counted, av.expected, (double)(now - av.opened_ns) / 1e9, (int)pid, prefix);
+}
+
+/* The first line of the verdict's text report, or why there is none. */
+static void av_first_line(int status, int killed, char *line, size_t len) {
+  char path[WD_PATH_MAX + 48];
+  snprintf(path, sizeof path, "%s/verdict-%u.txt", av.base, av.k);
+  line[0] = '\0';
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t r = read(fd, line, len - 1);
+    line[r > 0 ? r : 0] = '\0';
+    close(fd);
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = '\0';
+  }
+  if (line[0] && !killed) return;
+  const char *why = killed ? "ran past NCCL_WATCHDOG_VERDICT_TIMEOUT and was killed"
+                    : status == -1 ? "ended, reaped by another handler, without a report"
+                    : WIFSIGNALED(status) ? "was killed by a signal (out of memory?)"
+                                          : "wrote no report";
+  snprintf(line, len, "NO VERDICT MADE for stall episode %u: the analyzer %s (see %s/verdict-%u.log)",
+           av.k, why, av.base, av.k);
+}
+
+/* "HANG", "JOB", "NO VERDICT", "OK"; the first "global rank N" (else "rank N"); "host X". */
+static void av_parse_line(const char *line) {
+  wd_av_stats *s = &av.stats;
+  s->last_kind[0] = s->last_rank[0] = s->last_host[0] = '\0';
+  const char *colon = strchr(line, ':');
+  size_t n = colon ? (size_t)(colon - line) : 0;
+  if (n >= sizeof s->last_kind) n = sizeof s->last_kind - 1;
+  memcpy(s->last_kind, line, n);
+  s->last_kind[n] = '\0';
+  const char *r = strstr(line, "global rank ");
+  r = r ? r + 12 : (r = strstr(line, "rank ")) ? r + 5 : NULL;
+  for (size_t i = 0; r && isdigit((unsigned char)r[i]) && i + 1 < sizeof s->last_rank; i++) {
+    s->last_rank[i] = r[i];
+    s->last_rank[i + 1] = '\0';
+  }
+  const char *h = strstr(line, "host ");
+  for (size_t i = 0; h && h[5 + i] && !strchr(" ),;", h[5 + i]) && i + 1 < sizeof s->last_host; i++) {
+    s->last_host[i] = h[5 + i];
+    s->last_host[i + 1] = '\0';
+  }
+}
+
+/* NCCL_WATCHDOG_ON_VERDICT: the command and its arguments split on blanks (no shell, no text
+ * from dumps in the command line), the verdict's paths and first line in its environment. */
+static void av_run_hook(uint64_t now, const char *line) {
+  if (!av.cfg->on_verdict[0]) return;
+  char cmd[WD_PATH_MAX];
+  snprintf(cmd, sizeof cmd, "%s", av.cfg->on_verdict);
+  char *argv[33];
+  int argc = 0;
+  for (char *save = NULL, *t = strtok_r(cmd, " \t", &save); t && argc < 32; t = strtok_r(NULL, " \t", &save))
+    argv[argc++] = t;
+  argv[argc] = NULL;
+  if (!argc) return;
+  size_t nenv = 0;
+  while (environ && environ[nenv]) nenv++;
+  char **envp = calloc(nenv + 6, sizeof *envp);
+  char vars[5][WD_PATH_MAX + AV_LINE];
+  if (!envp) return;
+  for (size_t i = 0; i < nenv; i++) envp[i] = environ[i];
+  snprintf(vars[0], sizeof vars[0], "NCCL_WATCHDOG_VERDICT_TXT=%s/verdict-%u.txt", av.base, av.k);
+  snprintf(vars[1], sizeof vars[1], "NCCL_WATCHDOG_VERDICT_JSON=%s/verdict-%u.json", av.base, av.k);
+  snprintf(vars[2], sizeof vars[2], "NCCL_WATCHDOG_VERDICT_HTML=%s/verdict-%u.html", av.base, av.k);
+  snprintf(vars[3], sizeof vars[3], "NCCL_WATCHDOG_VERDICT_EPISODE=%u", av.k);
+  snprintf(vars[4], sizeof vars[4], "NCCL_WATCHDOG_VERDICT_LINE=%s", line);
+  for (int i = 0; i < 5; i++) envp[nenv + (size_t)i] = vars[i];
+  char err[WD_PATH_MAX + 48];
+  snprintf(err, sizeof err, "%s/verdict-%u.hook.log", av.base, av.k);
+  pid_t pid = av_spawn(argv, envp, err);
+  free(envp);
+  if (pid <= 0) {
+    WD_WARN("NCCL_WATCHDOG_ON_VERDICT: could not run %s: %s", argv[0], strerror(errno));
+    return;
+  }
+  av.hook = (av_child){pid, now + AV_HOOK_LIMIT_NS};
+}
+
+static void av_publish(const char *line) {
+  char text[AV_LINE + 2];
+  snprintf(text, sizeof text, "%s\n", line);
+  if (wd_trigger_post_verdict(av.watch, av.k, text) != 0 && errno != EEXIST)
+    WD_WARN("stall episode %u: could not publish the verdict in %s: %s", av.k, av.watch->dir, strerror(errno));
+  /* The opener dumped for its episode: it logs the line now, not at its next look. */
+  if (av.wait_k == av.k) {
+    WD_WARN("verdict of stall episode %u: %s", av.k, line);
+    av.wait_k = 0;
+  }
+  av.stats.verdicts++;
+  av.stats.last_seconds = (double)(wd_now_ns() - av.opened_ns) / 1e9;
+  av_parse_line(line);
+}
+
+/* ---- dead processes of this node ---------------------------------------------------------- */
+
+/* The node's poller turns the ring files of this node's dead processes (pid gone, not ours,
+ * refreshed since this job started) into post-mortem dumps in the shared directory, once per
+ * episode: the verdict then sees a rank that was SIGKILLed without an epilog. */
+static void av_salvage(uint64_t now, unsigned k) {
+  if (!av.analyzer[0] || !av.cfg->ring_dir[0] || !av.watch->poller || av.salvaged_k == k || av.salvage.pid > 0)
+    return;
+  av.salvaged_k = k;
+  DIR *d = opendir(av.cfg->ring_dir);
+  if (!d) return;
+  static char paths[AV_SALVAGE_MAX][WD_PATH_MAX + 300];
+  char *argv[AV_SALVAGE_MAX + 4];
+  char out[WD_PATH_MAX + 96];
+  snprintf(out, sizeof out, "--salvage=%s/%s", av.base, av.host);
+  int argc = 0;
+  argv[argc++] = av.analyzer;
+  argv[argc++] = "-q";
+  argv[argc++] = out;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && argc < AV_SALVAGE_MAX + 3) {
+    size_t n = strlen(e->d_name);
+    if (n < 6 || strcmp(e->d_name + n - 5, ".ring") != 0) continue;
+    /* <host>-<pid>-<start>-<n>.ring */
+    const char *p = e->d_name + strlen(av.host);
+    if (strncmp(e->d_name, av.host, strlen(av.host)) != 0 || *p != '-') continue;
+    long pid = strtol(p + 1, NULL, 10);
+    struct stat st;
+    if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || st.st_mtime < av.watch->start_sec) continue;
+    snprintf(paths[argc - 3], sizeof paths[0], "%s/%s", av.cfg->ring_dir, e->d_name);
+    argv[argc] = paths[argc - 3];
+    argc++;
+  }
+  closedir(d);
+  argv[argc] = NULL;
+  if (argc == 3) return;
+  pid_t pid = av_spawn(argv, NULL, NULL);
+  if (pid > 0) {
+    setpriority(PRIO_PROCESS, (id_t)pid, 19);
+    av.salvage = (av_child){pid, now + av.cfg->verdict_limit_ns};
+    WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
+            "post-mortem dumps in %s/%s", k, argc - 3, av.base, av.host);
+  }
+}
+
+/* ---- the interface ------------------------------------------------------------------------ */
+
+void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *host) {
+  memset(&av, 0, sizeof av);
+  av.cfg = cfg;
+  av.watch = watch;
+  snprintf(av.base, sizeof av.base, "%s", base);
+  snprintf(av.host, sizeof av.host, "%s", host);
+  if (cfg->verdict && cfg->peer_dumps) av_find_analyzer();
+}
+
+void wd_av_stop(void) {
+  av_kill(&av.analyzer_run);
+  av_kill(&av.hook);
+  av_kill(&av.salvage);
+  memset(&av, 0, sizeof av);
+}
+
+void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
+  if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
+  av.state = AV_SETTLE;
+  av.k = k;
+  av.opened_ns = now;
+  av.opened_sec = time(NULL);
+  av.deadline_ns = now + av.cfg->verdict_wait_ns;
+  av.next_count_ns = now + AV_COUNT_EVERY_NS;
+  /* Every process of the job, when the launcher says how many (torchrun, SLURM through the
+   * framework); else every rank of the largest stalled communicator. */
+  const char *ws = getenv("WORLD_SIZE");
+  av.expected = ws && atoi(ws) > 0 ? atoi(ws) : 1;
+  for (uint32_t i = 0; !(ws && atoi(ws) > 0) && i < n; i++)
+    if (st[i].nranks > av.expected) av.expected = st[i].nranks;
+  av.stats.open_episode = k;
+}
+
+void wd_av_dumped(unsigned k, uint64_t now) {
+  if (!av.cfg || !av.cfg->verdict || !av.cfg->peer_dumps) return;
+  av.wait_k = k;
+  av.wait_until_ns = now + av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns + 30ull * 1000000000ull;
+  if (!av.stats.open_episode) av.stats.open_episode = k;
+  av_salvage(now, k);
+}
+
+void wd_av_resumed(uint64_t now, uint64_t began_ns) {
+  double secs = began_ns && now > began_ns ? (double)(now - began_ns) / 1e9 : 0;
+  WD_WARN("progress resumed after %.1f s: the stall episode is over (a slow rank or a long "
+          "operation, not a hang)", secs);
+  av.stats.resumed++;
+  av.stats.open_episode = 0;
+  if (!av.cfg || !av.k || !av.opened_ns) return;
+  char path[WD_PATH_MAX + 48], text[256];
+  snprintf(path, sizeof path, "%s/verdict-%u.resumed", av.base, av.k);
+  snprintf(text, sizeof text, "stall episode %u resumed after %.1f s (host %s, pid %d)\n", av.k, secs,
+           av.host, (int)getpid());
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    if (wd_write_all(fd, text, strlen(text)) != 0) { /* best effort: the log has it */
+    }
+    close(fd);
+  }
+}
+
+void wd_av_poll(uint64_t now) {
+  if (!av.cfg) return;
+  int st, killed;
+  if (av.state == AV_SETTLE && now >= av.next_count_ns) {
+    av.next_count_ns = now + AV_COUNT_EVERY_NS;
+    av.counted = av_count_dumps();
+    if (av.counted >= av.expected || now >= av.deadline_ns) av_run_analyzer(now);
+  } else if (av.state == AV_RUNNING && av_reap(&av.analyzer_run, now, &st, &killed)) {
+    char line[AV_LINE];
+    av_first_line(st, killed, line, sizeof line);
+    av.state = AV_IDLE;
+    av_publish(line);
+    av_run_hook(now, line);
+  }
+  if (av_reap(&av.hook, now, &st, &killed)) {
+    if (killed) WD_WARN("NCCL_WATCHDOG_ON_VERDICT ran past %d s: killed", (int)(AV_HOOK_LIMIT_NS / 1000000000ull));
+    else if (st != -1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
+      WD_WARN("NCCL_WATCHDOG_ON_VERDICT failed (status 0x%x): see %s/verdict-%u.hook.log", st, av.base, av.k);
+  }
+  av_reap(&av.salvage, now, &st, &killed);
+  if (av.wait_k) {
+    char line[AV_LINE];
+    if (wd_trigger_verdict_poll(av.watch, av.wait_k, now, line, sizeof line)) {
+      WD_WARN("verdict of stall episode %u: %s", av.wait_k, line);
+      av_parse_line(line);
+      av.wait_k = 0;
+    } else if (now >= av.wait_until_ns) {
+      av.wait_k = 0;
+    }
+  }
+}
+
+void wd_av_get_stats(wd_av_stats *out) { *out = av.stats; }

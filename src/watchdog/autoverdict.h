@@ -1,0 +1,49 @@
+/*
+ * The verdict without a human (docs/operations.md, "The verdict in the job's log"). The process
+ * that opened a stall episode (posted its trigger) waits for the episode's dumps to settle, runs
+ * the analyzer out of process (low priority, bounded memory and time, no shell), and publishes
+ * the first line next to the trigger; every process that dumped for the episode logs that line
+ * at WARN through NCCL's logger. The verdict's files are <dump dir>/verdict-<k>.txt, .json and
+ * .html; NCCL_WATCHDOG_ON_VERDICT runs after it with their paths in its environment.
+ *
+ * Everything here runs on the watchdog thread, a step per poll: it never blocks (children are
+ * reaped with WNOHANG and killed at their deadline).
+ */
+#ifndef WD_AUTOVERDICT_H
+#define WD_AUTOVERDICT_H
+
+#include <stdint.h>
+
+#include "base/config.h"
+#include "dump/trigger.h"
+#include "watchdog/stall.h"
+
+/* base: the job's dump directory; host: this host's name. The analyzer is looked up here (one
+ * WARN when it cannot be found: no automatic verdict, nothing else changes). */
+void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *host);
+/* Kills and reaps what is still running (the analyzer, the hook); forgets everything. */
+void wd_av_stop(void);
+
+/* This process opened episode k (its trigger won): it makes the episode's verdict. The stalls
+ * name the communicators whose ranks are expected to dump. */
+void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n);
+/* This process dumped for episode k (its own stall or a peer dump): it logs the verdict line. */
+void wd_av_dumped(unsigned k, uint64_t now);
+/* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's
+ * verdict files (as verdict-<k>.resumed) when this process opened it, and to the metrics. */
+void wd_av_resumed(uint64_t now, uint64_t began_ns);
+/* One step: settle, spawn, reap or kill, publish, hook, log. */
+void wd_av_poll(uint64_t now);
+
+/* For the metrics file: the episode in progress (0 none), verdicts made, resumed episodes, and
+ * the latest verdict: seconds from the episode's opening, and its first line's verdict word,
+ * culprit rank and host ("" when unknown). */
+typedef struct wd_av_stats {
+  unsigned open_episode;
+  unsigned verdicts, resumed;
+  double last_seconds;
+  char last_kind[16], last_rank[16], last_host[64];
+} wd_av_stats;
+void wd_av_get_stats(wd_av_stats *out);
+
+#endif

@@ -1,0 +1,225 @@
+/*
+ * The verdict without a human: a job of four processes and two communicators hung by one rank
+ * prints, with nobody running a command, a line naming the root in every process's log.
+ * Processes 0-3 share "dp"; 2 and 3 also share "pp" (as in scenario.jobroot). Process 3 gets
+ * stuck in its data loader; 2 waits on it in a pp AllReduce; 0 and 1 wait in the next dp
+ * AllReduce. NCCL's order as the test host plays it (nccl_host.h): ncclEnqueueCheck
+ * (enqueue.cc), ncclProxyOpToArgs (proxy.cc), sendProxyProgress / recvProxyProgress
+ * (transport/net.cc).
+ *   job      the opener of the episode waits for the four dumps, runs the analyzer beside the
+ *            plugin (its verdict-1.txt, .json, .html in the dump directory, exactly once), every
+ *            process logs "verdict of stall episode 1: JOB: root cause ... global rank 3 ...",
+ *            within the timeout + 15 s of the hang; NCCL_WATCHDOG_ON_VERDICT (this program,
+ *            no shell) gets the files' paths and the line; the metrics file has the verdict.
+ *   missing  NCCL_WATCHDOG_ANALYZER names nothing: one WARN, dumps as before, no verdict.
+ *   resumed  a rank whose AllReduce stalls past the timeout and then completes: "progress
+ *            resumed after" in its log, verdict-1.resumed beside the verdict.
+ * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
+ */
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nccl_host.h"
+
+#define DP 0xa7a7a7a7ull
+#define PP 0xb7b7b7b7ull
+
+static const char *g_dir, *g_case;
+
+/* The next AllReduce of c, whose data never comes (or comes after resume_ms). */
+static void hang_in(wdh_comm *c, unsigned resume_ms) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  wdh_op op;
+  wdh_op_enqueue(c, &cfg, &op);
+  wdh_op_proxy(&op);
+  if (resume_ms) {
+    wdh_sleep_ms(resume_ms);
+    wdh_op_resume(&op);
+  }
+  wdh_op_finish(&op);
+}
+
+/* What this process logged, for the parent: the lines with "verdict", "resumed" or "automatic
+ * verdict", rewritten every 100 ms until the process is killed. */
+static void keep_log(int r) {
+  char path[4200], tmp[4210];
+  snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int last = -1;
+  for (;;) {
+    int n = wdh_log_count(-1);
+    if (n != last) {
+      last = n;
+      FILE *f = fopen(tmp, "w");
+      if (f) {
+        int saved = dup(2);
+        if (saved >= 0 && dup2(fileno(f), 2) >= 0) {
+          wdh_log_print();
+          fflush(stderr);
+          dup2(saved, 2);
+        }
+        if (saved >= 0) close(saved);
+        fclose(f);
+        if (rename(tmp, path) != 0) unlink(tmp);
+      }
+    }
+    wdh_sleep_ms(100);
+  }
+}
+
+static void rank_main(int r, int fd) {
+  char g[8];
+  snprintf(g, sizeof g, "%d", r);
+  setenv("RANK", g, 1);
+  setenv("LOCAL_RANK", g, 1);
+  setenv("WORLD_SIZE", "4", 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm dp, pp;
+  wdh_comm_init(&dp, &p, DP, "dp", 1, 4, r);
+  if (r >= 2) wdh_comm_init(&pp, &p, PP, "pp", 1, 2, r - 2);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&dp, NULL, &cfg, 5);
+  if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  if (!strcmp(g_case, "resumed")) {
+    if (r == 0) hang_in(&dp, 2500); /* stalls past the 1 s timeout, then completes */
+  } else if (r <= 1) {
+    hang_in(&dp, 0); /* dp AllReduce seq 5: waits for ranks 2 and 3 */
+  } else if (r == 2) {
+    hang_in(&pp, 0); /* pp AllReduce seq 3: waits for process 3 */
+  } /* r == 3: stuck in its data loader */
+  keep_log(r);
+}
+
+static char *read_all(const char *path) { return wdh_read_file(path, NULL); }
+
+/* Waits until every process's log holds want; returns how many do. */
+static int wait_logs(const char *want, int n, unsigned timeout_ms) {
+  uint64_t until = wdh_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  int have = 0;
+  do {
+    have = 0;
+    for (int r = 0; r < n; r++) {
+      char path[4200];
+      snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+      char *t = read_all(path);
+      have += t && strstr(t, want);
+      free(t);
+    }
+    if (have == n) break;
+    wdh_sleep_ms(200);
+  } while (wdh_now_ns() < until);
+  return have;
+}
+
+static int count_files(const char *prefix) {
+  DIR *d = opendir(g_dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+static void case_job(pid_t *pids) {
+  uint64_t t0 = wdh_now_ns();
+  int n = wait_logs("verdict of stall episode 1: JOB: root cause", 4, 16000);
+  double secs = (double)(wdh_now_ns() - t0) / 1e9;
+  WDH_CHECK(n == 4, "%d of 4 processes logged the verdict within 16 s", n);
+  fprintf(stderr, "autoverdict: every process logged the verdict %.1f s after the hang (timeout 1 s)\n", secs);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
+  char *t = read_all(path);
+  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "AllReduce seq"),
+            "the line does not name global rank 3 and the collective: %.300s", line ? line : "(none)");
+  free(t);
+  WDH_CHECK(count_files("verdict-1.txt") == 1 && count_files("verdict-1.json") == 1 &&
+                count_files("verdict-1.html") == 1,
+            "verdict-1.txt/.json/.html not all there");
+  WDH_CHECK(count_files("verdict-2") == 0, "a second verdict");
+  /* The hook: this program, run without a shell, with the files' paths and the line. */
+  snprintf(path, sizeof path, "%s/hook.out", g_dir);
+  for (int i = 0; i < 50 && access(path, R_OK) != 0; i++) wdh_sleep_ms(100);
+  t = read_all(path);
+  WDH_CHECK(t && strstr(t, "/verdict-1.txt") && strstr(t, "LINE=JOB: root cause") && strstr(t, "EPISODE=1"),
+            "hook output: %.300s", t ? t : "(none)");
+  free(t);
+  /* The opener's metrics file holds the verdict's time and culprit. */
+  int metrics = 0;
+  for (int r = 0; r < 4; r++) {
+    snprintf(path, sizeof path, "%s/nccl-watchdog-mhost-%d.prom", g_dir, (int)pids[r]);
+    t = read_all(path);
+    metrics += t && strstr(t, "nccl_watchdog_verdict_seconds{") && strstr(t, "culprit_rank=\"3\"");
+    free(t);
+  }
+  WDH_CHECK(metrics >= 1, "no metrics file shows the verdict with culprit rank 3");
+}
+
+static void case_missing(void) {
+  int n = wait_logs("automatic verdict off: NCCL_WATCHDOG_ANALYZER", 4, 5000);
+  WDH_CHECK(n == 4, "%d of 4 processes said the analyzer is missing", n);
+  WDH_CHECK(wdh_wait_dumps(g_dir, NULL, 4, 10000) >= 4, "dumps are not written as before");
+  wdh_sleep_ms(2000);
+  WDH_CHECK(count_files("verdict-") == 0, "a verdict without an analyzer");
+}
+
+static void case_resumed(void) {
+  int n = wait_logs("progress resumed after", 1, 10000);
+  WDH_CHECK(n == 1, "rank 0 did not log the resumed episode");
+  for (int i = 0; i < 100 && count_files("verdict-1.resumed") == 0; i++) wdh_sleep_ms(100);
+  WDH_CHECK(count_files("verdict-1.resumed") == 1, "no verdict-1.resumed");
+}
+
+int main(int argc, char **argv) {
+  if (argc > 2 && !strcmp(argv[1], "hook")) { /* NCCL_WATCHDOG_ON_VERDICT */
+    FILE *f = fopen(argv[2], "w");
+    if (!f) return 1;
+    const char *vars[] = {"NCCL_WATCHDOG_VERDICT_TXT", "NCCL_WATCHDOG_VERDICT_JSON",
+                          "NCCL_WATCHDOG_VERDICT_HTML", "NCCL_WATCHDOG_VERDICT_EPISODE",
+                          "NCCL_WATCHDOG_VERDICT_LINE"};
+    for (int i = 0; i < 5; i++) {
+      const char *v = getenv(vars[i]);
+      fprintf(f, "%s=%s\n", vars[i] + 22, v ? v : "");
+    }
+    return fclose(f) == 0 ? 0 : 1;
+  }
+  const char *az = getenv("WDH_ANALYZER");
+  if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
+  g_case = argc > 1 ? argv[1] : "job";
+  if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed")) return 2;
+  char tag[32];
+  snprintf(tag, sizeof tag, "autoverdict-%s", g_case);
+  setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
+  char *dir = wdh_scenario_dir(tag, "1s", "100ms");
+  g_dir = dir;
+  setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
+  setenv("NCCL_WATCHDOG_METRICS", "200ms", 1);
+  setenv("NCCL_WATCHDOG_METRICS_DIR", dir, 1);
+  setenv("NCCL_WATCHDOG_HOSTNAME", "mhost", 1);
+  if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
+  char self[4096], hook[8400];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  self[sl > 0 ? sl : 0] = '\0';
+  snprintf(hook, sizeof hook, "%s hook %s/hook.out", self, dir);
+  setenv("NCCL_WATCHDOG_ON_VERDICT", hook, 1);
+  pid_t pids[4];
+  WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
+  if (!strcmp(g_case, "job")) case_job(pids);
+  else if (!strcmp(g_case, "missing")) case_missing();
+  else case_resumed();
+  wdh_kill_ranks(pids, 4);
+  char label[48];
+  snprintf(label, sizeof label, "scenario.autoverdict %s", g_case);
+  return wdh_scenario_end(label, dir);
+}
