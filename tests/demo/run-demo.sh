@@ -46,6 +46,7 @@ export NCCL_WATCHDOG_DUMP_DIR=$DUMPS
 export NCCL_WATCHDOG_TIMEOUT=2s
 export NCCL_WATCHDOG_POLL=200ms
 export WORLD_SIZE=$NRANKS
+export WDH_LOG_ECHO=warn # the plugin's WARN lines in each rank's log, as NCCL prints them
 start=$(date +%s.%N)
 # The rank that hangs the job is a Python program when Debian's python3 is there: its dumps
 # then hold its Python stack, and the report names the line of the "training script".
@@ -104,6 +105,13 @@ What happened:
 EOF
 
 if [ -x "$ANALYZER" ]; then
+  bold "-- the job's own logs: the verdict, with nobody running a command"
+  echo "(the process that opened the episode ran the analyzer beside the plugin once every rank"
+  echo " had dumped; every rank that dumped logged its first line at WARN, as NCCL's logger prints it)"
+  nv=$(grep -l "verdict of stall episode" "$LOGS"/rank*.log 2>/dev/null | wc -l)
+  grep -h "verdict of stall episode" "$LOGS"/rank*.log | head -1 || echo "(no verdict line in the logs)"
+  echo "(that line is in the logs of $nv of the $NRANKS ranks; its reports: $(cd "$DUMPS" && ls verdict-1.* 2>/dev/null | tr '\n' ' '))"
+  echo
   bold "-- nccl-watchdog-analyze $DUMPS"
   "$ANALYZER" "$DUMPS" || status=1
   echo

@@ -25,6 +25,9 @@ if [ -x "$build/bin/nccl-watchdog-analyze" ]; then
     grep -q 'now in Python demo_rank.py:[0-9]* in wait_for_data_loader' <<<"$jobs" ||
       { echo "check-demo: the first line does not name rank 2's Python frame"; exit 1; }
   fi
+  # The job's own logs carry the automatic verdict (no command run), naming the same root.
+  grep -q '^NCCL WARN verdict of stall episode 1: JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b' <<<"$out" ||
+    { echo "check-demo: no rank logged the automatic verdict naming global rank 2"; exit 1; }
   # Part 2: rank 2 SIGKILLed, named from its ring file.
   part2=$(sed -n '/== part 2/,$p' <<<"$out")
   grep -q '^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b.*: died: only its post-mortem ring file is left' <<<"$part2" ||

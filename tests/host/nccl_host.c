@@ -80,6 +80,8 @@ void wdh_logfn(ncclDebugLogLevel level, unsigned long flags, const char *file, i
   const char *echo = getenv("WDH_LOG_ECHO");
   if (echo && echo[0] == '1')
     fprintf(stderr, "wdhost log[%d] %s:%d %s\n", (int)level, file ? file : "?", line, buf);
+  else if (echo && !strcmp(echo, "warn") && level == NCCL_LOG_WARN)
+    fprintf(stderr, "NCCL WARN %s\n", buf); /* what NCCL's logger prints for a WARN */
 }
 
 int wdh_log_count(int level) {

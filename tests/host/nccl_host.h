@@ -72,7 +72,8 @@ int wdh_log_count(int level);                          /* lines at that level, -
 int wdh_log_contains(int level, const char *substr);
 void wdh_log_clear(void);
 void wdh_log_print(void);                              /* all recorded lines to stderr */
-/* WDH_LOG_ECHO=1 in the environment echoes lines to stderr as they arrive. */
+/* WDH_LOG_ECHO=1 in the environment echoes lines to stderr as they arrive; WDH_LOG_ECHO=warn
+ * only the WARN lines, as NCCL's logger prints them ("NCCL WARN ..."). */
 
 /* ---------------------------------------------------------------------------------------------
  * Communicators
