@@ -155,6 +155,16 @@ if [ "$QUICK" != 1 ] && [ -x "$BUILD/tests/scenario_storm" ]; then
   storm_line=$(grep '^storm: 1000 processes' <<<"$storm_out" || true)
 fi
 
+verdict_lines=""
+if [ "$QUICK" != 1 ]; then
+  for vn in 10000 100000; do
+    log "automatic verdict at $vn ranks (bench/verdict-bench.sh, synthetic dumps; BENCH_QUICK=1 skips it)"
+    vl=$("$SRC/bench/verdict-bench.sh" "$BUILD" "$vn" 2>&1 | grep '^verdict_' || true); log "  $vl"
+    verdict_lines="$verdict_lines${vl:+$vl
+}"
+  done
+fi
+
 # ---- table ------------------------------------------------------------------------------------
 yes_no() { awk "BEGIN { exit !($1) }" && echo met || echo "NOT met"; }
 add1=$(calc "%.1f" "${NS[ours1]} - ${NS[empty1]}")
@@ -212,6 +222,11 @@ if [ -n "$dump_line" ]; then
 fi
 if [ -n "$scale_line" ]; then
   echo "| Analyzer, 4096 ranks | ${scale_line#analyze_4096: } | | |"
+fi
+if [ -n "$verdict_lines" ]; then
+  while IFS= read -r vl; do
+    [ -n "$vl" ] && echo "| Automatic verdict, ${vl%%:*} (synthetic; the line comes this long after the dumps are in, plus the 1 s settle check) | ${vl#*: } | timeout + 15 s in all | |"
+  done <<<"$verdict_lines"
 fi
 if [ -n "$storm_line" ]; then
   echo "| 1,000 processes stall together (bench/storm.sh) | ${storm_line#storm: } | one dump each, 1 trigger | $(grep -q '1000 dumps' <<<"$storm_line" && echo met || echo 'NOT met') |"

@@ -386,8 +386,9 @@ void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
   /* Every process of the job, when the launcher says how many (torchrun, SLURM through the
    * framework); else every rank of the largest stalled communicator. */
   const char *ws = getenv("WORLD_SIZE");
-  av.expected = ws && atoi(ws) > 0 ? atoi(ws) : 1;
-  for (uint32_t i = 0; !(ws && atoi(ws) > 0) && i < n; i++)
+  long world = ws ? strtol(ws, NULL, 10) : 0;
+  av.expected = world > 0 && world < (1L << 24) ? (int)world : 1;
+  for (uint32_t i = 0; world <= 0 && i < n; i++)
     if (st[i].nranks > av.expected) av.expected = st[i].nranks;
   av.stats.open_episode = k;
 }
