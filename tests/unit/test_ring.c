@@ -322,17 +322,25 @@ static void test_concurrent(void) {
   CU_ASSERT_EQUAL(misorder, 0);
   CU_ASSERT_EQUAL(lost_back, 0);
   CU_ASSERT_TRUE(snaps > 0 && records > 0);
-  /* Quiescent: the whole ring is readable and exactly the last RING_CAP tickets. */
+  /* Quiescent: the last RING_CAP tickets, each readable, except a slot two writers of different
+   * laps wrote at once (a writer preempted for a whole lap: on a loaded machine, under TSan):
+   * its check rejects it (torn), never a mixed record; at most one such slot per writer. */
   uint32_t torn;
   uint64_t lost;
   uint32_t n = wd_ring_snapshot(&r, out, RING_CAP, &torn, &lost);
-  CU_ASSERT_EQUAL(n, RING_CAP);
-  CU_ASSERT_EQUAL(torn, 0);
+  CU_ASSERT_EQUAL(n + torn, RING_CAP);
+  CU_ASSERT_TRUE(torn <= NWRITERS);
   CU_ASSERT_EQUAL(lost, (uint64_t)NWRITERS * PER_WRITER - RING_CAP);
   int ok = 1;
-  for (uint32_t i = 0; i < n; i++)
-    if (!rec_ok(&out[i]) || out[i].turn != 2 * (lost + i) + 2) ok = 0;
+  uint64_t prev = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (!rec_ok(&out[i]) || out[i].turn <= prev || out[i].turn < 2 * lost + 2 ||
+        out[i].turn > 2 * (lost + RING_CAP) + 2)
+      ok = 0;
+    prev = out[i].turn;
+  }
   CU_ASSERT_TRUE(ok);
+  if (torn) fprintf(stderr, "test_ring: %u lap-mixed record(s) rejected (a writer preempted for a lap)\n", torn);
   free(out);
   wd_ring_destroy(&r);
 }
