@@ -60,7 +60,7 @@ static struct {
 
 /* argv[0] is run directly (never a shell), in its own process group, with default signal
  * dispositions, stdin and stdout on /dev/null and stderr to err_path (or /dev/null). */
-static pid_t av_spawn(char *const argv[], char *const envp[], const char *err_path) {
+static pid_t av_spawn_flags(char *const argv[], char *const envp[], const char *err_path, int detached) {
   posix_spawn_file_actions_t fa;
   posix_spawnattr_t at;
   if (posix_spawn_file_actions_init(&fa) != 0) return -1;
@@ -73,12 +73,16 @@ static pid_t av_spawn(char *const argv[], char *const envp[], const char *err_pa
   sigfillset(&all);
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null",
-                                   O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+  /* Detached: stderr stays the job's (its log), and a session of its own outlives this process
+   * and the launcher's signals to its process group. */
+  if (!detached)
+    posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null",
+                                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &all);
   posix_spawnattr_setpgroup(&at, 0);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                                    (detached ? POSIX_SPAWN_SETSID : POSIX_SPAWN_SETPGROUP));
   pid_t pid = -1;
   int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, envp ? envp : environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -88,6 +92,10 @@ static pid_t av_spawn(char *const argv[], char *const envp[], const char *err_pa
     return -1;
   }
   return pid;
+}
+
+static pid_t av_spawn(char *const argv[], char *const envp[], const char *err_path) {
+  return av_spawn_flags(argv, envp, err_path, 0);
 }
 
 /* 1 when the child ended (status in *st, -1 when someone else reaped it: a framework's SIGCHLD
@@ -418,6 +426,48 @@ void wd_av_resumed(uint64_t now, uint64_t began_ns) {
     }
     close(fd);
   }
+}
+
+void wd_av_teardown(uint64_t now, int expected) {
+  if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE || av.analyzer_run.pid > 0) return;
+  char json[256], name[64];
+  snprintf(json, sizeof json, "{\"host\":\"%s\",\"pid\":%d,\"teardown\":\"SIGABRT\",\"stalls\":[]}",
+           av.host, (int)getpid());
+  if (wd_trigger_post(av.watch, json, name, sizeof name, NULL, 0) != 1) return; /* another's */
+  unsigned k = av.watch->next - 1;
+  char out[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64], settle[64], deadline[32];
+  snprintf(out, sizeof out, "--out=%s/verdict-%u", av.base, k);
+  snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, k);
+  snprintf(settle, sizeof settle, "--settle=%d,%.1f", expected > 0 ? expected : 1,
+           (double)av.cfg->verdict_wait_ns / 1e9);
+  snprintf(deadline, sizeof deadline, "--deadline=%u",
+           (unsigned)((av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns) / 1000000000ull));
+  char *argv[10];
+  int argc = 0;
+  argv[argc++] = av.analyzer;
+  argv[argc++] = "-q";
+  argv[argc++] = "-j";
+  argv[argc++] = "2";
+  argv[argc++] = settle;
+  argv[argc++] = deadline;
+  argv[argc++] = out;
+  argv[argc++] = line;
+  argv[argc++] = av.base;
+  argv[argc] = NULL;
+  pid_t pid = av_spawn_flags(argv, NULL, NULL, 1);
+  if (pid <= 0) {
+    WD_WARN("stall episode %u (posted on SIGABRT): could not start the analyzer: %s", k, strerror(errno));
+    return;
+  }
+  setpriority(PRIO_PROCESS, (id_t)pid, 19);
+  if (av.cfg->verdict_memory_mib) {
+    struct rlimit rl = {(rlim_t)av.cfg->verdict_memory_mib << 20, (rlim_t)av.cfg->verdict_memory_mib << 20};
+    prlimit(pid, RLIMIT_AS, &rl, NULL);
+  }
+  (void)now;
+  WD_WARN("SIGABRT: posted stall episode %u (%s) so that every live process dumps; a detached "
+          "analyzer (pid %d) writes %s/verdict-%u.txt and prints its first line here", k, name,
+          (int)pid, av.base, k);
 }
 
 void wd_av_poll(uint64_t now) {

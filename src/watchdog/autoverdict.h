@@ -32,6 +32,13 @@ void wd_av_dumped(unsigned k, uint64_t now);
 /* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's
  * verdict files (as verdict-<k>.resumed) when this process opened it, and to the metrics. */
 void wd_av_resumed(uint64_t now, uint64_t began_ns);
+/* This process is ending on SIGABRT (PyTorch's watchdog fired first, NCCL-FACTS "How PyTorch
+ * ends a hung job"): nobody may live long enough to make the verdict, so the first such process
+ * of the job posts the episode (the job's live processes answer with peer dumps: the rank that
+ * never entered, before torchrun's SIGTERM reaches it) and leaves a detached analyzer behind
+ * (its own session, its own settle wait and deadline), which publishes the line and prints it on
+ * this process's stderr, the job's log. expected: the dumps to wait for. */
+void wd_av_teardown(uint64_t now, int expected);
 /* One step: settle, spawn, reap or kill, publish, hook, log. */
 void wd_av_poll(uint64_t now);
 

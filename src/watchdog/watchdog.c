@@ -393,6 +393,19 @@ static void wd_check_term(void) {
   wd_fatal_term_chain();
 }
 
+/* The job's processes: WORLD_SIZE when the launcher says, else the largest communicator here. */
+static int wd_world_size(void) {
+  const char *ws = getenv("WORLD_SIZE");
+  long n = ws ? strtol(ws, NULL, 10) : 0;
+  if (n > 0 && n < (1L << 24)) return (int)n;
+  int max = 1;
+  pthread_mutex_lock(&wd_store.lock);
+  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next)
+    if (ctx->nranks > max) max = ctx->nranks;
+  pthread_mutex_unlock(&wd_store.lock);
+  return max;
+}
+
 /* SIGABRT: PyTorch's watchdog (nccl2 backend: ::abort(); legacy: std::terminate) ends the ranks
  * waiting in a hung collective, usually well before our timeout and with no finalize. What they
  * were waiting in is the evidence the analyzer needs: dump it now, whatever the timeout. */
@@ -400,11 +413,14 @@ static void wd_check_abrt(void) {
   if (!wd_fatal_abrt_pending()) return;
   char path[WD_PATH_MAX + 64];
   wd_dump_input extra = {.signo = SIGABRT};
-  if (wd_dump("sigabrt", &extra, 0, path, sizeof(path)) == 0)
+  if (wd_dump("sigabrt", &extra, 0, path, sizeof(path)) == 0) {
     WD_WARN("SIGABRT: the process is ending; what it had in flight: dump %s", path);
-  else
+    /* PyTorch's watchdog fired before ours: the verdict is left to a detached analyzer. */
+    if (wd_wd.cfg->peer_dumps) wd_av_teardown(wd_now_ns(), wd_world_size());
+  } else {
     WD_WARN("SIGABRT: the process is ending; no dump written, its ring files are in %s",
             wd_wd.cfg->ring_dir[0] ? wd_wd.cfg->ring_dir : "(no ring directory)");
+  }
   wd_fatal_abrt_done();
 }
 

@@ -229,23 +229,24 @@ static void case_hung(const char *dir) {
 
 /* ---- two jobs on one node ---- */
 
+static void two_jobs_rank(int rank, int fd) {
+  (void)rank;
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM_JOB, "same-name", 1, 2, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&c, NULL, &cfg, 3);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (;;) pause(); /* until killed */
+}
+
 static void case_two_jobs(const char *dir) {
   pid_t pids[2];
-  for (int i = 0; i < 2; i++) {
-    pids[i] = fork();
-    if (pids[i] == 0) {
-      wdh_plugin p;
-      if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
-      wdh_comm c;
-      wdh_comm_init(&c, &p, COMM_JOB, "same-name", 1, 2, 0);
-      wdh_op_cfg cfg;
-      wdh_op_cfg_default(&cfg);
-      wdh_run_ops(&c, NULL, &cfg, 3);
-      pause(); /* until killed */
-      _exit(0);
-    }
-  }
-  wdh_sleep_ms(300);
+  /* Both have their rings in files before they die (a fixed wait was too short under TSan). */
+  WDH_CHECK(wdh_fork_ranks(2, two_jobs_rank, pids) == 2, "processes not ready");
   for (int i = 0; i < 2; i++) {
     kill(pids[i], SIGKILL);
     waitpid(pids[i], NULL, 0);

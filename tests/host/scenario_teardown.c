@@ -256,6 +256,19 @@ static void case_pytorch(const char *dir, int which) {
   WDH_CHECK(lists_op(dir, reason, 5, "reached"), "no %s dump lists AllReduce seq 5 reached", reason);
   if (which != C_LEGACY3) WDH_CHECK(wdh_list_dumps(dir, "term", NULL, 0) == 1, "no term dump from rank 3");
   expect_first(dir, "rank 3 never entered AllReduce seq 5", "HANG", "PyTorch's teardown");
+  if (which == C_NCCL2) {
+    /* The automatic verdict, though every waiting rank died: the first to abort posted the
+     * episode (live processes answer with peer dumps: rank 3, when it sees the episode before
+     * torchrun's SIGTERM) and left a detached analyzer behind, which waited for a dump of every
+     * process and published the line. */
+    char line[4200];
+    snprintf(line, sizeof line, "%s/triggers/verdict-1.line", dir);
+    for (int i = 0; i < 200 && access(line, R_OK) != 0; i++) wdh_sleep_ms(100);
+    char *t = wdh_read_file(line, NULL);
+    WDH_CHECK(t && strstr(t, "rank 3 never entered AllReduce seq 5"), "automatic verdict: %s",
+              t ? t : "(none)");
+    free(t);
+  }
 }
 
 static void case_healthy(const char *dir, int which) {
@@ -427,6 +440,9 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], cases[i].name) != 0) continue;
     char tag[64];
     snprintf(tag, sizeof tag, "teardown-%s", cases[i].name);
+    /* nccl2 also checks the automatic verdict of a job PyTorch tears down. */
+    setenv("NCCL_WATCHDOG_VERDICT", strcmp(cases[i].name, "nccl2") ? "0" : "1", 1);
+    setenv("NCCL_WATCHDOG_VERDICT_WAIT", "5s", 1);
     char *dir = wdh_scenario_dir(tag, cases[i].timeout, "100ms");
     /* Stacks are not what these cases check; without them a dump is quick under sanitizers too. */
     setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);

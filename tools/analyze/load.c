@@ -882,7 +882,8 @@ int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
 
 static int dump_name(const char *name) {
   size_t n = strlen(name);
-  return name[0] != '.' && strncmp(name, "trigger-", 8) != 0 &&
+  /* verdict-<k>.json: the automatic verdict's own report (docs/operations.md, 4b) */
+  return name[0] != '.' && strncmp(name, "trigger-", 8) != 0 && strncmp(name, "verdict-", 8) != 0 &&
          ((n > 5 && strcmp(name + n - 5, ".json") == 0) || (n > 8 && strcmp(name + n - 8, ".json.gz") == 0) ||
           (n > 5 && strcmp(name + n - 5, ".ring") == 0));
 }

@@ -32,6 +32,10 @@ typedef struct args {
   const char *html;
   const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
   const char *out;     /* PREFIX: PREFIX.txt, .json and .html, written whole or not at all */
+  const char *line;    /* FILE: the first line, published whole (an automatic verdict's) */
+  long settle_n;       /* wait for this many dumps in the inputs first ... */
+  double settle_s;     /* ... at most this long */
+  unsigned deadline_s; /* SIGALRM ends the run after this long (0: none) */
   wd_az_opts opts;
   int ninputs;
   char **inputs;
@@ -46,6 +50,10 @@ static void usage(FILE *f) {
           "  --out=PREFIX       write the text, JSON and HTML reports to PREFIX.txt, .json and\n"
           "                     .html (each through a temporary file and a rename), and only the\n"
           "                     first line on stdout (the plugin's automatic verdict uses it)\n"
+          "  --settle=N,SECONDS wait until the inputs hold N dumps, at most SECONDS, then analyze\n"
+          "  --line=FILE        publish the first line as FILE (created whole, never replaced)\n"
+          "                     and print it on stderr\n"
+          "  --deadline=SECONDS end the run (SIGALRM) after SECONDS\n"
           "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
@@ -81,7 +89,8 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
-  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT };
+  enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT,
+         O_SETTLE, O_LINE, O_DEADLINE };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
@@ -90,6 +99,9 @@ static int parse_args(int argc, char **argv, args *a) {
       {"timings", no_argument, NULL, O_TIMINGS},
       {"html", required_argument, NULL, O_HTML},
       {"out", required_argument, NULL, O_OUT},
+      {"settle", required_argument, NULL, O_SETTLE},
+      {"line", required_argument, NULL, O_LINE},
+      {"deadline", required_argument, NULL, O_DEADLINE},
       {"jobs", required_argument, NULL, 'j'},
       {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
@@ -103,6 +115,24 @@ static int parse_args(int argc, char **argv, args *a) {
     case O_TRACE: a->trace = optarg; break;
     case O_HTML: a->html = optarg; break;
     case O_OUT: a->out = optarg; break;
+    case O_LINE: a->line = optarg; break;
+    case O_SETTLE: {
+      char *end;
+      errno = 0;
+      a->settle_n = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end != ',' || a->settle_n < 1) return bad("--settle", optarg, "expected N,SECONDS");
+      a->settle_s = strtod(end + 1, &end);
+      if (*end || !(a->settle_s >= 0) || a->settle_s > 86400) return bad("--settle", optarg, "expected N,SECONDS");
+      break;
+    }
+    case O_DEADLINE: {
+      char *end;
+      errno = 0;
+      long d = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || d < 1 || d > 86400) return bad("--deadline", optarg, "expected seconds, 1 to 86400");
+      a->deadline_s = (unsigned)d;
+      break;
+    }
     case O_SALVAGE: a->salvage = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
     case O_TIMINGS: a->timings = 1; break;
@@ -176,7 +206,61 @@ static int write_report(const char *prefix, const char *ext, report_kind kind, c
   return 0;
 }
 
+/* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). */
+static long count_dumps(const char *dir, int depth) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  long n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    size_t len = strlen(e->d_name);
+    /* Dumps the processes wrote (not ring files: those of live processes are there too). */
+    int dump = ((len > 5 && !strcmp(e->d_name + len - 5, ".json")) ||
+                (len > 8 && !strcmp(e->d_name + len - 8, ".json.gz"))) &&
+               strncmp(e->d_name, "verdict-", 8) && strncmp(e->d_name, "trigger-", 8);
+    if (dump) {
+      n++;
+    } else if (depth < 1 && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN) && strcmp(e->d_name, "triggers")) {
+      char sub[4096];
+      snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+      n += count_dumps(sub, depth + 1);
+    }
+  }
+  closedir(d);
+  return n;
+}
+
+/* --settle: the automatic verdict of a job whose processes are ending (the plugin's teardown
+ * path) waits here, the process that started it being gone. */
+static void settle(const args *a) {
+  double until = now_s() + a->settle_s;
+  for (;;) {
+    long n = 0;
+    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0);
+    if (n >= a->settle_n || now_s() >= until) return;
+    struct timespec ts = {0, 200 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* --line: FILE created whole (temporary, then link: never replaces one). */
+static int publish_line(const char *file, const char *line) {
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", file, (int)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  size_t len = strlen(line);
+  int ok = write(fd, line, len) == (ssize_t)len && write(fd, "\n", 1) == 1 && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  int rc = ok ? link(tmp, file) : -1;
+  unlink(tmp);
+  return rc;
+}
+
 static int run(const args *a) {
+  if (a->deadline_s) alarm(a->deadline_s);
+  if (a->settle_n) settle(a);
   wd_az_set set;
   memset(&set, 0, sizeof(set));
   double t0 = now_s();
@@ -233,6 +317,14 @@ static int run(const args *a) {
     fprintf(stderr, "nccl-watchdog-analyze: could not write trace %s: %s\n", a->trace,
             errno ? strerror(errno) : "out of memory");
     rc = EXIT_OUTPUT;
+  }
+  if (a->line) {
+    if (publish_line(a->line, res.summary) != 0 && errno != EEXIST) {
+      fprintf(stderr, "nccl-watchdog-analyze: could not write %s: %s\n", a->line, strerror(errno));
+      rc = EXIT_OUTPUT;
+    }
+    /* The job's log, where on-call looks first: this stderr is a dying rank's. */
+    fprintf(stderr, "nccl-watchdog: verdict: %s\n", res.summary);
   }
   if (fflush(stdout) != 0) rc = EXIT_OUTPUT;
   if (a->timings)
