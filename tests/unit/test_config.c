@@ -545,7 +545,7 @@ static void test_describe(void) {
            "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
            "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system) compress=peer "
            "metrics=10s metrics_dir=(ring dir) trigger_poll=5 polls peer_records=64 "
-           "memory_budget=1024MiB kernelch=auto",
+           "memory_budget=1024MiB kernelch=auto verdict=1",
            (unsigned)geteuid());
   CU_ASSERT_STRING_EQUAL(line, want);
   /* NCCL_WATCHDOG_KERNELCH: auto, on, off (and the boolean spellings); anything else warns. */
@@ -559,6 +559,21 @@ static void test_describe(void) {
     CU_ASSERT_EQUAL(c.kernelch, kw[i]);
     CU_ASSERT_EQUAL(nwarn, i == 4);
   }
+  /* The automatic verdict's settings: good values taken, bad ones warn and keep the default. */
+  reset();
+  put("NCCL_WATCHDOG_VERDICT", "off");
+  put("NCCL_WATCHDOG_VERDICT_WAIT", "3s");
+  put("NCCL_WATCHDOG_VERDICT_TIMEOUT", "soon");
+  put("NCCL_WATCHDOG_VERDICT_MEMORY", "-5");
+  put("NCCL_WATCHDOG_ON_VERDICT", "/opt/page oncall");
+  wd_config_defaults(&c);
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_EQUAL(c.verdict, 0);
+  CU_ASSERT_EQUAL(c.verdict_wait_ns, 3000 * NS_MS);
+  CU_ASSERT_EQUAL(c.verdict_limit_ns, 120000 * NS_MS);
+  CU_ASSERT_EQUAL(c.verdict_memory_mib, 16384);
+  CU_ASSERT_STRING_EQUAL(c.on_verdict, "/opt/page oncall");
+  CU_ASSERT_EQUAL(nwarn, 2);
   /* Ring files can be turned off. */
   reset();
   put("NCCL_WATCHDOG_RING_DIR", " off ");
