@@ -155,12 +155,15 @@ static void case_job(pid_t *pids) {
             "hook output: %.300s", t ? t : "(none)");
   free(t);
   /* The opener's metrics file holds the verdict's time and culprit. */
-  int metrics = 0;
-  for (int r = 0; r < 4; r++) {
-    snprintf(path, sizeof path, "%s/nccl-watchdog-mhost-%d.prom", g_dir, (int)pids[r]);
-    t = read_all(path);
-    metrics += t && strstr(t, "nccl_watchdog_verdict_seconds{") && strstr(t, "culprit_rank=\"3\"");
-    free(t);
+  int metrics = 0; /* rewritten every 200 ms: the next one after the verdict has it */
+  for (int tries = 0; tries < 30 && !metrics; tries++) {
+    if (tries) wdh_sleep_ms(100);
+    for (int r = 0; r < 4; r++) {
+      snprintf(path, sizeof path, "%s/nccl-watchdog-mhost-%d.prom", g_dir, (int)pids[r]);
+      t = read_all(path);
+      metrics += t && strstr(t, "nccl_watchdog_verdict_seconds{") && strstr(t, "culprit_rank=\"3\"");
+      free(t);
+    }
   }
   WDH_CHECK(metrics >= 1, "no metrics file shows the verdict with culprit rank 3");
 }
