@@ -188,9 +188,12 @@ int wd_trigger_post_verdict(wd_trigger_watch *w, unsigned k, const char *line) {
   char path[WD_PATH_MAX + 64];
   if (verdict_path(path, sizeof path, w->dir, k) != 0) return -1;
   w->shared_checks++;
-  if (create_exclusive(path, line) != 0) return -1;
-  relay_verdict(w, k, line);
-  return 0;
+  int rc = create_exclusive(path, line);
+  int err = errno;
+  /* Published already (the analyzer does it itself): this node is told either way. */
+  if (rc == 0 || err == EEXIST) relay_verdict(w, k, line);
+  errno = err;
+  return rc;
 }
 
 static void chomp(char *s) {

@@ -199,11 +199,14 @@ static int av_count_dumps(void) {
 static void av_publish(const char *line);
 
 static void av_run_analyzer(uint64_t now) {
-  char prefix[WD_PATH_MAX + 32], out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48];
+  char prefix[WD_PATH_MAX + 32], out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64];
   snprintf(prefix, sizeof prefix, "%s/verdict-%u", av.base, av.k);
   snprintf(out, sizeof out, "--out=%s", prefix);
   snprintf(err, sizeof err, "%s.log", prefix);
-  char *argv[] = {av.analyzer, "-q", "-j", "2", out, av.base, NULL};
+  /* The analyzer publishes the line itself: should this process be killed meanwhile, the
+   * episode still gets its verdict. */
+  snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, av.k);
+  char *argv[] = {av.analyzer, "-q", "-j", "2", out, line, av.base, NULL};
   pid_t pid = av_spawn(argv, NULL, err);
   if (pid <= 0) {
     char line[AV_LINE];
