@@ -680,10 +680,14 @@ static void state_link_suspects(const wd_az_set *set, wd_az_comm *c, const link_
   }
   wd_az_suspect *a = add_suspect(c, h->from->rank, WD_AZ_DEAD_LINK, h->from);
   wd_az_suspect *b = add_suspect(c, h->to->rank, WD_AZ_DEAD_LINK, h->to);
+  for (int end = 0; end < 2; end++) {
+    wd_az_suspect *x = end ? b : a;
+    if (!x) continue;
+    x->op = end ? h->oto : h->ofrom;
+    x->link_peer = end ? h->from->rank : h->to->rank;
+    x->link_channel = h->send.channel;
+  }
   if (a) {
-    a->op = h->ofrom;
-    a->link_peer = h->to->rank;
-    a->link_channel = h->send.channel;
     wd_az_fmt(a->detail, sizeof a->detail,
               "its send to rank %d on channel %d handed step %d to the network %s s ago%s and "
               "rank %d (host %s) has received nothing for it: the link from host %s to host %s "
@@ -699,9 +703,6 @@ static void state_link_suspects(const wd_az_set *set, wd_az_comm *c, const link_
               h->to->rank, wd_az_secs(h->recv.since_ms, sr, sizeof sr));
   }
   if (b) {
-    b->op = h->oto;
-    b->link_peer = h->from->rank;
-    b->link_channel = h->recv.channel;
     wd_az_fmt(b->detail, sizeof b->detail,
               "its receive from rank %d on channel %d has got nothing for step %d for %s s while "
               "rank %d (host %s) handed that step to the network%s: the link from host %s to "

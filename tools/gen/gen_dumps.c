@@ -283,26 +283,32 @@ static void print_state_op(FILE *f, int slot, const char *parent, int pid, int o
   fputs("]}", f);
 }
 
+/* The stuck root's head, up to its children: a P2p with its peer or a Coll with its seq; kch
+ * kernel channels announced per channel count, done of them stopped. */
+static void print_stuck_head(FILE *f, const rank_view *v, double age, double s, int nch, int done) {
+  if (v->p2p)
+    fprintf(f,
+            "[{\"slot\":150,\"type\":\"P2p\",\"parentSlot\":60,\"status\":\"stalled\","
+            "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+            "\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"peer\":%d,"
+            "\"nChannels\":%d,\"graphCaptured\":false,\"kernelChannels\":{\"expected\":%d,"
+            "\"done\":%d},\"children\":[",
+            age, s, func_name(1 + v->p2p), COUNT, v->p2p_peer, nch, nch, done);
+  else
+    fprintf(f,
+            "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
+            "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
+            "\"func\":\"%s\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
+            "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
+            "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":%d},\"children\":[",
+            age, s, func_name(v->stuck_func), v->stuck_seq, COUNT, done);
+}
+
 static void print_inflight(FILE *f, const rank_view *v) {
+  int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
+  double age = v->since_ms + 0.8, s = v->since_ms;
   if (v->by_state) {
-    int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
-    double age = v->since_ms + 0.8, s = v->since_ms;
-    if (v->p2p)
-      fprintf(f,
-              "[{\"slot\":150,\"type\":\"P2p\",\"parentSlot\":60,\"status\":\"stalled\","
-              "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
-              "\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"peer\":%d,"
-              "\"nChannels\":2,\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,"
-              "\"done\":1},\"children\":[",
-              age, s, func_name(1 + v->p2p), COUNT, v->p2p_peer);
-    else
-      fprintf(f,
-              "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
-              "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
-              "\"func\":\"AllReduce\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
-              "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
-              "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":1},\"children\":[",
-              age, s, v->stuck_seq, COUNT);
+    print_stuck_head(f, v, age, s, 2, 1);
     if (v->p2p == 2) {
       print_state_op(f, 301, "150", v->pid, -1, 0, v->p2p_peer, 4, 7, v->recv_state, age, s);
       fputc(',', f);
@@ -321,24 +327,7 @@ static void print_inflight(FILE *f, const rank_view *v) {
             age, s);
     return;
   }
-  int next = (v->rank + 1) % v->nranks, prev = (v->rank + v->nranks - 1) % v->nranks;
-  double age = v->since_ms + 0.8, s = v->since_ms;
-  if (v->p2p)
-    fprintf(f,
-            "[{\"slot\":150,\"type\":\"P2p\",\"parentSlot\":60,\"status\":\"stalled\","
-            "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
-            "\"func\":\"%s\",\"count\":%d,\"datatype\":\"ncclFloat32\",\"peer\":%d,"
-            "\"nChannels\":1,\"graphCaptured\":false,\"kernelChannels\":{\"expected\":1,"
-            "\"done\":0},\"children\":[",
-            age, s, func_name(1 + v->p2p), COUNT, v->p2p_peer);
-  else
-    fprintf(f,
-            "[{\"slot\":150,\"type\":\"Coll\",\"parentSlot\":60,\"status\":\"stalled\","
-            "\"stopped\":true,\"ageMs\":%.1f,\"sinceProgressMs\":%.1f,\"state\":null,"
-            "\"func\":\"%s\",\"seq\":%" PRId64 ",\"count\":%d,\"datatype\":\"ncclFloat32\","
-            "\"algo\":\"Ring\",\"proto\":\"Simple\",\"root\":0,\"nChannels\":2,\"nWarps\":8,"
-            "\"graphCaptured\":false,\"kernelChannels\":{\"expected\":2,\"done\":0},\"children\":[",
-            age, s, func_name(v->stuck_func), v->stuck_seq, COUNT);
+  print_stuck_head(f, v, age, s, v->p2p ? 1 : 2, 0);
   if (v->p2p == 1) {
     print_proxyop(f, v, 300, 1, v->p2p_peer, 0, 1, age, s);
   } else if (v->p2p == 2) {
