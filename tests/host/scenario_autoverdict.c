@@ -14,9 +14,13 @@
  *   missing  NCCL_WATCHDOG_ANALYZER names nothing: one WARN, dumps as before, no verdict.
  *   resumed  a rank whose AllReduce stalls past the timeout and then completes: "progress
  *            resumed after" in its log, verdict-1.resumed beside the verdict.
+ *   killed   process 3 is SIGKILLed (no epilog, no dump); the node's poller (LOCAL_RANK 0)
+ *            turns its ring files into post-mortem dumps in the dump directory, and the
+ *            verdict names global rank 3 as died.
  * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
  */
 #include <dirent.h>
+#include <sys/wait.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,7 +81,7 @@ static void rank_main(int r, int fd) {
   char g[8];
   snprintf(g, sizeof g, "%d", r);
   setenv("RANK", g, 1);
-  setenv("LOCAL_RANK", g, 1);
+  setenv("LOCAL_RANK", g, 1); /* rank 0: the node's trigger poller */
   setenv("WORLD_SIZE", "4", 1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
@@ -176,6 +180,24 @@ static void case_missing(void) {
   WDH_CHECK(count_files("verdict-") == 0, "a verdict without an analyzer");
 }
 
+static void case_killed(pid_t *pids) {
+  kill(pids[3], SIGKILL); /* the OOM killer: no handler, no dump */
+  waitpid(pids[3], NULL, 0);
+  pids[3] = 0;
+  int n = wait_logs("verdict of stall episode 1: ", 3, 20000);
+  WDH_CHECK(n == 3, "%d of 3 living processes logged the verdict", n);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
+  char *t = read_all(path);
+  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "died"),
+            "the line does not name the killed global rank 3: %.300s", line ? line : "(none)");
+  WDH_CHECK(t && strstr(t, "ring file(s) of dead processes on this node turned into post-mortem dumps"),
+            "the poller did not salvage the dead process's ring files");
+  free(t);
+  WDH_CHECK(wdh_list_dumps(g_dir, "postmortem", NULL, 0) >= 1, "no post-mortem dump in the dump directory");
+}
+
 static void case_resumed(void) {
   int n = wait_logs("progress resumed after", 1, 10000);
   WDH_CHECK(n == 1, "rank 0 did not log the resumed episode");
@@ -199,7 +221,9 @@ int main(int argc, char **argv) {
   const char *az = getenv("WDH_ANALYZER");
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
-  if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed")) return 2;
+  if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
+      strcmp(g_case, "killed"))
+    return 2;
   char tag[32];
   snprintf(tag, sizeof tag, "autoverdict-%s", g_case);
   setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
@@ -220,6 +244,7 @@ int main(int argc, char **argv) {
   WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
   if (!strcmp(g_case, "job")) case_job(pids);
   else if (!strcmp(g_case, "missing")) case_missing();
+  else if (!strcmp(g_case, "killed")) case_killed(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   char label[48];
