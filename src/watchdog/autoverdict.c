@@ -206,7 +206,9 @@ static void av_run_analyzer(uint64_t now) {
   /* The analyzer publishes the line itself: should this process be killed meanwhile, the
    * episode still gets its verdict. */
   snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, av.k);
-  char *argv[] = {av.analyzer, "-q", "-j", "2", out, line, av.base, NULL};
+  char deadline[32];
+  snprintf(deadline, sizeof deadline, "--deadline=%u", (unsigned)(av.cfg->verdict_limit_ns / 1000000000ull));
+  char *argv[] = {av.analyzer, "-q", "-j", "2", deadline, out, line, av.base, NULL};
   pid_t pid = av_spawn(argv, NULL, err);
   if (pid <= 0) {
     char line[AV_LINE];
@@ -380,9 +382,10 @@ void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base
 }
 
 void wd_av_stop(void) {
-  av_kill(&av.analyzer_run);
+  /* A verdict under way is left to finish (it has its own deadline and publishes its line
+   * itself): a process that ends meanwhile, ncclCommAbort then exit, must not take the job's
+   * verdict with it. */
   av_kill(&av.hook);
-  av_kill(&av.salvage);
   memset(&av, 0, sizeof av);
 }
 

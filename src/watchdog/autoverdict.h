@@ -21,7 +21,8 @@
 /* base: the job's dump directory; host: this host's name. The analyzer is looked up here (one
  * WARN when it cannot be found: no automatic verdict, nothing else changes). */
 void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *host);
-/* Kills and reaps what is still running (the analyzer, the hook); forgets everything. */
+/* Kills the hook if it still runs; an analyzer or a salvage under way is left to finish (each
+ * has its own deadline); forgets everything. */
 void wd_av_stop(void);
 
 /* This process opened episode k (its trigger won): it makes the episode's verdict. The stalls
