@@ -244,6 +244,22 @@ static void settle(const args *a) {
   }
 }
 
+/* The text report's first line. */
+static void first_line(const wd_az_result *res, char *out, size_t len) {
+  char *text = NULL;
+  size_t n = 0;
+  FILE *m = open_memstream(&text, &n);
+  snprintf(out, len, "%s", res->summary);
+  if (!m) return;
+  wd_az_report_text(m, res, 0);
+  if (fclose(m) == 0 && text) {
+    char *nl = strchr(text, '\n');
+    if (nl) *nl = '\0';
+    if (text[0]) snprintf(out, len, "%s", text);
+  }
+  free(text);
+}
+
 /* --line: FILE created whole (temporary, then link: never replaces one). */
 static int publish_line(const char *file, const char *line) {
   char tmp[4200];
@@ -297,7 +313,9 @@ static int run(const args *a) {
                 strerror(errno));
         rc = EXIT_OUTPUT;
       }
-    printf("%s\n", res.summary);
+    char first[4096];
+    first_line(&res, first, sizeof first);
+    printf("%s\n", first);
   } else if (a->json) {
     rc = wd_az_report_json(stdout, &res) == 0 ? EXIT_OK : EXIT_OUTPUT;
   } else {
@@ -319,12 +337,16 @@ static int run(const args *a) {
     rc = EXIT_OUTPUT;
   }
   if (a->line) {
-    if (publish_line(a->line, res.summary) != 0 && errno != EEXIST) {
+    /* The text report's first line (the job's verdict where there is one), as the reader of
+     * PREFIX.txt sees it. */
+    char first[4096];
+    first_line(&res, first, sizeof first);
+    if (publish_line(a->line, first) != 0 && errno != EEXIST) {
       fprintf(stderr, "nccl-watchdog-analyze: could not write %s: %s\n", a->line, strerror(errno));
       rc = EXIT_OUTPUT;
     }
     /* The job's log, where on-call looks first: this stderr is a dying rank's. */
-    fprintf(stderr, "nccl-watchdog: verdict: %s\n", res.summary);
+    fprintf(stderr, "nccl-watchdog: verdict: %s\n", first);
   }
   if (fflush(stdout) != 0) rc = EXIT_OUTPUT;
   if (a->timings)
