@@ -58,6 +58,7 @@ static struct {
                             after is the same episode, already dumped */
   uint64_t peer_mark;    /* wd_progress_mark() then: unchanged, nothing completed since */
   uint64_t episode_began_ns; /* when the stalled operation of this process's episode last moved */
+  uint64_t episode_comm;     /* its communicator */
   int warned_max;
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -124,6 +125,16 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
   wd_collect_free(&in);
 out:
   return rc;
+}
+
+/* Whether a communicator with this id is still profiled (not finalized). */
+static int wd_comm_alive(uint64_t comm_id) {
+  int alive = 0;
+  pthread_mutex_lock(&wd_store.lock);
+  for (wd_context *ctx = wd_store.contexts; ctx && !alive; ctx = ctx->next)
+    alive = ctx->comm_id == comm_id && !ctx->retired_ns;
+  pthread_mutex_unlock(&wd_store.lock);
+  return alive;
 }
 
 /* Opens the job's stall episode, or joins it: 1 this process posted it, 0 another process had
@@ -252,7 +263,10 @@ static void wd_check_stalls(uint64_t now) {
     wd_metrics_flush(wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps, &av);
   }
   if (n == 0) {
-    if (wd_wd.episode) wd_av_resumed(now, wd_wd.episode_began_ns);
+    /* Over: its operation completed after all (a slow rank), or its communicator was finalized
+     * (an abort): only the first is a resumed episode. */
+    if (wd_wd.episode && wd_comm_alive(wd_wd.episode_comm)) wd_av_resumed(now, wd_wd.episode_began_ns);
+    else if (wd_wd.episode) WD_INFO("stall episode over: the stalled communicator was finalized");
     wd_wd.episode = 0;
     return;
   }
@@ -280,6 +294,7 @@ static void wd_check_stalls(uint64_t now) {
       stalls[j - 1] = t;
     }
   wd_wd.episode_began_ns = now - stalls[0].since_progress_ns;
+  wd_wd.episode_comm = stalls[0].comm_id;
   /* The episode first: the process that opens it dumps whole rings, the others of the same
    * episode a summary. */
   int posted = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok ? wd_post_trigger(stalls, n) : -1;
