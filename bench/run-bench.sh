@@ -225,7 +225,7 @@ if [ -n "$scale_line" ]; then
 fi
 if [ -n "$verdict_lines" ]; then
   while IFS= read -r vl; do
-    [ -n "$vl" ] && echo "| Automatic verdict, ${vl%%:*} (synthetic; the line comes this long after the dumps are in, plus the 1 s settle check) | ${vl#*: } | timeout + 15 s in all | |"
+    [ -n "$vl" ] && echo "| Automatic verdict, ${vl%%:*} (synthetic; the line comes this long after the dumps are in, plus the settle check) | ${vl#*: } | timeout + 15 s in all | |"
   done <<<"$verdict_lines"
 fi
 if [ -n "$storm_line" ]; then

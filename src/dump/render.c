@@ -6,7 +6,6 @@
  */
 #include "dump/render.h"
 
-
 #include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <stdatomic.h>

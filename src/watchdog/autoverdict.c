@@ -23,12 +23,11 @@
 
 extern char **environ;
 
-#define AV_COUNT_EVERY_NS (1000ull * 1000000ull) /* how often the opener counts the dumps */
 #define AV_HOOK_LIMIT_NS (60ull * 1000000000ull) /* the hook's time limit */
 #define AV_LINE 2048
 #define AV_SALVAGE_MAX 64 /* ring files of dead processes turned into dumps per episode */
 
-enum { AV_IDLE, AV_SETTLE, AV_RUNNING };
+enum { AV_IDLE, AV_RUNNING };
 
 /* A child this module runs: the analyzer, the hook or a salvage. */
 typedef struct av_child {
@@ -45,9 +44,7 @@ static struct {
   /* The episode whose verdict this process makes. */
   int state;
   unsigned k;
-  uint64_t opened_ns, deadline_ns, next_count_ns;
-  time_t opened_sec; /* wall clock: dumps of the episode are newer than this, less a margin */
-  int expected, counted;
+  uint64_t opened_ns;
   av_child analyzer_run, hook, salvage;
   /* The episode whose verdict line this process logs. */
   unsigned wait_k;
@@ -156,78 +153,34 @@ static void av_find_analyzer(void) {
             "NCCL_WATCHDOG_ANALYZER names it", a, b);
 }
 
-static int av_is_dump_name(const char *n) {
-  static const char *const reasons[] = {"-stall.", "-peer.", "-sigabrt.", "-term.", "-abort.", "-postmortem."};
-  if (n[0] == '.') return 0;
-  size_t len = strlen(n);
-  if (!(len > 5 && !strcmp(n + len - 5, ".json")) && !(len > 8 && !strcmp(n + len - 8, ".json.gz")))
-    return 0;
-  for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
-    if (strstr(n, reasons[i])) return 1;
-  return 0;
-}
-
-/* Dumps of the episode so far: in the dump directory's host subdirectories, written since the
- * episode opened (less the timeout: a rank's own stall dump may come just before). */
-static int av_count_dumps(void) {
-  DIR *top = opendir(av.base);
-  if (!top) return 0;
-  time_t since = av.opened_sec - (time_t)(av.cfg->timeout_ns / 1000000000ull) - 5;
-  int n = 0;
-  struct dirent *h;
-  while ((h = readdir(top)) != NULL && n < (1 << 24)) {
-    if (h->d_name[0] == '.' || !strcmp(h->d_name, "triggers")) continue;
-    if (h->d_type != DT_DIR && h->d_type != DT_UNKNOWN) continue;
-    int fd = openat(dirfd(top), h->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *sub = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!sub) {
-      if (fd >= 0) close(fd);
-      continue;
-    }
-    struct dirent *e;
-    struct stat st;
-    while ((e = readdir(sub)) != NULL)
-      if (av_is_dump_name(e->d_name) && fstatat(dirfd(sub), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-          st.st_mtime >= since)
-        n++;
-    closedir(sub);
-  }
-  closedir(top);
-  return n;
-}
-
 static void av_publish(const char *line);
 
-static void av_run_analyzer(uint64_t now) {
-  char prefix[WD_PATH_MAX + 32], out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64];
-  snprintf(prefix, sizeof prefix, "%s/verdict-%u", av.base, av.k);
-  snprintf(out, sizeof out, "--out=%s", prefix);
-  snprintf(err, sizeof err, "%s.log", prefix);
-  /* The analyzer publishes the line itself: should this process be killed meanwhile, the
-   * episode still gets its verdict. */
-  snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, av.k);
-  char deadline[32];
-  snprintf(deadline, sizeof deadline, "--deadline=%u", (unsigned)(av.cfg->verdict_limit_ns / 1000000000ull));
-  char *argv[] = {av.analyzer, "-q", "-j", "2", deadline, out, line, av.base, NULL};
-  pid_t pid = av_spawn(argv, NULL, err);
-  if (pid <= 0) {
-    char line[AV_LINE];
-    snprintf(line, sizeof line, "NO VERDICT MADE for stall episode %u: the analyzer %s could not be started (%s)",
-             av.k, av.analyzer, strerror(errno));
-    av.state = AV_IDLE;
-    av_publish(line);
-    return;
-  }
+/* The analyzer of episode k: it waits itself for `expected` dumps written since the episode
+ * began (--settle), writes verdict-<k>.txt/.json/.html and publishes the line (--line: should
+ * this process die meanwhile, the episode still gets its verdict), at nice 19, within
+ * VERDICT_MEMORY and its own deadline. detached: a session of its own, stderr the job's (the
+ * process is ending). Returns its pid, or -1. */
+static pid_t av_start_analyzer(unsigned k, int expected, int detached) {
+  char out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64], settle[96], deadline[32];
+  snprintf(out, sizeof out, "--out=%s/verdict-%u", av.base, k);
+  snprintf(err, sizeof err, "%s/verdict-%u.log", av.base, k);
+  snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, k);
+  /* A rank's own stall dump may come a timeout before the episode's trigger. */
+  long since = (long)time(NULL) - (long)(av.cfg->timeout_ns / 1000000000ull) - 5;
+  snprintf(settle, sizeof settle, "--settle=%d,%.1f,%ld", expected > 0 ? expected : 1,
+           (double)av.cfg->verdict_wait_ns / 1e9, since);
+  snprintf(deadline, sizeof deadline, "--deadline=%u",
+           (unsigned)((av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns) / 1000000000ull));
+  char *argv[] = {av.analyzer, "-q", "-j", "2", settle, deadline, out, line, av.base, NULL};
+  pid_t pid = av_spawn_flags(argv, NULL, err, detached);
+  if (pid <= 0) return -1;
   /* At low priority and within its memory: the job's own work comes first. */
   setpriority(PRIO_PROCESS, (id_t)pid, 19);
   if (av.cfg->verdict_memory_mib) {
     struct rlimit rl = {(rlim_t)av.cfg->verdict_memory_mib << 20, (rlim_t)av.cfg->verdict_memory_mib << 20};
     prlimit(pid, RLIMIT_AS, &rl, NULL);
   }
-  av.analyzer_run = (av_child){pid, now + av.cfg->verdict_limit_ns};
-  av.state = AV_RUNNING;
-  WD_INFO("stall episode %u: %d dump(s) of %d expected after %.1f s; analyzing (pid %d): %s.txt",
-          av.k, av.counted, av.expected, (double)(now - av.opened_ns) / 1e9, (int)pid, prefix);
+  return pid;
 }
 
 /* The first line of the verdict's text report, or why there is none. */
@@ -391,20 +344,28 @@ void wd_av_stop(void) {
 
 void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
   if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
-  av.state = AV_SETTLE;
   av.k = k;
   av.opened_ns = now;
-  av.opened_sec = time(NULL);
-  av.deadline_ns = now + av.cfg->verdict_wait_ns;
-  av.next_count_ns = now + AV_COUNT_EVERY_NS;
+  av.stats.open_episode = k;
   /* Every process of the job, when the launcher says how many (torchrun, SLURM through the
    * framework); else every rank of the largest stalled communicator. */
   const char *ws = getenv("WORLD_SIZE");
   long world = ws ? strtol(ws, NULL, 10) : 0;
-  av.expected = world > 0 && world < (1L << 24) ? (int)world : 1;
+  int expected = world > 0 && world < (1L << 24) ? (int)world : 1;
   for (uint32_t i = 0; world <= 0 && i < n; i++)
-    if (st[i].nranks > av.expected) av.expected = st[i].nranks;
-  av.stats.open_episode = k;
+    if (st[i].nranks > expected) expected = st[i].nranks;
+  pid_t pid = av_start_analyzer(k, expected, 0);
+  if (pid <= 0) {
+    char line[AV_LINE];
+    snprintf(line, sizeof line, "NO VERDICT MADE for stall episode %u: the analyzer %s could not be started (%s)",
+             k, av.analyzer, strerror(errno));
+    av_publish(line);
+    return;
+  }
+  av.analyzer_run = (av_child){pid, now + av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns};
+  av.state = AV_RUNNING;
+  WD_INFO("stall episode %u: analyzing (pid %d) once %d dump(s) are in: %s/verdict-%u.txt", k,
+          (int)pid, expected, av.base, k);
 }
 
 void wd_av_dumped(unsigned k, uint64_t now) {
@@ -435,42 +396,18 @@ void wd_av_resumed(uint64_t now, uint64_t began_ns) {
 }
 
 void wd_av_teardown(uint64_t now, int expected) {
-  if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE || av.analyzer_run.pid > 0) return;
+  (void)now;
+  if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
   char json[256], name[64];
   snprintf(json, sizeof json, "{\"host\":\"%s\",\"pid\":%d,\"teardown\":\"SIGABRT\",\"stalls\":[]}",
            av.host, (int)getpid());
   if (wd_trigger_post(av.watch, json, name, sizeof name, NULL, 0) != 1) return; /* another's */
   unsigned k = av.watch->next - 1;
-  char out[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64], settle[64], deadline[32];
-  snprintf(out, sizeof out, "--out=%s/verdict-%u", av.base, k);
-  snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, k);
-  snprintf(settle, sizeof settle, "--settle=%d,%.1f", expected > 0 ? expected : 1,
-           (double)av.cfg->verdict_wait_ns / 1e9);
-  snprintf(deadline, sizeof deadline, "--deadline=%u",
-           (unsigned)((av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns) / 1000000000ull));
-  char *argv[10];
-  int argc = 0;
-  argv[argc++] = av.analyzer;
-  argv[argc++] = "-q";
-  argv[argc++] = "-j";
-  argv[argc++] = "2";
-  argv[argc++] = settle;
-  argv[argc++] = deadline;
-  argv[argc++] = out;
-  argv[argc++] = line;
-  argv[argc++] = av.base;
-  argv[argc] = NULL;
-  pid_t pid = av_spawn_flags(argv, NULL, NULL, 1);
+  pid_t pid = av_start_analyzer(k, expected, 1);
   if (pid <= 0) {
     WD_WARN("stall episode %u (posted on SIGABRT): could not start the analyzer: %s", k, strerror(errno));
     return;
   }
-  setpriority(PRIO_PROCESS, (id_t)pid, 19);
-  if (av.cfg->verdict_memory_mib) {
-    struct rlimit rl = {(rlim_t)av.cfg->verdict_memory_mib << 20, (rlim_t)av.cfg->verdict_memory_mib << 20};
-    prlimit(pid, RLIMIT_AS, &rl, NULL);
-  }
-  (void)now;
   WD_WARN("SIGABRT: posted stall episode %u (%s) so that every live process dumps; a detached "
           "analyzer (pid %d) writes %s/verdict-%u.txt and prints its first line here", k, name,
           (int)pid, av.base, k);
@@ -479,11 +416,7 @@ void wd_av_teardown(uint64_t now, int expected) {
 void wd_av_poll(uint64_t now) {
   if (!av.cfg) return;
   int st, killed;
-  if (av.state == AV_SETTLE && now >= av.next_count_ns) {
-    av.next_count_ns = now + AV_COUNT_EVERY_NS;
-    av.counted = av_count_dumps();
-    if (av.counted >= av.expected || now >= av.deadline_ns) av_run_analyzer(now);
-  } else if (av.state == AV_RUNNING && av_reap(&av.analyzer_run, now, &st, &killed)) {
+  if (av.state == AV_RUNNING && av_reap(&av.analyzer_run, now, &st, &killed)) {
     char line[AV_LINE];
     av_first_line(st, killed, line, sizeof line);
     av.state = AV_IDLE;

@@ -1,8 +1,8 @@
 /*
  * The verdict without a human (docs/operations.md, "The verdict in the job's log"). The process
- * that opened a stall episode (posted its trigger) waits for the episode's dumps to settle, runs
- * the analyzer out of process (low priority, bounded memory and time, no shell), and publishes
- * the first line next to the trigger; every process that dumped for the episode logs that line
+ * that opened a stall episode (posted its trigger) runs the analyzer out of process (low
+ * priority, bounded memory and time, no shell), which waits for the episode's dumps (--settle)
+ * and publishes the first line next to the trigger; every process that dumped for the episode logs that line
  * at WARN through NCCL's logger. The verdict's files are <dump dir>/verdict-<k>.txt, .json and
  * .html; NCCL_WATCHDOG_ON_VERDICT runs after it with their paths in its environment.
  *

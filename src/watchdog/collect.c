@@ -1,7 +1,6 @@
 /* Gather a dump's snapshot from the event store (collect.h). */
 #include "watchdog/collect.h"
 
-
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>

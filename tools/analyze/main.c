@@ -35,6 +35,7 @@ typedef struct args {
   const char *line;    /* FILE: the first line, published whole (an automatic verdict's) */
   long settle_n;       /* wait for this many dumps in the inputs first ... */
   double settle_s;     /* ... at most this long */
+  long settle_since;   /* counting files modified since this time (epoch seconds), 0: all */
   unsigned deadline_s; /* SIGALRM ends the run after this long (0: none) */
   wd_az_opts opts;
   int ninputs;
@@ -50,7 +51,8 @@ static void usage(FILE *f) {
           "  --out=PREFIX       write the text, JSON and HTML reports to PREFIX.txt, .json and\n"
           "                     .html (each through a temporary file and a rename), and only the\n"
           "                     first line on stdout (the plugin's automatic verdict uses it)\n"
-          "  --settle=N,SECONDS wait until the inputs hold N dumps, at most SECONDS, then analyze\n"
+          "  --settle=N,SECONDS[,SINCE] wait until the inputs hold N dumps (modified since SINCE,\n"
+          "                     epoch seconds), at most SECONDS, then analyze\n"
           "  --line=FILE        publish the first line as FILE (created whole, never replaced)\n"
           "                     and print it on stderr\n"
           "  --deadline=SECONDS end the run (SIGALRM) after SECONDS\n"
@@ -122,7 +124,9 @@ static int parse_args(int argc, char **argv, args *a) {
       a->settle_n = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end != ',' || a->settle_n < 1) return bad("--settle", optarg, "expected N,SECONDS");
       a->settle_s = strtod(end + 1, &end);
-      if (*end || !(a->settle_s >= 0) || a->settle_s > 86400) return bad("--settle", optarg, "expected N,SECONDS");
+      if (*end == ',') a->settle_since = strtol(end + 1, &end, 10);
+      if (*end || !(a->settle_s >= 0) || a->settle_s > 86400 || a->settle_since < 0)
+        return bad("--settle", optarg, "expected N,SECONDS[,SINCE]");
       break;
     }
     case O_DEADLINE: {
@@ -207,7 +211,7 @@ static int write_report(const char *prefix, const char *ext, report_kind kind, c
 }
 
 /* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). */
-static long count_dumps(const char *dir, int depth) {
+static long count_dumps(const char *dir, int depth, long since) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
@@ -219,27 +223,31 @@ static long count_dumps(const char *dir, int depth) {
     int dump = ((len > 5 && !strcmp(e->d_name + len - 5, ".json")) ||
                 (len > 8 && !strcmp(e->d_name + len - 8, ".json.gz"))) &&
                strncmp(e->d_name, "verdict-", 8) && strncmp(e->d_name, "trigger-", 8);
+    struct stat st;
     if (dump) {
-      n++;
+      n += !since || (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mtime >= since);
     } else if (depth < 1 && (e->d_type == DT_DIR || e->d_type == DT_UNKNOWN) && strcmp(e->d_name, "triggers")) {
       char sub[4096];
       snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-      n += count_dumps(sub, depth + 1);
+      n += count_dumps(sub, depth + 1, since);
     }
   }
   closedir(d);
   return n;
 }
 
-/* --settle: the automatic verdict of a job whose processes are ending (the plugin's teardown
- * path) waits here, the process that started it being gone. */
+/* --settle: the plugin's automatic verdict waits here for the episode's dumps, out of the job's
+ * processes (which may be ending: PyTorch's teardown). */
 static void settle(const args *a) {
   double until = now_s() + a->settle_s;
   for (;;) {
     long n = 0;
-    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0);
-    if (n >= a->settle_n || now_s() >= until) return;
-    struct timespec ts = {0, 200 * 1000000L};
+    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since);
+    if (n >= a->settle_n || now_s() >= until) {
+      fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
+      return;
+    }
+    struct timespec ts = {0, 500 * 1000000L};
     nanosleep(&ts, NULL);
   }
 }
