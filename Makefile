@@ -11,6 +11,7 @@ all: build
 
 deps:
 	@scripts/install-deps.sh
+	@scripts/install-otlp-receiver.sh
 
 # Development builds treat warnings as errors; a user's plain `cmake` build does not.
 build: deps

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 # Lowest first: a file may include its own layer and the layers before it.
-LAYERS = ["base", "flightrec", "events", "stacks", "dump", "watchdog", "plugin"]
+LAYERS = ["base", "flightrec", "events", "stacks", "dump", "telemetry", "watchdog", "plugin"]
 # Layers that may include nothing of the project but themselves.
 SEALED = {"base", "flightrec"}
 NCCL_ABI = "plugin/profiler_abi.h"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install the Debian packages nccl-watchdog needs to build and test, when they are missing.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libcjson-dev libunwind-dev zlib1g-dev libcunit1-dev python3 python3-jsonschema
+pkgs=(build-essential cmake pkg-config libcjson-dev libunwind-dev zlib1g-dev libcunit1-dev libcurl4-openssl-dev python3 python3-jsonschema
       python3-prometheus-client chromium)
 # gcc's sanitizer runtimes (ASan+UBSan, TSan); clang-tidy and cppcheck for `make lint`.
 if [ "${WD_WITH_SANITIZERS:-0}" = 1 ]; then pkgs+=(libasan8 libubsan1 libtsan2); fi

@@ -322,7 +322,8 @@ enum {
   K_ENABLE, K_TIMEOUT, K_POLL, K_UNREACHED, K_DUMP_DIR, K_RING, K_PROXY_RING, K_MAX_EVENTS,
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
   K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_KERNELCH,
-  K_VERDICT, K_ANALYZER, K_VERDICT_WAIT, K_VERDICT_LIMIT, K_VERDICT_MEMORY, K_ON_VERDICT, K_COUNT
+  K_VERDICT, K_ANALYZER, K_VERDICT_WAIT, K_VERDICT_LIMIT, K_VERDICT_MEMORY, K_ON_VERDICT,
+  K_TELEMETRY, K_TELEMETRY_LINKS, K_OTLP_ENDPOINT, K_OTLP_INTERVAL, K_OTLP_TIMEOUT, K_OTLP_HEADERS, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -362,6 +363,12 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_VERDICT_LIMIT] = "NCCL_WATCHDOG_VERDICT_TIMEOUT",
     [K_VERDICT_MEMORY] = "NCCL_WATCHDOG_VERDICT_MEMORY",
     [K_ON_VERDICT] = "NCCL_WATCHDOG_ON_VERDICT",
+    [K_TELEMETRY] = "NCCL_WATCHDOG_TELEMETRY",
+    [K_TELEMETRY_LINKS] = "NCCL_WATCHDOG_TELEMETRY_LINKS",
+    [K_OTLP_ENDPOINT] = "NCCL_WATCHDOG_OTLP_ENDPOINT",
+    [K_OTLP_INTERVAL] = "NCCL_WATCHDOG_OTLP_INTERVAL",
+    [K_OTLP_TIMEOUT] = "NCCL_WATCHDOG_OTLP_TIMEOUT",
+    [K_OTLP_HEADERS] = "NCCL_WATCHDOG_OTLP_HEADERS",
 };
 
 #define WD_CONFIG_VAR "NCCL_WATCHDOG_CONFIG"
@@ -408,6 +415,10 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->verdict_wait_ns = 10 * WD_NS_PER_S;
   cfg->verdict_limit_ns = 120 * WD_NS_PER_S;
   cfg->verdict_memory_mib = 16384;
+  cfg->telemetry = 1;
+  cfg->telemetry_links = 512;
+  cfg->otlp_interval_ns = 10 * WD_NS_PER_S;
+  cfg->otlp_timeout_ns = 5 * WD_NS_PER_S;
 }
 
 const char *wd_kernelch_name(int k) { return k == WD_KCH_ON ? "on" : k == WD_KCH_OFF ? "off" : "auto"; }
@@ -503,6 +514,12 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_VERDICT_LIMIT] = "30s, 2m, 10m",
     [K_VERDICT_MEMORY] = "MiB, an integer, 0 = no limit",
     [K_ON_VERDICT] = "a command and its arguments, no shell",
+    [K_TELEMETRY] = "1/0, true/false, yes/no, on/off",
+    [K_TELEMETRY_LINKS] = "an integer, 16 to 65536",
+    [K_OTLP_ENDPOINT] = "an http:// or https:// URL, or off",
+    [K_OTLP_INTERVAL] = "1s, 10s, 1m",
+    [K_OTLP_TIMEOUT] = "500ms, 5s, 30s",
+    [K_OTLP_HEADERS] = "key=value pairs separated by commas",
 };
 
 /* A duration, or what 0 means for it. */
@@ -554,6 +571,12 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_VERDICT_LIMIT: wd_fmt_duration(cfg->verdict_limit_ns, buf, len); break;
   case K_VERDICT_MEMORY: snprintf(buf, len, "%u", cfg->verdict_memory_mib); break;
   case K_ON_VERDICT: path_or(cfg->on_verdict, "none", buf, len); break;
+  case K_TELEMETRY: snprintf(buf, len, "%d", cfg->telemetry); break;
+  case K_TELEMETRY_LINKS: snprintf(buf, len, "%u", cfg->telemetry_links); break;
+  case K_OTLP_ENDPOINT: path_or(cfg->otlp_endpoint, "off", buf, len); break;
+  case K_OTLP_INTERVAL: wd_fmt_duration(cfg->otlp_interval_ns, buf, len); break;
+  case K_OTLP_TIMEOUT: wd_fmt_duration(cfg->otlp_timeout_ns, buf, len); break;
+  case K_OTLP_HEADERS: snprintf(buf, len, "%s", cfg->otlp_headers[0] ? "(set)" : "none"); break;
   case K_TRIGGER_POLL: duration_or(cfg->trigger_poll_ns, "0 (5 polls)", buf, len); break;
   case K_METRICS: duration_or(cfg->metrics_ns, "0 (off)", buf, len); break;
   case K_METRICS_DIR: path_or(cfg->metrics_dir, "the ring directory", buf, len); break;
@@ -658,7 +681,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
   } else {
     switch (key) {
     case K_ENABLE: case K_BACKTRACE: case K_PEER_DUMPS: case K_GPU_EVENTS: case K_KEEP_RINGS: case K_TERM_DUMP: case K_PYTHON:
-    case K_VERDICT:
+    case K_VERDICT: case K_TELEMETRY:
       if (key == K_BACKTRACE && !strcasecmp(wd_skip_ws(val), "all")) {
         cfg->backtrace = WD_BACKTRACE_ALL;
       } else if (wd_parse_bool(val, &i) != 0) {
@@ -671,6 +694,7 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       else if (key == K_TERM_DUMP) cfg->term_dump = i;
       else if (key == K_PYTHON) cfg->python = i;
       else if (key == K_VERDICT) cfg->verdict = i;
+      else if (key == K_TELEMETRY) cfg->telemetry = i;
       else cfg->peer_dumps = i;
       break;
     case K_TIMEOUT:
@@ -712,6 +736,42 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
         why = reason;
       } else {
         memcpy(dst, val, n + 1);
+      }
+      break;
+    }
+    case K_TELEMETRY_LINKS:
+      why = wd_check_uint(val, 16, 65536, NULL, &u, reason, sizeof reason);
+      if (!why) cfg->telemetry_links = (uint32_t)u;
+      break;
+    case K_OTLP_INTERVAL:
+    case K_OTLP_TIMEOUT:
+      why = wd_check_duration(val, WD_OTLP_MIN_NS, WD_METRICS_MAX_NS, 0,
+                              key == K_OTLP_INTERVAL ? &cfg->otlp_interval_ns : &cfg->otlp_timeout_ns,
+                              reason, sizeof reason);
+      break;
+    case K_OTLP_ENDPOINT: {
+      /* The form only: the exporter's URL parser has the last word (telemetry/otlp_http.c). */
+      size_t n = strlen(val);
+      int bad = n >= sizeof cfg->otlp_endpoint || strpbrk(val, " \t\r\n\"") != NULL;
+      if (wd_means_off(val)) {
+        cfg->otlp_endpoint[0] = '\0';
+      } else if (bad || (strncasecmp(val, "http://", 7) && strncasecmp(val, "https://", 8)) ||
+                 strlen(strstr(val, "://") + 3) == 0) {
+        snprintf(reason, sizeof reason, "is not a URL (expected %s)", wd_key_expect[key]);
+        why = reason;
+      } else {
+        memcpy(cfg->otlp_endpoint, val, n + 1);
+      }
+      break;
+    }
+    case K_OTLP_HEADERS: {
+      size_t n = strlen(val);
+      if (n >= sizeof cfg->otlp_headers || !strchr(val, '=') || strpbrk(val, "\r\n")) {
+        snprintf(reason, sizeof reason, "is not a header list (expected %s, under %zu bytes)",
+                 wd_key_expect[key], sizeof cfg->otlp_headers);
+        why = reason;
+      } else {
+        memcpy(cfg->otlp_headers, val, n + 1);
       }
       break;
     }
@@ -1038,7 +1098,8 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            " signal=%s backtrace_signal=%s action=%s event_mask=0x%x backtrace=%s"
            " backtrace_wait=%s peer_dumps=%d max_dumps=%d clock=%s gpu_events=%d ring_dir=%s"
            " keep_rings=%d term_dump=%d python=%d hostname=%s compress=%s metrics=%s metrics_dir=%s"
-           " trigger_poll=%s peer_records=%u memory_budget=%uMiB kernelch=%s verdict=%d",
+           " trigger_poll=%s peer_records=%u memory_budget=%uMiB kernelch=%s verdict=%d"
+           " telemetry=%d otlp=%s",
            cfg->enable, timeout, poll, unreached, cfg->dump_dir[0] ? cfg->dump_dir : "(default)",
            cfg->ring_size, ring_note, cfg->proxy_ring_size, proxy_note, cfg->max_events, sig, btsig,
            cfg->action == WD_ACTION_ABORT ? "abort" : "dump", (unsigned)cfg->event_mask,
@@ -1047,5 +1108,6 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->ring_dir[0] ? cfg->ring_dir : "off", cfg->keep_rings, cfg->term_dump, cfg->python,
            cfg->hostname[0] ? cfg->hostname : "(system)", wd_compress_name(cfg->compress), metrics,
            cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records,
-           cfg->memory_budget_mib, wd_kernelch_name(cfg->kernelch), cfg->verdict);
+           cfg->memory_budget_mib, wd_kernelch_name(cfg->kernelch), cfg->verdict, cfg->telemetry,
+           cfg->otlp_endpoint[0] ? cfg->otlp_endpoint : "off");
 }

@@ -57,6 +57,13 @@ typedef struct wd_config {
   uint64_t verdict_limit_ns;     /* NCCL_WATCHDOG_VERDICT_TIMEOUT: the analyzer's run, 120 s */
   uint32_t verdict_memory_mib;   /* NCCL_WATCHDOG_VERDICT_MEMORY: its address space, 16384 MiB */
   char on_verdict[WD_PATH_MAX];  /* NCCL_WATCHDOG_ON_VERDICT: a command (no shell), empty = none */
+  /* Fail-slow telemetry (telemetry/aggregate.h) and its OpenTelemetry export. */
+  int telemetry;                 /* NCCL_WATCHDOG_TELEMETRY: aggregates in the metrics, default 1 */
+  uint32_t telemetry_links;      /* NCCL_WATCHDOG_TELEMETRY_LINKS: link rows per process, 512 */
+  char otlp_endpoint[WD_PATH_MAX]; /* NCCL_WATCHDOG_OTLP_ENDPOINT: OTLP/HTTP URL, empty = off */
+  uint64_t otlp_interval_ns;     /* NCCL_WATCHDOG_OTLP_INTERVAL: between exports, 10 s */
+  uint64_t otlp_timeout_ns;      /* NCCL_WATCHDOG_OTLP_TIMEOUT: one export's limit, 5 s */
+  char otlp_headers[512];        /* NCCL_WATCHDOG_OTLP_HEADERS: "k=v,k=v" sent with each export */
 } wd_config;
 
 /* Default mask: Group|Coll|P2p|ProxyOp|ProxyStep|KernelCh|CollApi|P2pApi (0x65f).
@@ -67,6 +74,7 @@ typedef struct wd_config {
 #define WD_VERDICT_MAX_NS (3600ull * 1000000000ull)     /* 1 h */
 #define WD_METRICS_MIN_NS (100ull * 1000000ull)       /* 100 ms */
 #define WD_METRICS_MAX_NS (3600ull * 1000000000ull)   /* 1 h */
+#define WD_OTLP_MIN_NS (100ull * 1000000ull)          /* 100 ms */
 
 /* Called once per rejected value with a complete sentence. */
 typedef void (*wd_config_warn_fn)(const char *msg);

@@ -122,3 +122,63 @@ uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32
   if (lost) *lost = first + lapped;
   return n;
 }
+
+/* A record of ticket t, wherever its writer put it (wd_ring_snapshot explains the two places).
+ * 1: complete, in w; 0: a writer is inside or not yet in; -1: gone (overwritten or never). */
+static int ring_fetch(const wd_ring *r, uint64_t t, uint32_t ready, uint64_t ready_from, uint64_t *w) {
+  uint32_t m = (t < ready_from ? r->ready0 : ready) - 1;
+  const uint64_t *src = (const uint64_t *)&r->recs[t & m];
+  uint64_t want = 2 * t + 2;
+  uint64_t turn = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
+  if (turn != want && ready != r->ready0) {
+    const uint64_t *alt = (const uint64_t *)&r->recs[t & ((t < ready_from ? ready : r->ready0) - 1)];
+    if (__atomic_load_n(&alt[0], __ATOMIC_ACQUIRE) == want) {
+      src = alt;
+      turn = want;
+    }
+  }
+  if (turn == want) {
+    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+    atomic_thread_fence(memory_order_acquire);
+    turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
+  }
+  if (turn == want) {
+    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(t, w)) return -1;
+    w[0] = want;
+    return 1;
+  }
+  if (turn == 0 && t < ready_from) return -1;
+  return turn < want || (turn & 1) ? 0 : -1;
+}
+
+/* How near the head a record a writer is still inside is waited for rather than skipped: a
+ * writer preempted there finishes soon; one further back was lapped or died. */
+enum { WD_RING_WAIT_NEAR = 64 };
+
+uint32_t wd_ring_read_since(const wd_ring *r, uint64_t *cursor, wd_record *out, uint32_t max,
+                            uint64_t *missed) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  uint64_t cap = (uint64_t)r->mask + 1;
+  uint64_t t = *cursor, gone = 0;
+  if (t > head) t = head; /* the ring was cleared (a recycled context): start over */
+  if (head > cap && t < head - cap) {
+    gone += head - cap - t;
+    t = head - cap;
+  }
+  uint32_t ready = atomic_load_explicit(&r->ready, memory_order_acquire);
+  uint64_t ready_from = atomic_load_explicit(&r->ready_from, memory_order_relaxed);
+  uint32_t n = 0;
+  for (; t < head && n < max; t++) {
+    uint64_t w[WD_RECORD_WORDS];
+    int got = ring_fetch(r, t, ready, ready_from, w);
+    if (got == 0 && head - t <= WD_RING_WAIT_NEAR) break;
+    if (got <= 0) {
+      gone++;
+      continue;
+    }
+    memcpy(&out[n++], w, sizeof(w));
+  }
+  *cursor = t;
+  if (missed) *missed = gone;
+  return n;
+}

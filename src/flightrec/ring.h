@@ -82,6 +82,13 @@ static inline void wd_ring_put(wd_ring *r, uint64_t *v) {
 uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
                           uint64_t *lost);
 
+/* Copy out up to max complete records written since *cursor (a ticket), oldest first, and move
+ * *cursor past what was read: a reader that follows the ring from poll to poll (telemetry). A
+ * record a writer is still inside near the head ends the copy (the next call reads it); *missed
+ * receives the records since *cursor that are gone (overwritten, or torn beyond repair). */
+uint32_t wd_ring_read_since(const wd_ring *r, uint64_t *cursor, wd_record *out, uint32_t max,
+                            uint64_t *missed);
+
 static inline uint32_t wd_ring_capacity(const wd_ring *r) { return r->mask + 1; }
 
 #endif

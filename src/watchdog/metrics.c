@@ -15,6 +15,9 @@
 #include "base/log.h"
 #include "dump/dumpfile.h"
 #include "flightrec/strtab.h"
+#include "telemetry/aggregate.h"
+#include "telemetry/otlp.h"
+#include "telemetry/otlp_http.h"
 #include "watchdog/autoverdict.h"
 
 #define WD_M_FUNCS 32 /* functions kept per communicator in one file */
@@ -38,8 +41,11 @@ typedef struct wd_m_row {
 } wd_m_row;
 
 static struct {
-  int on;
+  int on;      /* rows are gathered: for the file, the OTLP export, or both */
+  int file_on; /* the Prometheus file */
+  int tm_due;  /* which export closes telemetry's intervals (WD_M_DUE_*) */
   uint64_t interval_ns, next_ns;
+  uint64_t start_unix_ns;
   char dir[WD_PATH_MAX];
   char path[WD_PATH_MAX + 96];
   char labels[256]; /* host="..",pid="..",rank=".." */
@@ -59,10 +65,24 @@ static void label_value(char *out, size_t len, const char *s) {
   out[o] = '\0';
 }
 
+static uint64_t unix_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_REALTIME, &t);
+  return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
 void wd_metrics_open(const wd_config *cfg, const char *host, int pid) {
   memset(&wd_m, 0, sizeof wd_m);
+  wd_m.start_unix_ns = unix_ns();
   const char *dir = cfg->metrics_dir[0] ? cfg->metrics_dir : cfg->ring_dir;
-  if (!cfg->metrics_ns || !dir[0]) return;
+  int otlp = wd_otlp_http_open(cfg) == 0;
+  if (otlp) wd_otlp_resource(host, pid);
+  int file = cfg->metrics_ns && dir[0];
+  if ((file || otlp) && cfg->telemetry && wd_tm_open(cfg->telemetry_links) != 0)
+    WD_WARN("telemetry off: out of memory");
+  wd_m.on = file || otlp;
+  wd_m.tm_due = file ? WD_M_DUE_FILE : WD_M_DUE_OTLP;
+  if (!file) return;
   snprintf(wd_m.dir, sizeof wd_m.dir, "%s", dir);
   snprintf(wd_m.path, sizeof wd_m.path, "%s/nccl-watchdog-%s-%d.prom", dir, host, pid);
   char h[160], r[32];
@@ -72,18 +92,24 @@ void wd_metrics_open(const wd_config *cfg, const char *host, int pid) {
   label_value(r, sizeof r, g && *g ? g : "");
   snprintf(wd_m.labels, sizeof wd_m.labels, "host=\"%s\",pid=\"%d\",rank=\"%s\"", h, pid, r);
   wd_m.interval_ns = cfg->metrics_ns;
-  wd_m.on = 1;
+  wd_m.file_on = 1;
 }
 
 int wd_metrics_due(uint64_t now) {
-  if (!wd_m.on || now < wd_m.next_ns) return 0;
-  wd_m.next_ns = now + wd_m.interval_ns;
-  wd_m.nrows = 0;
-  return 1;
+  if (!wd_m.on) return 0;
+  int due = 0;
+  if (wd_m.file_on && now >= wd_m.next_ns) {
+    wd_m.next_ns = now + wd_m.interval_ns;
+    due |= WD_M_DUE_FILE;
+  }
+  if (wd_otlp_http_due(now)) due |= WD_M_DUE_OTLP;
+  if (due) wd_m.nrows = 0;
+  return due;
 }
 
 void wd_metrics_note(wd_context *ctx, uint64_t now, int due) {
   if (!wd_m.on) return;
+  wd_tm_note(ctx, now);
   /* New ring records since the last poll: the communicator made progress. */
   uint64_t t = atomic_load_explicit(&ctx->ring.head, memory_order_relaxed) +
                atomic_load_explicit(&ctx->proxy_ring.head, memory_order_relaxed);
@@ -129,6 +155,95 @@ static void comm_sample(FILE *b, const char *name, const wd_m_row *r) {
 
 static void family(FILE *b, const char *name, const char *type, const char *help) {
   fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* `name{labels,comm labels} ` for a communicator telemetry follows. */
+static void tm_comm_sample(FILE *b, const char *name, const wd_tm_comm *c) {
+  char n[300];
+  label_value(n, sizeof n, c->name);
+  fprintf(b, "%s{%s,comm=\"0x%016" PRIx64 "\",comm_name=\"%s\",comm_rank=\"%d\",nranks=\"%d\"", name,
+          wd_m.labels, c->comm_id, n, c->rank, c->nranks);
+}
+
+static void link_sample(FILE *b, const char *name, const wd_tm_view *t, const wd_tm_link *l) {
+  tm_comm_sample(b, name, &t->comms[l->comm]);
+  if (l->peer < 0) fprintf(b, ",peer=\"other\",channel=\"\",direction=\"\"} ");
+  else fprintf(b, ",peer=\"%d\",channel=\"%u\",direction=\"%s\"} ", l->peer, l->channel, l->send ? "transmit" : "receive");
+}
+
+static void tm_histogram(FILE *b, const char *name, const wd_tm_view *t, int gpu) {
+  char n[128];
+  for (uint32_t i = 0; i < t->nfuncs; i++) {
+    const wd_tm_hist *h = gpu ? &t->funcs[i].gpu : &t->funcs[i].host;
+    if (!h->count) continue;
+    char fl[96];
+    snprintf(fl, sizeof fl, "func=\"%s\",size_class=\"%s\"", wd_str(t->funcs[i].func),
+             wd_tm_class_names[t->funcs[i].size_class]);
+    uint64_t cum = 0;
+    snprintf(n, sizeof n, "%s_bucket", name);
+    for (int k = 0; k <= WD_TM_NBOUNDS; k++) {
+      cum += h->buckets[k];
+      if (k < WD_TM_NBOUNDS) fprintf(b, "%s{%s,%s,le=\"%g\"} %" PRIu64 "\n", n, wd_m.labels, fl, wd_tm_bounds[k], cum);
+      else fprintf(b, "%s{%s,%s,le=\"+Inf\"} %" PRIu64 "\n", n, wd_m.labels, fl, cum);
+    }
+    fprintf(b, "%s_sum{%s,%s} %.9g\n%s_count{%s,%s} %" PRIu64 "\n", name, wd_m.labels, fl, h->sum, name,
+            wd_m.labels, fl, h->count);
+  }
+}
+
+/* The fail-slow series (telemetry/aggregate.h). */
+static void render_telemetry(FILE *b) {
+  wd_tm_view t;
+  wd_tm_get(&t);
+  if (!t.funcs) return;
+  static const struct {
+    const char *name, *type, *help;
+  } lf[] = {
+      {"nccl_watchdog_link_bytes_total", "counter", "Bytes moved over a link (peer, channel, direction)."},
+      {"nccl_watchdog_link_steps_total", "counter", "Proxy steps completed over a link."},
+      {"nccl_watchdog_link_step_seconds_total", "counter", "Time the link's steps took, summed."},
+      {"nccl_watchdog_link_busy_seconds_total", "counter", "Time the link was moving an operation's data."},
+      {"nccl_watchdog_link_throughput_bytes_per_second", "gauge",
+       "Bytes per second of busy time over the last interval: a slow link is the low one among its peers."},
+  };
+  for (int f = 0; f < 5; f++) {
+    family(b, lf[f].name, lf[f].type, lf[f].help);
+    for (uint32_t i = 0; i < t.nlinks; i++) {
+      const wd_tm_link *l = &t.links[i];
+      link_sample(b, lf[f].name, &t, l);
+      if (f == 0) fprintf(b, "%" PRIu64 "\n", l->bytes);
+      else if (f == 1) fprintf(b, "%" PRIu64 "\n", l->steps);
+      else fprintf(b, "%.9g\n", f == 2 ? l->step_s : f == 3 ? l->busy_s : l->rate);
+    }
+  }
+  family(b, "nccl_watchdog_collective_duration_seconds", "histogram",
+         "Collectives from enqueue to completion, host clock, by function and size class.");
+  tm_histogram(b, "nccl_watchdog_collective_duration_seconds", &t, 0);
+  family(b, "nccl_watchdog_collective_gpu_duration_seconds", "histogram",
+         "Collectives' kernels, first channel start to last channel stop, GPU clock (KernelCh).");
+  tm_histogram(b, "nccl_watchdog_collective_gpu_duration_seconds", &t, 1);
+  family(b, "nccl_watchdog_arrival_wait_seconds", "gauge",
+         "Mean wait of this rank's collectives for their peers over the last interval (a late rank waits least).");
+  for (uint32_t i = 0; i < t.ncomms; i++) {
+    if (!t.comms[i].have_recent) continue;
+    tm_comm_sample(b, "nccl_watchdog_arrival_wait_seconds", &t.comms[i]);
+    fprintf(b, ",measure=\"%s\"} %.9g\n", t.comms[i].sync_based ? "initial_sync" : "enqueue_to_completion",
+            t.comms[i].recent_s);
+  }
+  family(b, "nccl_watchdog_arrival_lag_seconds", "gauge",
+         "The rank's own arrival-wait baseline minus its last interval's (> 0: it arrives later than it did).");
+  for (uint32_t i = 0; i < t.ncomms; i++) {
+    if (!t.comms[i].have_recent) continue;
+    tm_comm_sample(b, "nccl_watchdog_arrival_lag_seconds", &t.comms[i]);
+    fprintf(b, ",measure=\"%s\"} %.9g\n", t.comms[i].sync_based ? "initial_sync" : "enqueue_to_completion",
+            t.comms[i].lag_s);
+  }
+  family(b, "nccl_watchdog_telemetry_records_missed_total", "counter",
+         "Ring records overwritten before telemetry read them (the histograms are a sample).");
+  fprintf(b, "nccl_watchdog_telemetry_records_missed_total{%s} %" PRIu64 "\n", wd_m.labels, t.records_missed);
+  family(b, "nccl_watchdog_telemetry_links_folded_total", "counter",
+         "Link observations folded into peer=\"other\" (more links than NCCL_WATCHDOG_TELEMETRY_LINKS).");
+  fprintf(b, "nccl_watchdog_telemetry_links_folded_total{%s} %" PRIu64 "\n", wd_m.labels, t.links_folded);
 }
 
 static void render(FILE *b, unsigned stalls, unsigned dumps, const wd_av_stats *av) {
@@ -214,6 +329,16 @@ static void render(FILE *b, unsigned stalls, unsigned dumps, const wd_av_stats *
     fprintf(b, ",mask=\"0x%x\"} %d\n", (unsigned)wd_m.rows[i].mask_now,
             __builtin_popcount((unsigned)(wd_m.rows[i].mask_set & ~wd_m.rows[i].mask_now)));
   }
+  if (wd_otlp_http_on()) {
+    wd_otlp_stats os;
+    wd_otlp_http_stats(&os);
+    family(b, "nccl_watchdog_otlp_exports_total", "counter",
+           "OTLP exports by result: ok (2xx), failed, skipped (the previous one still in flight).");
+    fprintf(b, "nccl_watchdog_otlp_exports_total{%s,result=\"ok\"} %" PRIu64 "\n", wd_m.labels, os.ok);
+    fprintf(b, "nccl_watchdog_otlp_exports_total{%s,result=\"failed\"} %" PRIu64 "\n", wd_m.labels, os.failed);
+    fprintf(b, "nccl_watchdog_otlp_exports_total{%s,result=\"skipped\"} %" PRIu64 "\n", wd_m.labels, os.skipped);
+  }
+  render_telemetry(b);
 }
 
 static int write_file(const char *data, size_t len) {
@@ -231,8 +356,28 @@ static int write_file(const char *data, size_t len) {
   return -1;
 }
 
-void wd_metrics_flush(unsigned stall_episodes, unsigned dumps, const wd_av_stats *av) {
-  if (!wd_m.on) return;
+/* The same rows and aggregates, as one OTLP request. */
+static void export_otlp(unsigned stalls, unsigned dumps) {
+  wd_otlp_comm *c = calloc(wd_m.nrows ? wd_m.nrows : 1, sizeof *c);
+  if (!c) return;
+  for (size_t i = 0; i < wd_m.nrows; i++) {
+    const wd_m_row *r = &wd_m.rows[i];
+    c[i] = (wd_otlp_comm){r->comm_id, r->name, r->rank, r->nranks, r->inflight, (double)r->since_ns / 1e9};
+  }
+  wd_tm_view t;
+  wd_tm_get(&t);
+  wd_otlp_input in = {&t, c, wd_m.nrows, stalls, dumps, wd_m.start_unix_ns, unix_ns()};
+  uint8_t *body = NULL;
+  size_t len = 0;
+  if (wd_otlp_encode(&in, &body, &len) == 0) wd_otlp_http_send(body, len);
+  free(c);
+}
+
+void wd_metrics_flush(int due, unsigned stall_episodes, unsigned dumps, const wd_av_stats *av) {
+  if (!wd_m.on || !due) return;
+  if (due & wd_m.tm_due) wd_tm_interval();
+  if (due & WD_M_DUE_OTLP) export_otlp(stall_episodes, dumps);
+  if (!(due & WD_M_DUE_FILE)) return;
   char *text = NULL;
   size_t len = 0;
   FILE *b = open_memstream(&text, &len);
@@ -248,7 +393,11 @@ void wd_metrics_flush(unsigned stall_episodes, unsigned dumps, const wd_av_stats
 }
 
 void wd_metrics_close(void) {
-  if (wd_m.on) unlink(wd_m.path);
+  if (wd_m.file_on) unlink(wd_m.path);
+  wd_otlp_http_close();
+  wd_tm_close();
   free(wd_m.rows);
   memset(&wd_m, 0, sizeof wd_m);
 }
+
+void wd_metrics_end_poll(void) { wd_tm_end_poll(); }

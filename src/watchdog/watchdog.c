@@ -29,6 +29,7 @@
 #include "events/store.h"
 #include "flightrec/strtab.h"
 #include "stacks/backtrace.h"
+#include "telemetry/otlp_http.h"
 #include "watchdog/autoverdict.h"
 #include "watchdog/collect.h"
 #include "watchdog/fatal.h"
@@ -255,12 +256,13 @@ static void wd_check_stalls(uint64_t now) {
     }
   }
   wd_pool_reserve(&wd_store.detached, wd_pool_nslots(&wd_store.detached) / 4);
+  wd_metrics_end_poll();
   pthread_mutex_unlock(&wd_store.lock);
   /* Counted before this poll's dump: the next file shows it (within one interval). */
   if (metrics_due) {
     wd_av_stats av;
     wd_av_get_stats(&av);
-    wd_metrics_flush(wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps, &av);
+    wd_metrics_flush(metrics_due, wd_wd.nepisodes + (n && !wd_wd.episode), wd_wd.ndumps, &av);
   }
   if (n == 0) {
     /* Over: its operation completed after all (a slow rank), or its communicator was finalized
@@ -450,6 +452,9 @@ static void *wd_main(void *arg) {
   while (!atomic_load_explicit(&wd_wd.stop, memory_order_acquire)) {
     uint64_t now = wd_now_ns();
     int wait_ms = now >= next ? 0 : (int)((next - now + 999999) / 1000000);
+    /* An OTLP export in flight moves along between polls, never blocking one. */
+    int otlp_ms = wd_otlp_http_wait_ms();
+    if (otlp_ms >= 0 && otlp_ms < wait_ms) wait_ms = otlp_ms;
     struct pollfd pfd = {.fd = wd_wd.wake_fd, .events = POLLIN};
     if (poll(&pfd, 1, wait_ms) > 0) {
       uint64_t v;
@@ -461,6 +466,7 @@ static void *wd_main(void *arg) {
     wd_check_abort();
     wd_check_abrt();
     wd_check_term();
+    wd_otlp_http_progress();
     now = wd_now_ns();
     if (now >= next) {
       next = now + poll_ns;

@@ -530,6 +530,7 @@ void wdh_op_cfg_default(wdh_op_cfg *cfg) {
   cfg->n_channels = 2;
   cfg->n_steps = 4;
   cfg->hang_channel = -1;
+  cfg->slow_channel = -1;
   cfg->hang_step = 0;
 }
 
@@ -773,6 +774,7 @@ static int run_steps(wdh_op *op, int ch, int is_send, int first, int hang_at, in
       if (steps_on) wdh_state(p, st, ncclProfilerProxyStepRecvGPUWait, chunk);
     }
     pause_us(cfg->step_delay_us);
+    if (ch == cfg->slow_channel) pause_us(cfg->slow_us); /* the link takes its time */
     if (steps_on) wdh_stop(p, st);
     /* A slot freed: the proxy posts the next step. */
     int next = op->next_step[ch][is_send];

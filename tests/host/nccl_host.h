@@ -211,6 +211,10 @@ typedef struct wdh_op_cfg {
   /* PXN (transport/net.cc): its network sends are progressed by another local process's proxy
    * (wdh_pxn_send there): no send ProxyOp here; with a send hang the channel waits on it. */
   int pxn_send;
+  /* A slow link: every ProxyStep of channel slow_channel (both directions) takes slow_us longer
+   * to complete, as behind a degraded NIC or cable; -1 (default) = none. */
+  int slow_channel;
+  unsigned slow_us;
 } wdh_op_cfg;
 
 enum {
