@@ -751,16 +751,19 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
       break;
     case K_OTLP_ENDPOINT: {
       /* The form only: the exporter's URL parser has the last word (telemetry/otlp_http.c). */
-      size_t n = strlen(val);
-      int bad = n >= sizeof cfg->otlp_endpoint || strpbrk(val, " \t\r\n\"") != NULL;
+      const char *v = wd_skip_ws(val);
+      size_t n = strlen(v);
+      while (n && isspace((unsigned char)v[n - 1])) n--;
+      int bad = n >= sizeof cfg->otlp_endpoint || memchr(v, ' ', n) || memchr(v, '\t', n) || memchr(v, '"', n);
+      size_t scheme = !strncasecmp(v, "http://", 7) ? 7 : !strncasecmp(v, "https://", 8) ? 8 : 0;
       if (wd_means_off(val)) {
         cfg->otlp_endpoint[0] = '\0';
-      } else if (bad || (strncasecmp(val, "http://", 7) && strncasecmp(val, "https://", 8)) ||
-                 strlen(strstr(val, "://") + 3) == 0) {
+      } else if (bad || !scheme || n <= scheme) {
         snprintf(reason, sizeof reason, "is not a URL (expected %s)", wd_key_expect[key]);
         why = reason;
       } else {
-        memcpy(cfg->otlp_endpoint, val, n + 1);
+        memcpy(cfg->otlp_endpoint, v, n);
+        cfg->otlp_endpoint[n] = '\0';
       }
       break;
     }

@@ -356,6 +356,10 @@ static int run_child(const char *plugin, const char *mode, const char *arg, cons
     setenv("NCCL_WATCHDOG_TIMEOUT", "200ms", 1);
     setenv("NCCL_WATCHDOG_POLL", "40ms", 1);
     setenv("NCCL_WATCHDOG_BACKTRACE_WAIT", "100ms", 1);
+    /* Telemetry and its OTLP exporter (libcurl loaded, a collector that is down) are in play. */
+    setenv("NCCL_WATCHDOG_METRICS", "100ms", 1);
+    setenv("NCCL_WATCHDOG_OTLP_ENDPOINT", "http://127.0.0.1:1", 1);
+    setenv("NCCL_WATCHDOG_OTLP_INTERVAL", "100ms", 1);
     setenv("FI_MODE", mode, 1);
     if (!strcmp(mode, "site")) {
       char kind[32];

@@ -537,7 +537,7 @@ static void test_describe(void) {
   char line[1024];
   wd_config_defaults(&c);
   wd_config_describe(&c, line, sizeof line);
-  char want[512];
+  char want[1024];
   snprintf(want, sizeof want,
            "enable=1 timeout=300s poll=1s unreached_timeout=off dump_dir=(default) "
            "ring_size=8192 proxy_ring_size=8192 max_events=65536 signal=SIGUSR1 "
@@ -545,7 +545,7 @@ static void test_describe(void) {
            "backtrace_wait=500ms peer_dumps=1 max_dumps=32 clock=coarse gpu_events=1 "
            "ring_dir=/dev/shm/nccl-watchdog-%u keep_rings=0 term_dump=1 python=1 hostname=(system) compress=peer "
            "metrics=10s metrics_dir=(ring dir) trigger_poll=5 polls peer_records=64 "
-           "memory_budget=1024MiB kernelch=auto verdict=1",
+           "memory_budget=1024MiB kernelch=auto verdict=1 telemetry=1 otlp=off",
            (unsigned)geteuid());
   CU_ASSERT_STRING_EQUAL(line, want);
   /* NCCL_WATCHDOG_KERNELCH: auto, on, off (and the boolean spellings); anything else warns. */
@@ -574,6 +574,40 @@ static void test_describe(void) {
   CU_ASSERT_EQUAL(c.verdict_memory_mib, 16384);
   CU_ASSERT_STRING_EQUAL(c.on_verdict, "/opt/page oncall");
   CU_ASSERT_EQUAL(nwarn, 2);
+  /* Telemetry and the OTLP export: a URL's form is checked here (libcurl has the last word). */
+  const char *urls[] = {"http://collector:4318", " HTTPS://c.example/v1/metrics", "off", "collector:4318",
+                        "http://", "http://a b", "ftp://c/"};
+  const int url_ok[] = {1, 1, 1, 0, 0, 0, 0};
+  for (int i = 0; i < 7; i++) {
+    reset();
+    put("NCCL_WATCHDOG_OTLP_ENDPOINT", urls[i]);
+    wd_config_defaults(&c);
+    wd_config_load(&c, fake_getenv, capture_warn);
+    CU_ASSERT_EQUAL(nwarn, !url_ok[i]);
+    CU_ASSERT_EQUAL(c.otlp_endpoint[0] != '\0', url_ok[i] && i != 2);
+  }
+  reset();
+  put("NCCL_WATCHDOG_TELEMETRY", "no");
+  put("NCCL_WATCHDOG_TELEMETRY_LINKS", "8");
+  put("NCCL_WATCHDOG_OTLP_INTERVAL", "30s");
+  put("NCCL_WATCHDOG_OTLP_TIMEOUT", "1ms");
+  put("NCCL_WATCHDOG_OTLP_HEADERS", "no pairs");
+  wd_config_defaults(&c);
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_EQUAL(c.telemetry, 0);
+  CU_ASSERT_EQUAL(c.telemetry_links, 512);
+  CU_ASSERT_EQUAL(c.otlp_interval_ns, 30000 * NS_MS);
+  CU_ASSERT_EQUAL(c.otlp_timeout_ns, 5000 * NS_MS);
+  CU_ASSERT_STRING_EQUAL(c.otlp_headers, "");
+  CU_ASSERT_EQUAL(nwarn, 3);
+  reset();
+  put("NCCL_WATCHDOG_OTLP_HEADERS", "authorization=Bearer x,x-scope=a");
+  put("NCCL_WATCHDOG_TELEMETRY_LINKS", "4096");
+  wd_config_defaults(&c);
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_STRING_EQUAL(c.otlp_headers, "authorization=Bearer x,x-scope=a");
+  CU_ASSERT_EQUAL(c.telemetry_links, 4096);
+  CU_ASSERT_EQUAL(nwarn, 0);
   /* Ring files can be turned off. */
   reset();
   put("NCCL_WATCHDOG_RING_DIR", " off ");
