@@ -239,3 +239,14 @@ if [ -x "$BIN/bench_launch" ] && [ -e "$BUILD/fakecuda/libcuda.so.1" ]; then
     echo "| KernelLaunch start+stop under a GroupApi, ns: CUDA events off / on (stand-in driver) | $(field ns_per_launch "$lo") / $(field ns_per_launch "$ln") (added $(calc %.1f "$(field ns_per_launch "$ln") - $(field ns_per_launch "$lo")") per launch, plus the real driver's two cuEventRecord) | | |"
   fi
 fi
+# The watchdog thread's own cost, per second: telemetry off, on, and with the OTLP export.
+if [ -x "$BIN/bench_telemetry" ]; then
+  if [ "$QUICK" = 1 ]; then TI=2 TB=1; else TI=10 TB=5; fi
+  log "telemetry: watchdog thread CPU, ${TI}s idle and ${TB}s busy per mode"
+  tl=$("$BIN/bench_telemetry" "$OURS" -i "$TI" -b "$TB" 2>/dev/null || true)
+  t_off=$(grep 'mode=off' <<<"$tl" || true); t_on=$(grep 'mode=on' <<<"$tl" || true); t_ot=$(grep 'mode=otlp' <<<"$tl" || true)
+  if [ -n "$t_off" ] && [ -n "$t_on" ] && [ -n "$t_ot" ]; then
+    echo "| Watchdog thread, 16 communicators idle, µs of CPU per s: telemetry off / on / on + OTLP | $(field idle_us_per_s "$t_off") / $(field idle_us_per_s "$t_on") / $(field idle_us_per_s "$t_ot") | | |"
+    echo "| … the same, busy ($(field busy_records_per_s "$t_on") records/s written) | $(field busy_us_per_s "$t_off") / $(field busy_us_per_s "$t_on") / $(field busy_us_per_s "$t_ot") | | |"
+  fi
+fi

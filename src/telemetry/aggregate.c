@@ -12,7 +12,7 @@ const double wd_tm_bounds[WD_TM_NBOUNDS] = {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 
 const char *const wd_tm_class_names[WD_TM_NCLASSES] = {"lt64KiB", "64KiB-1MiB", "1MiB-16MiB",
                                                        "16MiB-256MiB", "ge256MiB"};
 
-#define WD_TM_SLOTS 512     /* open operations and ProxyOps followed per context (by slot) */
+#define WD_TM_SLOTS 256     /* open operations and ProxyOps followed per context (by slot) */
 #define WD_TM_FUNCS 96      /* function x size class rows of the process */
 #define WD_TM_CONTEXTS 256  /* contexts followed; more are counted, not aggregated */
 #define WD_TM_CHUNK 1024    /* records read per copy */
@@ -278,6 +278,10 @@ static void drain(tm_ctx *c, const wd_ring *ring, uint64_t *cursor, int proxy) {
 void wd_tm_note(wd_context *ctx, uint64_t now) {
   (void)now;
   if (!tm.on || ctx->magic != WD_CTX_MAGIC) return;
+  /* A communicator without traffic costs nothing (22 KiB once it has some). */
+  if (!atomic_load_explicit(&ctx->ring.head, memory_order_relaxed) &&
+      !atomic_load_explicit(&ctx->proxy_ring.head, memory_order_relaxed))
+    return;
   tm_ctx *c = ctx_get(ctx);
   if (!c) return;
   c->seen = 1;
