@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: all deps build test demo bench test-asan test-tsan test-release fuzz lint clean install package
+.PHONY: all deps build test demo bench test-asan test-tsan test-release fuzz lint clean install package wheel
 
 all: build
 
@@ -33,6 +33,10 @@ install: build
 package: build
 	@cd $(BUILD) && cpack -G DEB && cpack -G TGZ
 
+# The pip wheel (plugin, analyzer, status, python -m nccl_watchdog): dist/nccl_watchdog-*.whl
+wheel: deps
+	@scripts/build-wheel.sh build-wheel dist
+
 bench: build
 	@bench/run-bench.sh $(BUILD)
 
@@ -56,4 +60,4 @@ lint: build
 	@scripts/lint.sh $(BUILD)
 
 clean:
-	rm -rf build build-asan build-tsan build-release build-release.log
+	rm -rf build build-asan build-tsan build-release build-release.log build-wheel dist

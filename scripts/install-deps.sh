@@ -2,7 +2,8 @@
 # Install the Debian packages nccl-watchdog needs to build and test, when they are missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libcjson-dev libunwind-dev zlib1g-dev libcunit1-dev libcurl4-openssl-dev python3 python3-jsonschema
-      python3-prometheus-client chromium)
+      python3-prometheus-client chromium
+      python3-build python3-setuptools python3-wheel python3-venv patchelf binutils)
 # gcc's sanitizer runtimes (ASan+UBSan, TSan); clang-tidy and cppcheck for `make lint`.
 if [ "${WD_WITH_SANITIZERS:-0}" = 1 ]; then pkgs+=(libasan8 libubsan1 libtsan2); fi
 if [ "${WD_WITH_LINT:-0}" = 1 ]; then pkgs+=(clang-tidy cppcheck); fi

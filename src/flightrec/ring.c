@@ -138,8 +138,9 @@ static int ring_fetch(const wd_ring *r, uint64_t t, uint32_t ready, uint64_t rea
     }
   }
   if (turn == want) {
-    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-    atomic_thread_fence(memory_order_acquire);
+    /* Acquire loads keep the re-check of the turn after them (and TSan models them, which it
+     * does not a fence); the watchdog thread can afford them. */
+    for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_ACQUIRE);
     turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
   }
   if (turn == want) {

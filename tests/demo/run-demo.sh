@@ -6,11 +6,14 @@ set -euo pipefail
 
 BUILD=${1:-build}
 BUILD=$(cd "$BUILD" && pwd)
-PLUGIN=$BUILD/lib/libnccl-profiler-watchdog.so
+# An installed plugin and analyzer (the pip wheel's test) may stand in for the build's, and the
+# demo's files may go elsewhere than the build directory.
+PLUGIN=${WD_DEMO_PLUGIN:-$BUILD/lib/libnccl-profiler-watchdog.so}
 RANKBIN=$BUILD/tests/demo_rank
-ANALYZER=$BUILD/bin/nccl-watchdog-analyze
-DUMPS=$BUILD/demo-dumps
-LOGS=$BUILD/demo-logs
+ANALYZER=${WD_DEMO_ANALYZER:-$BUILD/bin/nccl-watchdog-analyze}
+OUTDIR=${WD_DEMO_OUT:-$BUILD}
+DUMPS=$OUTDIR/demo-dumps
+LOGS=$OUTDIR/demo-logs
 NRANKS=4
 HANG_RANK=2
 HANG_SEQ=40
@@ -123,8 +126,8 @@ fi
 
 # ---- part 2: the rank that hangs the job is SIGKILLed (the OOM killer, a scheduler) -----------
 [ -x "$ANALYZER" ] || exit $status
-RINGS=$BUILD/demo-rings
-DUMPS2=$BUILD/demo-dumps-killed
+RINGS=$OUTDIR/demo-rings
+DUMPS2=$OUTDIR/demo-dumps-killed
 rm -rf "$RINGS" "$DUMPS2" "$LOGS"
 mkdir -p "$RINGS" "$DUMPS2" "$LOGS"
 echo
