@@ -172,7 +172,8 @@ int main(int argc, char **argv) {
   setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
   setenv("NCCL_WATCHDOG_RING_DIR", dir, 1);
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
-  setenv("NCCL_WATCHDOG_OTLP_INTERVAL", getenv("NCCL_WATCHDOG_METRICS") ? getenv("NCCL_WATCHDOG_METRICS") : "10s", 1);
+  const char *interval = getenv("NCCL_WATCHDOG_METRICS"); /* the export at the file's pace */
+  setenv("NCCL_WATCHDOG_OTLP_INTERVAL", interval ? interval : "10s", 1);
   static const char *const modes[] = {"off", "on", "otlp"};
   int rc = 0;
   for (int m = 0; m < 3; m++) {

@@ -72,7 +72,7 @@ unsigned wd_tm_dtype_size(const char *n) {
 
 int wd_tm_size_class(uint64_t bytes) {
   int c = 0;
-  for (uint64_t lim = 64 * 1024; c < WD_TM_NCLASSES - 1 && bytes >= lim; lim *= 16) c++;
+  for (uint64_t lim = (uint64_t)64 * 1024; c < WD_TM_NCLASSES - 1 && bytes >= lim; lim *= 16) c++;
   return c;
 }
 
@@ -310,7 +310,7 @@ static void forget(uint32_t i) {
   }
   tm.nlinks = k;
   memmove(&tm.comms[comm], &tm.comms[comm + 1], (tm.nctxs - 1 - (uint32_t)comm) * sizeof tm.comms[0]);
-  memmove(&tm.ctxs[i], &tm.ctxs[i + 1], (tm.nctxs - 1 - i) * sizeof tm.ctxs[0]);
+  memmove(&tm.ctxs[i], &tm.ctxs[i + 1], (tm.nctxs - 1 - i) * sizeof(tm_ctx *));
   tm.nctxs--;
   for (uint32_t j = 0; j < tm.nctxs; j++)
     if (tm.ctxs[j]->comm > comm) tm.ctxs[j]->comm--;

@@ -19,7 +19,7 @@
   X(curl_slist_free_all)
 #define WD_CURL_URL_FNS(X) X(curl_url) X(curl_url_set) X(curl_url_get) X(curl_url_cleanup) X(curl_free)
 
-#define WD_CURL_FIELD(f) __typeof__(f) *f;
+#define WD_CURL_FIELD(f) __typeof__(f) *(f);
 static struct {
   WD_CURL_FNS(WD_CURL_FIELD)
   WD_CURL_URL_FNS(WD_CURL_FIELD)
@@ -78,7 +78,7 @@ static int set_url(const char *endpoint, char *why, size_t wlen) {
   if (cu.curl_url_set(u, CURLUPART_URL, endpoint, 0) != CURLUE_OK) {
     snprintf(why, wlen, "libcurl cannot parse it as a URL");
   } else if (cu.curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
-             (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
+             (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
     snprintf(why, wlen, "its scheme is not http or https");
   } else {
     if (cu.curl_url_get(u, CURLUPART_PATH, &path, 0) != CURLUE_OK || !path[0] || !strcmp(path, "/"))
