@@ -58,73 +58,12 @@ void wd_ring_write(wd_ring *r, const wd_record *rec) {
  * arrive, little enough that the jump itself drops almost nothing. */
 enum { WD_RING_LEAD = 32 };
 
-/* Oldest first, chasing: when a writer laps the copy, the copy jumps ahead of the writers
- * (WD_RING_LEAD records) instead of following them slot by slot. A copy faster than the
- * writers loses nothing; a slower one keeps about capacity x (copy rate / write rate) records,
- * the newest included. Copying newest first instead always loses write/(copy+write) of the ring
- * (measured in bench/bench_snapshot.c, docs/performance.md). */
-uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
-                          uint64_t *lost) {
-  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
-  uint64_t cap = (uint64_t)r->mask + 1;
-  uint64_t first = head > cap ? head - cap : 0;
-  if (head - first > max) first = head - max;
-  uint32_t n = 0, bad = 0;
-  uint64_t lapped = 0;
-  uint32_t ready = atomic_load_explicit(&r->ready, memory_order_acquire);
-  uint64_t ready_from = atomic_load_explicit(&r->ready_from, memory_order_relaxed);
-  for (uint64_t t = first; t < head; t++) {
-    /* Where its writer put it: within what was backed then (wd_ring_put). */
-    uint32_t m = (t < ready_from ? r->ready0 : ready) - 1;
-    const uint64_t *src = (const uint64_t *)&r->recs[t & m];
-    uint64_t want = 2 * t + 2;
-    uint64_t turn = __atomic_load_n(&src[0], __ATOMIC_ACQUIRE);
-    /* A writer that read the ring's size on the other side of its growth put it at the other
-     * place (the watchdog may be held up between setting ready_from and ready). */
-    if (turn != want && ready != r->ready0) {
-      const uint64_t *alt = (const uint64_t *)&r->recs[t & ((t < ready_from ? ready : r->ready0) - 1)];
-      if (__atomic_load_n(&alt[0], __ATOMIC_ACQUIRE) == want) {
-        src = alt;
-        turn = want;
-      }
-    }
-    uint64_t w[WD_RECORD_WORDS];
-    if (turn == want) {
-      for (unsigned i = 1; i < WD_RECORD_WORDS; i++) w[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
-      /* Orders the payload loads before the re-check of the turn. */
-      atomic_thread_fence(memory_order_acquire);
-      turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
-    }
-    if (turn != want) {
-      /* Never written, from around the ring's growth (its writer saw the other size). Lost. */
-      if (turn == 0 && t < ready_from) { lapped++; continue; }
-      if (turn < want || (turn & 1)) { bad++; continue; } /* a writer inside, or not yet in */
-      /* Lapped: every ticket the writers have passed is gone; go past them. */
-      uint64_t now = atomic_load_explicit(&r->head, memory_order_relaxed);
-      uint64_t gone = now > cap ? now - cap : 0; /* tickets below this are overwritten */
-      if (gone <= t) {
-        lapped++;
-        continue;
-      }
-      if (gone > head) gone = head;
-      uint64_t next = gone + WD_RING_LEAD < head ? gone + WD_RING_LEAD : head;
-      lapped += gone - t;
-      bad += (uint32_t)(next - gone); /* skipped: the writers are about to be inside */
-      t = next - 1;
-      continue;
-    }
-    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(t, w)) { bad++; continue; }
-    w[0] = want;
-    memcpy(&out[n], w, sizeof(w));
-    n++;
-  }
-  if (torn) *torn = bad;
-  if (lost) *lost = first + lapped;
-  return n;
-}
+/* What reading ticket t found. */
+enum { WD_FETCH_OK, WD_FETCH_INSIDE, WD_FETCH_NEVER, WD_FETCH_LAPPED, WD_FETCH_MIXED };
 
-/* A record of ticket t, wherever its writer put it (wd_ring_snapshot explains the two places).
- * 1: complete, in w; 0: a writer is inside or not yet in; -1: gone (overwritten or never). */
+/* The record of ticket t into w, wherever its writer put it: within what was backed then
+ * (wd_ring_put), or, for a writer that read the ring's size on the other side of its growth,
+ * the other place (the watchdog may be held up between setting ready_from and ready). */
 static int ring_fetch(const wd_ring *r, uint64_t t, uint32_t ready, uint64_t ready_from, uint64_t *w) {
   uint32_t m = (t < ready_from ? r->ready0 : ready) - 1;
   const uint64_t *src = (const uint64_t *)&r->recs[t & m];
@@ -144,12 +83,57 @@ static int ring_fetch(const wd_ring *r, uint64_t t, uint32_t ready, uint64_t rea
     turn = __atomic_load_n(&src[0], __ATOMIC_RELAXED);
   }
   if (turn == want) {
-    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(t, w)) return -1;
+    /* Two writers of different laps in one slot at once (one preempted for a whole lap). */
+    if ((uint32_t)(w[WD_RECORD_WORDS - 1] >> 32) != wd_record_check(t, w)) return WD_FETCH_MIXED;
     w[0] = want;
-    return 1;
+    return WD_FETCH_OK;
   }
-  if (turn == 0 && t < ready_from) return -1;
-  return turn < want || (turn & 1) ? 0 : -1;
+  if (turn == 0 && t < ready_from) return WD_FETCH_NEVER; /* from around the ring's growth */
+  return turn < want || (turn & 1) ? WD_FETCH_INSIDE : WD_FETCH_LAPPED;
+}
+
+/* Oldest first, chasing: when a writer laps the copy, the copy jumps ahead of the writers
+ * (WD_RING_LEAD records) instead of following them slot by slot. A copy faster than the
+ * writers loses nothing; a slower one keeps about capacity x (copy rate / write rate) records,
+ * the newest included. Copying newest first instead always loses write/(copy+write) of the ring
+ * (measured in bench/bench_snapshot.c, docs/performance.md). */
+uint32_t wd_ring_snapshot(const wd_ring *r, wd_record *out, uint32_t max, uint32_t *torn,
+                          uint64_t *lost) {
+  uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+  uint64_t cap = (uint64_t)r->mask + 1;
+  uint64_t first = head > cap ? head - cap : 0;
+  if (head - first > max) first = head - max;
+  uint32_t n = 0, bad = 0;
+  uint64_t lapped = 0;
+  uint32_t ready = atomic_load_explicit(&r->ready, memory_order_acquire);
+  uint64_t ready_from = atomic_load_explicit(&r->ready_from, memory_order_relaxed);
+  for (uint64_t t = first; t < head; t++) {
+    uint64_t w[WD_RECORD_WORDS];
+    switch (ring_fetch(r, t, ready, ready_from, w)) {
+    case WD_FETCH_OK:
+      memcpy(&out[n++], w, sizeof(w));
+      continue;
+    case WD_FETCH_NEVER: lapped++; continue;
+    case WD_FETCH_INSIDE:
+    case WD_FETCH_MIXED: bad++; continue;
+    default: break;
+    }
+    /* Lapped: every ticket the writers have passed is gone; go past them. */
+    uint64_t now = atomic_load_explicit(&r->head, memory_order_relaxed);
+    uint64_t gone = now > cap ? now - cap : 0; /* tickets below this are overwritten */
+    if (gone <= t) {
+      lapped++;
+      continue;
+    }
+    if (gone > head) gone = head;
+    uint64_t next = gone + WD_RING_LEAD < head ? gone + WD_RING_LEAD : head;
+    lapped += gone - t;
+    bad += (uint32_t)(next - gone); /* skipped: the writers are about to be inside */
+    t = next - 1;
+  }
+  if (torn) *torn = bad;
+  if (lost) *lost = first + lapped;
+  return n;
 }
 
 /* How near the head a record a writer is still inside is waited for rather than skipped: a
@@ -172,8 +156,8 @@ uint32_t wd_ring_read_since(const wd_ring *r, uint64_t *cursor, wd_record *out, 
   for (; t < head && n < max; t++) {
     uint64_t w[WD_RECORD_WORDS];
     int got = ring_fetch(r, t, ready, ready_from, w);
-    if (got == 0 && head - t <= WD_RING_WAIT_NEAR) break;
-    if (got <= 0) {
+    if (got == WD_FETCH_INSIDE && head - t <= WD_RING_WAIT_NEAR) break;
+    if (got != WD_FETCH_OK) {
       gone++;
       continue;
     }

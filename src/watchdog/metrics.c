@@ -191,6 +191,18 @@ static void tm_histogram(FILE *b, const char *name, const wd_tm_view *t, int gpu
   }
 }
 
+/* One arrival gauge per communicator that completed collectives: the wait, or its lag. */
+static void arrival_family(FILE *b, const char *name, const char *help, const wd_tm_view *t, int lag) {
+  family(b, name, "gauge", help);
+  for (uint32_t i = 0; i < t->ncomms; i++) {
+    const wd_tm_comm *c = &t->comms[i];
+    if (!c->have_recent) continue;
+    tm_comm_sample(b, name, c);
+    fprintf(b, ",measure=\"%s\"} %.9g\n", c->sync_based ? "initial_sync" : "enqueue_to_completion",
+            lag ? c->lag_s : c->recent_s);
+  }
+}
+
 /* The fail-slow series (telemetry/aggregate.h). */
 static void render_telemetry(FILE *b) {
   wd_tm_view t;
@@ -222,22 +234,12 @@ static void render_telemetry(FILE *b) {
   family(b, "nccl_watchdog_collective_gpu_duration_seconds", "histogram",
          "Collectives' kernels, first channel start to last channel stop, GPU clock (KernelCh).");
   tm_histogram(b, "nccl_watchdog_collective_gpu_duration_seconds", &t, 1);
-  family(b, "nccl_watchdog_arrival_wait_seconds", "gauge",
-         "Mean wait of this rank's collectives for their peers over the last interval (a late rank waits least).");
-  for (uint32_t i = 0; i < t.ncomms; i++) {
-    if (!t.comms[i].have_recent) continue;
-    tm_comm_sample(b, "nccl_watchdog_arrival_wait_seconds", &t.comms[i]);
-    fprintf(b, ",measure=\"%s\"} %.9g\n", t.comms[i].sync_based ? "initial_sync" : "enqueue_to_completion",
-            t.comms[i].recent_s);
-  }
-  family(b, "nccl_watchdog_arrival_lag_seconds", "gauge",
-         "The rank's own arrival-wait baseline minus its last interval's (> 0: it arrives later than it did).");
-  for (uint32_t i = 0; i < t.ncomms; i++) {
-    if (!t.comms[i].have_recent) continue;
-    tm_comm_sample(b, "nccl_watchdog_arrival_lag_seconds", &t.comms[i]);
-    fprintf(b, ",measure=\"%s\"} %.9g\n", t.comms[i].sync_based ? "initial_sync" : "enqueue_to_completion",
-            t.comms[i].lag_s);
-  }
+  arrival_family(b, "nccl_watchdog_arrival_wait_seconds",
+                 "Mean wait of this rank's collectives for their peers over the last interval (a late rank waits least).",
+                 &t, 0);
+  arrival_family(b, "nccl_watchdog_arrival_lag_seconds",
+                 "The rank's own arrival-wait baseline minus its last interval's (> 0: it arrives later than it did).",
+                 &t, 1);
   family(b, "nccl_watchdog_telemetry_records_missed_total", "counter",
          "Ring records overwritten before telemetry read them (the histograms are a sample).");
   fprintf(b, "nccl_watchdog_telemetry_records_missed_total{%s} %" PRIu64 "\n", wd_m.labels, t.records_missed);
