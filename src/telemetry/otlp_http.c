@@ -16,7 +16,7 @@
   X(curl_easy_cleanup) X(curl_easy_getinfo) X(curl_easy_strerror) X(curl_multi_init)            \
   X(curl_multi_add_handle) X(curl_multi_remove_handle) X(curl_multi_perform)                    \
   X(curl_multi_info_read) X(curl_multi_cleanup) X(curl_multi_timeout) X(curl_slist_append)      \
-  X(curl_slist_free_all)
+  X(curl_slist_free_all) X(curl_version_info)
 #define WD_CURL_URL_FNS(X) X(curl_url) X(curl_url_set) X(curl_url_get) X(curl_url_cleanup) X(curl_free)
 
 #define WD_CURL_FIELD(f) __typeof__(f) *(f);
@@ -146,6 +146,12 @@ int wd_otlp_http_open(const wd_config *cfg) {
     WD_WARN("OTLP export off: out of memory");
     goto fail;
   }
+  /* A libcurl that resolves names synchronously would hold the watchdog thread for a lookup. */
+  const curl_version_info_data *vi = cu.curl_version_info(CURLVERSION_NOW);
+  if (vi && !(vi->features & CURL_VERSION_ASYNCHDNS))
+    WD_WARN("OTLP export: this libcurl (%s) resolves host names synchronously: a slow DNS would "
+            "hold up the watchdog thread; give NCCL_WATCHDOG_OTLP_ENDPOINT an IP address",
+            vi->version);
   ot.interval_ns = cfg->otlp_interval_ns;
   ot.timeout_ns = cfg->otlp_timeout_ns;
   ot.on = 1;

@@ -217,16 +217,18 @@ static void test_stale_steps(void) {
   wd_tm_close();
 }
 
-/* More links than the bound: one folded row per communicator, counted. */
+/* Thousands of peers (AlltoAll), 16 link rows allowed: one folded row per communicator holds
+ * the rest, counted; memory stays what wd_tm_open sized. */
 static void test_fold(void) {
+  enum { PEERS = 5000, BATCH = 400 };
   CU_ASSERT_EQUAL_FATAL(wd_tm_open(16), 0);
   wd_context *c = new_ctx(0x123, "fold");
-  for (int peer = 0; peer < 40; peer++) {
+  for (int peer = 0; peer < PEERS; peer++) {
     wd_record r;
     memset(&r, 0, sizeof r);
     r.type = WD_T_PROXYSTEP;
     r.phase = WD_PH_SPAN;
-    r.parent = WD_SLOT_PROXY_BIT | (uint32_t)peer;
+    r.parent = WD_SLOT_PROXY_BIT | (uint32_t)(peer % 200);
     r.raw = 100;
     r.ts_ns = 200;
     r.count = 10;
@@ -234,21 +236,23 @@ static void test_fold(void) {
     memset(&r, 0, sizeof r);
     r.type = WD_T_PROXYOP;
     r.phase = WD_PH_SPAN;
-    r.slot = WD_SLOT_PROXY_BIT | (uint32_t)peer;
+    r.slot = WD_SLOT_PROXY_BIT | (uint32_t)(peer % 200);
     r.parent = WD_SLOT_NONE;
     r.peer = peer;
     r.raw = 50;
     r.ts_ns = 300;
     wd_ring_write(&c->proxy_ring, &r);
+    if (peer % BATCH == BATCH - 1) wd_tm_note(c, 1000); /* a poll: the ring holds 1,024 */
   }
   wd_tm_note(c, 1000);
   wd_tm_view v;
   wd_tm_get(&v);
   CU_ASSERT_EQUAL(v.nlinks, 16);
+  CU_ASSERT_EQUAL(v.records_missed, 0);
   const wd_tm_link *other = find_link(&v, -1);
   CU_ASSERT_PTR_NOT_NULL_FATAL(other);
-  CU_ASSERT_EQUAL(v.links_folded, 40 - 15);
-  CU_ASSERT_EQUAL(other->bytes, (40 - 15) * 10);
+  CU_ASSERT_EQUAL(v.links_folded, PEERS - 15);
+  CU_ASSERT_EQUAL(other->bytes, (uint64_t)(PEERS - 15) * 10);
   wd_context_free(c);
   wd_tm_close();
 }
@@ -409,7 +413,7 @@ int main(void) {
   CU_add_test(s, "the ring read from poll to poll", test_read_since);
   CU_add_test(s, "links, collectives and kernels from the records", test_aggregate);
   CU_add_test(s, "steps of an earlier op on the slot are not counted", test_stale_steps);
-  CU_add_test(s, "links beyond the bound fold", test_fold);
+  CU_add_test(s, "5,000 peers, 16 link rows: the rest fold", test_fold);
   CU_add_test(s, "size classes, datatypes, buckets", test_classes);
   CU_add_test(s, "the OTLP request parses at every length", test_otlp);
   return wd_test_run();
