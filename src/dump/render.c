@@ -733,6 +733,29 @@ static int put_seq(cJSON *o, const char *key, const wd_seq_snap *sq, uint32_t n)
   return 0;
 }
 
+/* The fail-slow telemetry of a communicator: its links and its arrival wait. */
+static int put_telemetry(cJSON *o, const wd_comm_snap *cs) {
+  cJSON *t = cJSON_AddObjectToObject(o, "telemetry");
+  cJSON *links = t ? cJSON_AddArrayToObject(t, "links") : NULL;
+  if (!links) return -1;
+  for (uint32_t i = 0; i < cs->nlinks; i++) {
+    const wd_link_snap *l = &cs->links[i];
+    cJSON *k = cJSON_CreateObject();
+    if (push(links, k) || add_num(k, "peer", l->peer) || add_num(k, "channel", l->channel) ||
+        add_str(k, "direction", l->send ? "transmit" : "receive") || add_num(k, "bytes", (double)l->bytes) ||
+        add_num(k, "steps", (double)l->steps) || add_num(k, "stepS", l->step_s) ||
+        add_num(k, "busyS", l->busy_s) || add_num(k, "bytesPerS", l->rate))
+      return -1;
+  }
+  if (cs->have_arrival) {
+    cJSON *a = cJSON_AddObjectToObject(t, "arrival");
+    if (!a || add_num(a, "waitS", cs->arrival_wait_s) || add_num(a, "lagS", cs->arrival_lag_s) ||
+        add_str(a, "measure", cs->arrival_sync ? "initial_sync" : "enqueue_to_completion"))
+      return -1;
+  }
+  return 0;
+}
+
 static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
   cJSON *o = cJSON_CreateObject();
   if (push(arr, o)) return -1;
@@ -769,7 +792,7 @@ static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
       add_section(c, o, "open", (wd_section){SEC_OPEN, NULL, cs->events, nev}))
     return -1;
   if (put_ring(c, o, "ring", &cs->ring) || put_ring(c, o, "proxyRing", &cs->proxy_ring)) return -1;
-  return 0;
+  return cs->telemetry ? put_telemetry(o, cs) : 0;
 }
 
 static int put_detached(wd_ctx *c, cJSON *root, const wd_dump_input *in) {

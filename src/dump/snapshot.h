@@ -33,6 +33,14 @@ typedef struct wd_ring_snap {
   wd_record *recs; /* oldest first */
 } wd_ring_snap;
 
+/* A link's fail-slow telemetry (telemetry/aggregate.h), as the watchdog last aggregated it. */
+typedef struct wd_link_snap {
+  int peer; /* -1: links beyond the bound, folded */
+  uint8_t channel, send;
+  uint64_t bytes, steps;
+  double step_s, busy_s, rate;
+} wd_link_snap;
+
 typedef struct wd_comm_snap {
   uint64_t comm_id;
   char name[128];
@@ -57,6 +65,13 @@ typedef struct wd_comm_snap {
   wd_ev_snap *events; /* every live event of the communicator */
   wd_ring_snap ring;       /* operation-level records */
   wd_ring_snap proxy_ring; /* proxy-level records (ProxyOp, ProxyStep, KernelCh, ...) */
+  /* Telemetry, when on: the communicator's links and its arrival wait (the analyzer's
+   * fail-slow lines). */
+  int telemetry;
+  uint32_t nlinks;
+  wd_link_snap *links;
+  int have_arrival, arrival_sync;
+  double arrival_wait_s, arrival_lag_s;
 } wd_comm_snap;
 
 typedef struct wd_stall {

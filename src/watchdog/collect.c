@@ -13,6 +13,7 @@
 #include "events/store.h"
 #include "flightrec/strtab.h"
 #include "stacks/python.h"
+#include "telemetry/aggregate.h"
 #include "watchdog/stall.h"
 #include "events/budget.h"
 
@@ -104,6 +105,36 @@ static int wd_interrupt_all(const wd_config *cfg, const char *reason) {
   return cfg->backtrace == WD_BACKTRACE_ALL || !reason || strcmp(reason, "signal") != 0;
 }
 
+/* Each communicator's links and arrival from telemetry (watchdog thread: its tables are this
+ * thread's). */
+static void wd_collect_telemetry(wd_dump_input *in) {
+  wd_tm_view t;
+  wd_tm_get(&t);
+  if (!t.funcs || !in->comms) return;
+  for (uint32_t i = 0; i < in->ncomms; i++) {
+    wd_comm_snap *cs = &in->comms[i];
+    cs->telemetry = 1;
+    for (uint32_t m = 0; m < t.ncomms; m++) {
+      const wd_tm_comm *tc = &t.comms[m];
+      if (tc->comm_id != cs->comm_id || tc->rank != cs->rank) continue;
+      cs->have_arrival = tc->have_recent;
+      cs->arrival_sync = tc->sync_based;
+      cs->arrival_wait_s = tc->recent_s;
+      cs->arrival_lag_s = tc->lag_s;
+      uint32_t n = 0;
+      for (uint32_t k = 0; k < t.nlinks; k++) n += t.links[k].comm == (int)m;
+      cs->links = n ? calloc(n, sizeof *cs->links) : NULL;
+      for (uint32_t k = 0; cs->links && k < t.nlinks; k++) {
+        const wd_tm_link *l = &t.links[k];
+        if (l->comm == (int)m)
+          cs->links[cs->nlinks++] = (wd_link_snap){l->peer, l->channel, l->send, l->bytes, l->steps,
+                                                   l->step_s, l->busy_s, l->rate};
+      }
+      break;
+    }
+  }
+}
+
 int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads,
                uint32_t keep) {
   memset(in, 0, sizeof(*in));
@@ -135,6 +166,7 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
       wd_collect_comm(ctx, cfg, in->mono_ns, keep, &in->comms[--k]);
     in->ncomms = (uint32_t)wd_store.nctx;
   }
+  wd_collect_telemetry(in);
   const wd_pool *detached = &wd_store.detached;
   wd_collect_events(&detached, 1, NULL, cfg, in->mono_ns, &in->detached, &in->ndetached);
   wd_collect_ring(&wd_store.detached_ring, &in->detached_ring, 0);
@@ -158,6 +190,7 @@ void wd_collect_free(wd_dump_input *in) {
     free(in->comms[i].events);
     free(in->comms[i].ring.recs);
     free(in->comms[i].proxy_ring.recs);
+    free(in->comms[i].links);
   }
   free(in->comms);
   free(in->detached);

@@ -8,7 +8,9 @@
  *   slow      it answers after 5 s (export timeout 300 ms) while a collective hangs;
  *   garbage   it answers bytes that are not HTTP;
  *   badurl    endpoints that are not URLs;
- *   links     point-to-point traffic with 200 peers, 16 link rows allowed.
+ *   links     point-to-point traffic with 200 peers, 16 link rows allowed;
+ *   failslow  a 4-rank job, not hung, snapshot by SIGUSR1: the analyzer names its slow link and
+ *             its late rank from the telemetry in the dumps.
  * Bad collectors and endpoints: one WARN, the exports counted as failed, dumps on time.
  *
  * NCCL's order, as the test host plays it (nccl_host.h): ProxyOps from ncclProxyOpToArgs
@@ -264,6 +266,68 @@ static int links(void) {
   return 0;
 }
 
+/* failslow: a 4-rank job whose rank 1 has a slow link on channel 3 and whose rank 3 arrives
+ * late (its work takes no time, so it never waits: the others wait for it), each rank snapshot
+ * by SIGUSR1 while nothing hangs: the analyzer names both from the dumps' telemetry. */
+static const char *g_dir;
+static void failslow_rank(int r, int ready_fd) {
+  char host[16], rank[8];
+  snprintf(host, sizeof host, "host%d", r);
+  snprintf(rank, sizeof rank, "%d", r);
+  setenv("NCCL_WATCHDOG_HOSTNAME", host, 1);
+  setenv("RANK", rank, 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm c;
+  wdh_comm_init(&c, &p, 0x7e1e0005ull, "fs", 2, 4, r);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.n_channels = 4;
+  cfg.step_delay_us = r == 3 ? 0 : 100;
+  if (r == 1) cfg.slow_channel = 3, cfg.slow_us = 2000; /* the last: see the top */
+  wdh_run_ops(&c, NULL, &cfg, 30);
+  wdh_sleep_ms(700); /* a few metrics intervals: rates and arrival computed */
+  kill(getpid(), SIGUSR1);
+  char me[32];
+  snprintf(me, sizeof me, "-%d-", (int)getpid());
+  for (int i = 0; i < 100; i++) { /* until its dump is written */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "ls '%s/%s' 2>/dev/null | grep -q -- '%s.*signal'", g_dir, host, me);
+    if (run(cmd) == 0) break;
+    wdh_sleep_ms(50);
+  }
+  if (write(ready_fd, "r", 1) != 1) _exit(1);
+  for (;;) pause();
+}
+
+static int failslow(const char *dir) {
+  g_dir = dir;
+  setenv("NCCL_WATCHDOG_CLOCK", "precise", 1);
+  setenv("NCCL_WATCHDOG_TIMEOUT", "30s", 1);
+  pid_t pids[4];
+  WDH_CHECK(wdh_fork_ranks(4, failslow_rank, pids) == 4, "ranks not ready");
+  WDH_CHECK(wdh_wait_dumps(dir, "signal", 4, 5000) >= 4, "fewer than 4 signal dumps");
+  wdh_kill_ranks(pids, 4);
+  const char *az = getenv("WDH_ANALYZER");
+  char cmd[2048], line[4096], out[16384] = "";
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
+  FILE *f = popen(cmd, "r");
+  size_t used = 0;
+  while (f && fgets(line, sizeof line, f)) {
+    fputs(line, stderr);
+    size_t n = strlen(line);
+    if (used + n < sizeof out) memcpy(out + used, line, n + 1), used += n;
+  }
+  if (f) pclose(f);
+  WDH_CHECK(strstr(out, "slow link: rank 1 (global rank 1 on host host1") != NULL, "the slow link's rank is not named");
+  WDH_CHECK(strstr(out, "on channel 3 at") != NULL, "the slow link's channel is not named");
+  WDH_CHECK(strstr(out, "late rank: rank 3 (global rank 3 on host host3") != NULL, "the late rank is not named");
+  WDH_CHECK(strncmp(out, "OK: no hang found in 1 communicator", 35) == 0 && strstr(out, "; but in \"fs\", slow link: rank 1") &&
+                strstr(out, "; but in") < strchr(out, '\n'),
+            "the first line does not carry the slow link");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "slowlink";
   g_src = getenv("WDH_SOURCE_DIR");
@@ -282,6 +346,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(which, "garbage")) rc = bad_collector(dir, "garbage", "failed");
   else if (!strcmp(which, "badurl")) rc = badurl(dir);
   else if (!strcmp(which, "links")) rc = links();
+  else if (!strcmp(which, "failslow")) rc = failslow(dir);
   else rc = 2;
   stop_receiver();
   if (rc == 77) {

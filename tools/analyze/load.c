@@ -555,6 +555,39 @@ static void load_seq(wd_az_crank *cr, const cJSON *seq) {
   }
 }
 
+/* ---- telemetry ---- */
+
+static int cmp_tlink_rate(const void *a, const void *b) {
+  double x = ((const wd_az_tlink *)a)->rate, y = ((const wd_az_tlink *)b)->rate;
+  return x < y ? -1 : x > y;
+}
+
+/* Links that moved data (the slowest kept when there are more than WD_AZ_TLINKS), and the
+ * arrival wait. */
+static void load_telemetry(wd_az_crank *cr, const cJSON *t) {
+  if (!cJSON_IsObject(t)) return;
+  const cJSON *l;
+  wd_az_tlink all[1024];
+  int n = 0;
+  cJSON_ArrayForEach(l, get(t, "links")) {
+    const char *dir = str(l, "direction");
+    double bytes = num(l, "bytes", 0), rate = num(l, "bytesPerS", 0), steps = num(l, "steps", 0);
+    int peer = (int)lnum(l, "peer", -1);
+    if (n == 1024 || peer < 0 || !dir || bytes <= 0 || rate <= 0 || steps <= 0) continue;
+    all[n++] = (wd_az_tlink){peer, (int16_t)lnum(l, "channel", 0), !strcmp(dir, "transmit"), bytes, rate,
+                             num(l, "stepS", 0) * 1e3 / steps};
+  }
+  qsort(all, (size_t)n, sizeof all[0], cmp_tlink_rate);
+  cr->ntlinks = n < WD_AZ_TLINKS ? n : WD_AZ_TLINKS;
+  memcpy(cr->tlinks, all, (size_t)cr->ntlinks * sizeof all[0]);
+  const cJSON *a = get(t, "arrival");
+  if (cJSON_IsObject(a) && cJSON_IsNumber(get(a, "waitS"))) {
+    cr->t_arrival = 1;
+    cr->t_wait_ms = num(a, "waitS", 0) * 1e3;
+    cr->t_measure = istr(a, "measure");
+  }
+}
+
 static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t *min_t) {
   uint64_t id;
   int rank = inum(c, "rank", -1), nranks = inum(c, "nranks", 0);
@@ -582,6 +615,7 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   load_ring(cr, get(c, "ring"), min_t);
   ring_min_t(get(c, "proxyRing"), min_t);
   load_phases(cr, get(c, "ring"), get(c, "proxyRing"));
+  load_telemetry(cr, get(c, "telemetry"));
   return 0;
 }
 

@@ -111,6 +111,15 @@ typedef struct wd_az_phase {
 } wd_az_phase;
 
 /* One communicator rank as one dump shows it. */
+/* A link's fail-slow telemetry from the dump (the plugin's aggregates at dump time). */
+typedef struct wd_az_tlink {
+  int32_t peer;
+  int16_t channel;
+  uint8_t send;
+  double bytes, rate, step_ms; /* bytes moved; bytes per busy second; mean step time */
+} wd_az_tlink;
+#define WD_AZ_TLINKS 64 /* kept per communicator rank, the slowest first */
+
 typedef struct wd_az_crank {
   uint64_t comm_id;
   wd_az_str name;
@@ -135,6 +144,11 @@ typedef struct wd_az_crank {
   uint64_t ring_written, ring_lost;
   int nphase;
   wd_az_phase phase[WD_AZ_PHASES]; /* newest first */
+  int ntlinks;
+  wd_az_tlink tlinks[WD_AZ_TLINKS];
+  int t_arrival;       /* the dump had an arrival wait */
+  double t_wait_ms;    /* its collectives' mean wait for the peers (telemetry.arrival.waitS) */
+  wd_az_str t_measure; /* "initial_sync" or "enqueue_to_completion" */
 } wd_az_crank;
 
 typedef struct wd_az_thread {

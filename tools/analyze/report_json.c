@@ -175,6 +175,21 @@ static cJSON *comm_json(const wd_az_set *set, const wd_az_comm *c) {
   cJSON_AddStringToObject(o, "verdict", wd_az_verdict_name(c->verdict));
   cJSON_AddStringToObject(o, "summary", c->summary);
   if (c->note[0]) cJSON_AddStringToObject(o, "note", c->note);
+  if (c->slow_link[0]) {
+    cJSON *sl = cJSON_AddObjectToObject(o, "slowLink");
+    if (sl) {
+      cJSON_AddStringToObject(sl, "line", c->slow_link);
+      cJSON_AddNumberToObject(sl, "rank", c->slow_rank);
+      cJSON_AddNumberToObject(sl, "peer", c->slow_peer);
+      cJSON_AddNumberToObject(sl, "channel", c->slow_channel);
+      cJSON_AddStringToObject(sl, "direction", c->slow_send ? "transmit" : "receive");
+      cJSON_AddNumberToObject(sl, "ratioToMedian", c->slow_ratio);
+    }
+  }
+  if (c->late[0]) {
+    cJSON_AddStringToObject(o, "lateRank", c->late);
+    cJSON_AddNumberToObject(o, "lateRankIndex", c->late_rank);
+  }
   if (c->arrival[0]) {
     cJSON_AddStringToObject(o, "arrival", c->arrival);
     cJSON_AddNumberToObject(o, "arrivalLastRank", c->arrival_rank);

@@ -181,6 +181,8 @@ static void print_comm(FILE *f, const wd_az_set *set, const wd_az_comm *c) {
   }
   if (c->note[0]) fprintf(f, "  note: %s\n", c->note);
   if (c->arrival[0]) fprintf(f, "  arrival: %s\n", c->arrival);
+  if (c->slow_link[0]) fprintf(f, "  %s\n", c->slow_link);
+  if (c->late[0]) fprintf(f, "  %s\n", c->late);
   print_suspects(f, set, c);
   print_stragglers(f, set, c);
 }

@@ -1417,9 +1417,17 @@ static void overall_summary(wd_az_result *res) {
     wd_az_fmt(res->summary, sizeof(res->summary), "%s", res->comms[0].summary);
     return;
   }
+  /* Not hung, but slow: the first fail-slow finding (the slowest link's, else a late rank's)
+   * belongs on the first line, which is all an alert or a log line carries. */
+  const char *slow = NULL, *cname = "";
+  for (size_t i = 0; i < res->ncomms && !slow; i++)
+    if (res->comms[i].slow_link[0]) slow = res->comms[i].slow_link, cname = wd_az_s(res->comms[i].name);
+  for (size_t i = 0; i < res->ncomms && !slow; i++)
+    if (res->comms[i].late[0]) slow = res->comms[i].late, cname = wd_az_s(res->comms[i].name);
   wd_az_fmt(res->summary, sizeof(res->summary),
-           "OK: no hang found in %zu communicator%s (%zu dump%s read).", res->ncomms,
-           res->ncomms == 1 ? "" : "s", res->ndumps_read, res->ndumps_read == 1 ? "" : "s");
+           "OK: no hang found in %zu communicator%s (%zu dump%s read)%s%s%s%s%s", res->ncomms,
+           res->ncomms == 1 ? "" : "s", res->ndumps_read, res->ndumps_read == 1 ? "" : "s",
+           slow ? "; but in \"" : ".", slow ? cname : "", slow ? "\", " : "", slow ? slow : "", slow ? "." : "");
 }
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -1487,6 +1495,85 @@ out:
   free(others);
 }
 
+/* Fail-slow (telemetry in the dumps): the link of the communicator whose throughput is under
+ * half the median of its links in the same direction (at least 4 of them), the slowest first;
+ * and, when KernelPhase did not already say it, the rank whose collectives wait least for the
+ * others, under a quarter of the median of at least 3 ranks. */
+enum { WD_AZ_SLOW_MIN_LINKS = 4 };
+static void failslow_check(const wd_az_set *set, wd_az_comm *c) {
+  c->slow_rank = c->slow_peer = c->slow_channel = c->slow_send = c->late_rank = -1;
+  size_t n = 0;
+  for (int i = 0; i < c->npresent; i++) n += (size_t)c->by_rank[c->present[i]]->ntlinks;
+  double *rates = n ? malloc(n * sizeof *rates) : NULL;
+  for (int dir = 1; rates && dir >= 0; dir--) {
+    size_t k = 0;
+    const wd_az_crank *worst_cr = NULL;
+    const wd_az_tlink *worst = NULL;
+    for (int i = 0; i < c->npresent; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      for (int j = 0; j < cr->ntlinks; j++) {
+        const wd_az_tlink *l = &cr->tlinks[j];
+        if (l->send != dir) continue;
+        rates[k++] = l->rate;
+        if (!worst || l->rate < worst->rate) worst = l, worst_cr = cr;
+      }
+    }
+    if (k < WD_AZ_SLOW_MIN_LINKS) continue;
+    qsort(rates, k, sizeof *rates, cmp_dbl);
+    double med = rates[k / 2];
+    if (!(worst->rate < med / 2) || (c->slow_rank >= 0 && worst->rate / med >= c->slow_ratio)) continue;
+    char me[160], peer[160] = "";
+    wd_az_ident_text(set, worst_cr, me, sizeof me);
+    const wd_az_crank *pc = worst->peer < c->nranks ? c->by_rank[worst->peer] : NULL;
+    if (pc) {
+      const wd_az_dump *pd = wd_az_dump_of(set, pc);
+      wd_az_fmt(peer, sizeof peer, " (host %s)", wd_az_s(pd->host));
+    }
+    double mean_ms = 0;
+    size_t others = 0;
+    for (int i = 0; i < c->npresent; i++) {
+      const wd_az_crank *cr = c->by_rank[c->present[i]];
+      for (int j = 0; j < cr->ntlinks; j++)
+        if (cr->tlinks[j].send == dir && &cr->tlinks[j] != worst) mean_ms += cr->tlinks[j].step_ms, others++;
+    }
+    c->slow_rank = worst_cr->rank;
+    c->slow_peer = worst->peer;
+    c->slow_channel = worst->channel;
+    c->slow_send = dir;
+    c->slow_ratio = worst->rate / med;
+    wd_az_fmt(c->slow_link, sizeof c->slow_link,
+              "slow link: rank %d (%s) %s rank %d%s on channel %d at %.3g MB/s, %.2gx the median of "
+              "the communicator's %zu %s links (mean step %.3g ms against %.3g): a degraded NIC, "
+              "cable or switch port on that path",
+              worst_cr->rank, me, dir ? "->" : "<-", worst->peer, peer, worst->channel, worst->rate / 1e6,
+              worst->rate / med, k, dir ? "transmitting" : "receiving", worst->step_ms,
+              others ? mean_ms / (double)others : 0.0);
+  }
+  free(rates);
+  if (c->arrival[0]) return;
+  double waits[4096];
+  int nw = 0, late = -1;
+  double late_ms = 0;
+  for (int i = 0; i < c->npresent && nw < 4096; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    if (!cr->t_arrival) continue;
+    waits[nw++] = cr->t_wait_ms;
+    if (late < 0 || cr->t_wait_ms < late_ms) late = cr->rank, late_ms = cr->t_wait_ms;
+  }
+  if (nw < 3) return;
+  qsort(waits, (size_t)nw, sizeof *waits, cmp_dbl);
+  double med = waits[nw / 2];
+  if (!(late_ms < med / 4)) return;
+  const wd_az_crank *cr = c->by_rank[late];
+  char me[160];
+  wd_az_ident_text(set, cr, me, sizeof me);
+  c->late_rank = late;
+  wd_az_fmt(c->late, sizeof c->late,
+            "late rank: rank %d (%s) waits %.3g ms for its peers in its collectives, the median rank "
+            "%.3g ms (%s): the others wait for it: a slow GPU, data loader or host",
+            late, me, late_ms, med, wd_az_s(cr->t_measure));
+}
+
 int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) {
   memset(res, 0, sizeof(*res));
   res->set = set;
@@ -1512,6 +1599,7 @@ int wd_az_analyze(const wd_az_set *set, const wd_az_opts *o, wd_az_result *res) 
     if (fill_comm(set, c, idx + i, j - i) != 0) break;
     analyze_comm(set, o, c);
     arrival_check(c);
+    failslow_check(set, c);
     i = j;
   }
   res->ncomms = nc;

@@ -82,6 +82,14 @@ typedef struct wd_az_comm {
    * consistently (its kernels wait least in initial_sync); empty otherwise. */
   char arrival[384];
   int arrival_rank; /* -1 when none */
+  /* Fail-slow, from the plugin's telemetry in the dumps: the communicator's slowest link when it
+   * runs at under half its peers' median, and the rank whose collectives wait least for the
+   * others (the late one) when under a quarter of the median; empty otherwise. */
+  char slow_link[512];
+  int slow_rank, slow_peer, slow_channel, slow_send; /* -1 when none */
+  double slow_ratio;
+  char late[384];
+  int late_rank; /* -1 when none */
 } wd_az_comm;
 
 typedef struct wd_az_opts {
