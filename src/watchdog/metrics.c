@@ -145,24 +145,24 @@ void wd_metrics_note(wd_context *ctx, uint64_t now, int due) {
   }
 }
 
-/* `name{labels,comm labels} ` for one communicator. */
-static void comm_sample(FILE *b, const char *name, const wd_m_row *r) {
+/* `name{labels,comm labels` for one communicator (the caller closes the brace). */
+static void comm_labels(FILE *b, const char *name, uint64_t id, const char *cname, int rank, int nranks) {
   char n[300];
-  label_value(n, sizeof n, r->name);
+  label_value(n, sizeof n, cname);
   fprintf(b, "%s{%s,comm=\"0x%016" PRIx64 "\",comm_name=\"%s\",comm_rank=\"%d\",nranks=\"%d\"", name,
-               wd_m.labels, r->comm_id, n, r->rank, r->nranks);
+          wd_m.labels, id, n, rank, nranks);
+}
+
+static void comm_sample(FILE *b, const char *name, const wd_m_row *r) {
+  comm_labels(b, name, r->comm_id, r->name, r->rank, r->nranks);
 }
 
 static void family(FILE *b, const char *name, const char *type, const char *help) {
   fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* `name{labels,comm labels} ` for a communicator telemetry follows. */
 static void tm_comm_sample(FILE *b, const char *name, const wd_tm_comm *c) {
-  char n[300];
-  label_value(n, sizeof n, c->name);
-  fprintf(b, "%s{%s,comm=\"0x%016" PRIx64 "\",comm_name=\"%s\",comm_rank=\"%d\",nranks=\"%d\"", name,
-          wd_m.labels, c->comm_id, n, c->rank, c->nranks);
+  comm_labels(b, name, c->comm_id, c->name, c->rank, c->nranks);
 }
 
 static void link_sample(FILE *b, const char *name, const wd_tm_view *t, const wd_tm_link *l) {
