@@ -70,6 +70,20 @@ assert nw.env(dump_dir="/d", metrics="30s")["NCCL_WATCHDOG_METRICS"] == "30s"
 print("test_wheel: Python API: root", root["where"])
 EOF
 
+# A machine without NCCL (no nvidia-nccl wheel in the venv, the loader's search answering
+# nothing): check says so and still passes (the plugin waits for a process that loads NCCL).
+"$V/python" - <<'EOF' || fail "check without NCCL"
+import contextlib, ctypes.util, io
+ctypes.util.find_library = lambda name: None
+from nccl_watchdog.__main__ import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    rc = main(["check"])
+assert rc == 0, rc
+assert "NCCL: not found in this environment" in out.getvalue(), out.getvalue()
+print("test_wheel: check without NCCL: says so")
+EOF
+
 # A missing library: the plugin needs one this machine lacks; the message names it.
 cp "$plugin" "$tmp/plugin.so"
 patchelf --add-needed libwd-not-on-this-machine.so.7 "$plugin"
