@@ -1071,7 +1071,18 @@ void wd_config_load(wd_config *cfg, wd_getenv_fn getenv_fn, wd_config_warn_fn wa
   free(fv);
 }
 
+void wd_url_redact(const char *url, char *out, size_t len) {
+  const char *host = strstr(url, "://");
+  host = host ? host + 3 : url;
+  size_t hlen = strcspn(host, "/?#");
+  const char *at = memchr(host, '@', hlen);
+  if (at) snprintf(out, len, "%.*s***@%s", (int)(host - url), url, at + 1);
+  else snprintf(out, len, "%s", url);
+}
+
 void wd_config_describe(const wd_config *cfg, char *buf, int len) {
+  char otlp[WD_PATH_MAX] = "off";
+  if (cfg->otlp_endpoint[0]) wd_url_redact(cfg->otlp_endpoint, otlp, sizeof otlp);
   if (!buf || len <= 0) return;
   if (!cfg) {
     buf[0] = '\0';
@@ -1112,5 +1123,5 @@ void wd_config_describe(const wd_config *cfg, char *buf, int len) {
            cfg->hostname[0] ? cfg->hostname : "(system)", wd_compress_name(cfg->compress), metrics,
            cfg->metrics_dir[0] ? cfg->metrics_dir : "(ring dir)", trig, cfg->peer_records,
            cfg->memory_budget_mib, wd_kernelch_name(cfg->kernelch), cfg->verdict, cfg->telemetry,
-           cfg->otlp_endpoint[0] ? cfg->otlp_endpoint : "off");
+           otlp);
 }

@@ -2,6 +2,7 @@
 #ifndef WD_CONFIG_H
 #define WD_CONFIG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define WD_PATH_MAX 1024
@@ -96,6 +97,9 @@ const char *wd_kernelch_name(int kernelch);                /* "auto", "on", "off
 
 /* Name of the signal for logs and dumps ("SIGUSR1", "SIGRTMIN+3", "none"). */
 const char *wd_signal_name(int sig, char *buf, int len);
+
+/* A URL fit for a log line: its user and password (user:password@) left out. */
+void wd_url_redact(const char *url, char *out, size_t len);
 
 /* One line describing the effective settings, for the INFO line at first init. */
 void wd_config_describe(const wd_config *cfg, char *buf, int len);

@@ -36,6 +36,7 @@ static struct {
   struct curl_slist *headers;
   uint8_t *body;
   char url[WD_PATH_MAX + 16];
+  char shown[WD_PATH_MAX + 16]; /* the URL as logged: no user:password */
   uint64_t interval_ns, timeout_ns, next_ns;
   char response[WD_OTLP_RESPONSE_MAX];
   size_t response_len;
@@ -139,7 +140,8 @@ int wd_otlp_http_open(const wd_config *cfg) {
   }
   ot.global = 1;
   if (set_url(cfg->otlp_endpoint, why, sizeof why) != 0) {
-    WD_WARN("OTLP export off: NCCL_WATCHDOG_OTLP_ENDPOINT=\"%s\": %s", cfg->otlp_endpoint, why);
+    wd_url_redact(cfg->otlp_endpoint, ot.shown, sizeof ot.shown);
+    WD_WARN("OTLP export off: NCCL_WATCHDOG_OTLP_ENDPOINT=\"%s\": %s", ot.shown, why);
     goto fail;
   }
   if (set_headers(cfg->otlp_headers) != 0 || !(ot.multi = cu.curl_multi_init())) {
@@ -155,7 +157,8 @@ int wd_otlp_http_open(const wd_config *cfg) {
   ot.interval_ns = cfg->otlp_interval_ns;
   ot.timeout_ns = cfg->otlp_timeout_ns;
   ot.on = 1;
-  WD_INFO("OTLP export of the metrics to %s every %.1f s", ot.url, (double)ot.interval_ns / 1e9);
+  wd_url_redact(ot.url, ot.shown, sizeof ot.shown);
+  WD_INFO("OTLP export of the metrics to %s every %.1f s", ot.shown, (double)ot.interval_ns / 1e9);
   return 0;
 fail:
   wd_otlp_http_close();
@@ -192,7 +195,7 @@ static void finish(CURLcode res) {
   ot.response[ot.response_len] = '\0';
   if (res == CURLE_OK && code >= 200 && code < 300) {
     ot.stats.ok++;
-    if (ot.failing) WD_INFO("OTLP export to %s works again", ot.url);
+    if (ot.failing) WD_INFO("OTLP export to %s works again", ot.shown);
     ot.failing = 0;
     return;
   }
@@ -204,10 +207,10 @@ static void finish(CURLcode res) {
   if (ot.response_len > 200) ot.response[200] = '\0';
   if (res != CURLE_OK)
     WD_WARN("OTLP export to %s failed: %s; trying again every interval, quietly until one succeeds",
-            ot.url, cu.curl_easy_strerror(res));
+            ot.shown, cu.curl_easy_strerror(res));
   else
     WD_WARN("OTLP export to %s failed: HTTP %ld \"%s\"; trying again every interval, quietly until "
-            "one succeeds", ot.url, code, ot.response);
+            "one succeeds", ot.shown, code, ot.response);
 }
 
 void wd_otlp_http_progress(void) {

@@ -586,6 +586,17 @@ static void test_describe(void) {
     CU_ASSERT_EQUAL(nwarn, !url_ok[i]);
     CU_ASSERT_EQUAL(c.otlp_endpoint[0] != '\0', url_ok[i] && i != 2);
   }
+  /* Credentials in the endpoint never reach a log line. */
+  char shown[256];
+  wd_url_redact("https://user:secret@c.example:4318/v1/metrics", shown, sizeof shown);
+  CU_ASSERT_STRING_EQUAL(shown, "https://***@c.example:4318/v1/metrics");
+  wd_url_redact("http://c:4318/a@b", shown, sizeof shown);
+  CU_ASSERT_STRING_EQUAL(shown, "http://c:4318/a@b");
+  wd_config_defaults(&c);
+  snprintf(c.otlp_endpoint, sizeof c.otlp_endpoint, "https://u:topsecret@c.example");
+  wd_config_describe(&c, line, sizeof line);
+  CU_ASSERT_PTR_NULL(strstr(line, "topsecret"));
+  CU_ASSERT_PTR_NOT_NULL(strstr(line, " otlp=https://***@c.example"));
   reset();
   put("NCCL_WATCHDOG_TELEMETRY", "no");
   put("NCCL_WATCHDOG_TELEMETRY_LINKS", "8");
