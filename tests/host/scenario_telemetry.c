@@ -301,6 +301,13 @@ static void failslow_rank(int r, int ready_fd) {
 }
 
 static int failslow(const char *dir) {
+#ifdef __SANITIZE_THREAD__
+  /* Four processes timed against each other: under TSan, instrumentation and a loaded machine
+   * make every link slow (a CI run); the same code runs in the other builds. */
+  (void)dir;
+  fprintf(stderr, "telemetry: SKIP: failslow compares timings across processes, not under TSan\n");
+  return 77;
+#endif
   g_dir = dir;
   setenv("NCCL_WATCHDOG_CLOCK", "precise", 1);
   setenv("NCCL_WATCHDOG_TIMEOUT", "30s", 1);
