@@ -57,7 +57,7 @@ static struct {
   int32_t *index; /* open addressing over links, 2 x max_links (a power of two), -1 empty */
   uint32_t index_mask;
   wd_record *buf;
-  uint64_t read, missed, folded;
+  uint64_t missed, folded;
   int warned_links, warned_ctxs;
 } tm;
 
@@ -102,8 +102,6 @@ int wd_tm_open(uint32_t max_links) {
   tm.on = 1;
   return 0;
 }
-
-int wd_tm_on(void) { return tm.on; }
 
 void wd_tm_close(void) {
   for (uint32_t i = 0; i < tm.nctxs; i++) free(tm.ctxs[i]);
@@ -269,14 +267,12 @@ static void drain(tm_ctx *c, const wd_ring *ring, uint64_t *cursor, int proxy) {
     uint64_t before = *cursor, missed = 0;
     uint32_t n = wd_ring_read_since(ring, cursor, tm.buf, WD_TM_CHUNK, &missed);
     tm.missed += missed;
-    tm.read += n;
     for (uint32_t i = 0; i < n; i++) proxy ? proxy_record(c, &tm.buf[i]) : op_record(c, &tm.buf[i]);
     if (*cursor == before) break; /* a writer inside the next record: next poll */
   }
 }
 
-void wd_tm_note(wd_context *ctx, uint64_t now) {
-  (void)now;
+void wd_tm_note(wd_context *ctx) {
   if (!tm.on || ctx->magic != WD_CTX_MAGIC) return;
   /* A communicator without traffic costs nothing (22 KiB once it has some). */
   if (!atomic_load_explicit(&ctx->ring.head, memory_order_relaxed) &&
@@ -285,7 +281,6 @@ void wd_tm_note(wd_context *ctx, uint64_t now) {
   tm_ctx *c = ctx_get(ctx);
   if (!c) return;
   c->seen = 1;
-  tm.comms[c->comm].live = 1;
   /* Completion counters first: a collective counted here has all its records in the rings. */
   int64_t done[WD_NSTR];
   for (int f = 0; f < WD_NSTR; f++) done[f] = atomic_load_explicit(&ctx->seq_done[f], memory_order_acquire);
@@ -369,7 +364,6 @@ void wd_tm_get(wd_tm_view *v) {
   v->ncomms = tm.nctxs;
   v->links = tm.links;
   v->nlinks = tm.nlinks;
-  v->records_read = tm.read;
   v->records_missed = tm.missed;
   v->links_folded = tm.folded;
 }

@@ -57,7 +57,6 @@ typedef struct wd_tm_comm {
   int have_recent, have_baseline, sync_based;
   uint64_t mark_n;
   double mark_s;
-  int live; /* its context was seen this poll */
 } wd_tm_comm;
 
 typedef struct wd_tm_link {
@@ -79,16 +78,15 @@ typedef struct wd_tm_view {
   uint32_t ncomms;
   const wd_tm_link *links;
   uint32_t nlinks;
-  uint64_t records_read, records_missed;
+  uint64_t records_missed;
   uint64_t links_folded; /* link rows that did not fit the bound and were folded */
 } wd_tm_view;
 
 /* max_links: the bound on link rows of the process (NCCL_WATCHDOG_TELEMETRY_LINKS). 0 on
  * success, -1 when out of memory (telemetry stays off). */
 int wd_tm_open(uint32_t max_links);
-int wd_tm_on(void);
 /* Every poll, for each context, with wd_store.lock held: reads its new records. */
-void wd_tm_note(wd_context *ctx, uint64_t now);
+void wd_tm_note(wd_context *ctx);
 /* After the pass: forgets the contexts that were not seen (freed), and their links. */
 void wd_tm_end_poll(void);
 /* At each export interval: the per-interval figures (link rates, arrival lag). */

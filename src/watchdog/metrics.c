@@ -109,7 +109,7 @@ int wd_metrics_due(uint64_t now) {
 
 void wd_metrics_note(wd_context *ctx, uint64_t now, int due) {
   if (!wd_m.on) return;
-  wd_tm_note(ctx, now);
+  wd_tm_note(ctx);
   /* New ring records since the last poll: the communicator made progress. */
   uint64_t t = atomic_load_explicit(&ctx->ring.head, memory_order_relaxed) +
                atomic_load_explicit(&ctx->proxy_ring.head, memory_order_relaxed);

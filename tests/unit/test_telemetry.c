@@ -129,7 +129,7 @@ static void test_aggregate(void) {
   CU_ASSERT_EQUAL_FATAL(wd_tm_open(64), 0);
   wd_context *c = new_ctx(0xabc, "agg");
   uint64_t end = coll(c, 1000000, 0, 3, 100000, 4);
-  wd_tm_note(c, end);
+  wd_tm_note(c);
   wd_tm_end_poll();
   wd_tm_interval();
   wd_tm_view v;
@@ -162,12 +162,12 @@ static void test_aggregate(void) {
   uint64_t t1 = end + 1000000;
   coll(c, t1, 1, 1, 100000, 2);
   atomic_store(&c->seq_done[wd_str_id("AllReduce")], 0);
-  wd_tm_note(c, t1);
+  wd_tm_note(c);
   wd_tm_end_poll();
   wd_tm_get(&v);
   CU_ASSERT_EQUAL(v.funcs[0].host.count, 1);
   atomic_store(&c->seq_done[wd_str_id("AllReduce")], 1);
-  wd_tm_note(c, t1);
+  wd_tm_note(c);
   wd_tm_end_poll();
   wd_tm_get(&v);
   CU_ASSERT_EQUAL(v.funcs[0].host.count, 2);
@@ -209,7 +209,7 @@ static void test_stale_steps(void) {
   r.raw = 5000; /* started after that step */
   r.ts_ns = 6000;
   wd_ring_write(&c->proxy_ring, &r);
-  wd_tm_note(c, 7000);
+  wd_tm_note(c);
   wd_tm_view v;
   wd_tm_get(&v);
   CU_ASSERT_EQUAL(v.nlinks, 0);
@@ -242,9 +242,9 @@ static void test_fold(void) {
     r.raw = 50;
     r.ts_ns = 300;
     wd_ring_write(&c->proxy_ring, &r);
-    if (peer % BATCH == BATCH - 1) wd_tm_note(c, 1000); /* a poll: the ring holds 1,024 */
+    if (peer % BATCH == BATCH - 1) wd_tm_note(c); /* a poll: the ring holds 1,024 */
   }
-  wd_tm_note(c, 1000);
+  wd_tm_note(c);
   wd_tm_view v;
   wd_tm_get(&v);
   CU_ASSERT_EQUAL(v.nlinks, 16);
