@@ -5,7 +5,7 @@ CMAKE_FLAGS ?=
 
 PREFIX ?= /usr/local
 
-.PHONY: all deps build test demo bench test-asan test-tsan test-release fuzz lint clean install package wheel
+.PHONY: all deps build test conformance demo bench test-asan test-tsan test-release fuzz lint clean install package wheel
 
 all: build
 
@@ -20,6 +20,11 @@ build: deps
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The conformance families (../shared/conformance: NCCL's and PyTorch's real order) against this
+# build; a FAIL not in tests/conformance/known-failures.txt fails it.
+conformance: build
+	@scripts/conformance.sh $(BUILD)
 
 demo: build
 	@tests/demo/run-demo.sh $(BUILD)
@@ -39,6 +44,7 @@ wheel: deps
 
 bench: build
 	@bench/run-bench.sh $(BUILD)
+	@scripts/conformance.sh $(BUILD) bench
 
 test-asan:
 	@WD_WITH_SANITIZERS=1 scripts/install-deps.sh

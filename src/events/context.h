@@ -50,6 +50,8 @@ typedef struct wd_context {
   uint64_t dropped_logged; /* watchdog only: drops already reported in the log */
   uint64_t seen_tickets;   /* watchdog only: ring tickets at the last poll (metrics) */
   uint64_t active_ns;      /* watchdog only: when a poll last saw new records (metrics) */
+  uint64_t calls_seen, calls_ns; /* watchdog only: operation-ring tickets at the last poll, and
+                                    when a poll last saw them move (stall.c, wd_note_calls) */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
   wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
   wd_ringfile file;        /* the rings' file-backed mapping, when NCCL_WATCHDOG_RING_DIR is on */

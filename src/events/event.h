@@ -36,6 +36,8 @@ enum {
                              whether its kernel ended (revoke) or still waits (network error) */
   WD_GPU_NET_ERROR = 32,  /* that thread exited while the CUDA end event says the kernel still
                              waits: a network error ended NCCL's proxy loop (judge.h) */
+  WD_GPU_MOVED_ON = 64,   /* with PROXY_GONE: the application made NCCL calls since the op last
+                             moved (a revoke or shrink it recovered from), so it is abandoned */
 };
 
 typedef struct wd_event {
@@ -67,8 +69,9 @@ typedef struct wd_event {
   _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
   _Atomic uint32_t kch_seen;  /* root ops: kernel channels started */
   _Atomic uint64_t reached_ns; /* root ops: first sign from NCCL that the GPU got there, 0 none */
-  /* Coll/P2p: the GroupApi handle it was issued under (its launches' key); KernelLaunch and
-   * CeColl: the token of the CUDA events recorded around it (launch.h). */
+  /* CollApi/P2pApi: the GroupApi handle it was issued under (its launches' key); Coll/P2p: the
+   * token of its plan's launch; KernelLaunch and CeColl: the token of the CUDA events recorded
+   * around it (launch.h). */
   _Atomic uint64_t gpu_key;
   /* The watchdog's own, per root op, refreshed by each scan (stall.c). */
   _Atomic uint32_t wd_gpu_wait;  /* open ProxySteps the kernel still needs (data to post/take) */

@@ -17,6 +17,11 @@ uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
      * synchronised (init.cc, ncclCommRevoke): the end event completes. A network error ends it
      * with the kernels still waiting (proxy.cc, progress loop): the end event never does. */
     gpu |= (gpu & WD_GPU_KNOWN) ? WD_GPU_NET_ERROR : WD_GPU_PROXY_GONE;
+    /* Without CUDA events the two differ in what the application does next: after a revoke or
+     * a shrink it goes on calling NCCL (the shrunk communicator, init.cc ncclCommShrink); after
+     * a network error it waits on the kernel and calls nothing (PyTorch's watchdog would abort).
+     * Only the first is abandoned; the second is timed out like any reached op. */
+    if ((gpu & WD_GPU_PROXY_GONE) && in->moved_on) gpu |= WD_GPU_MOVED_ON;
   }
   return gpu;
 }
@@ -24,7 +29,7 @@ uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
 int wd_judge_status(int open, uint32_t gpu, uint64_t reached_ns) {
   if (open) return WD_OP_POSTING;
   if (gpu & WD_GPU_DONE) return WD_OP_GPU_DONE;
-  if (gpu & WD_GPU_PROXY_GONE) return WD_OP_ABANDONED;
+  if ((gpu & WD_GPU_PROXY_GONE) && (gpu & WD_GPU_MOVED_ON)) return WD_OP_ABANDONED;
   if (reached_ns == 0 && !(gpu & WD_GPU_NET_ERROR)) return WD_OP_ENQUEUED;
   return WD_OP_REACHED;
 }
@@ -39,7 +44,8 @@ int wd_judge_stalled(const wd_slot_view *v, uint64_t now, const wd_judge_limits 
   if (!v->snap.is_root || v->open) return 0;
   if (v->snap.start.flags & WD_F_DETACHED) return 0;
   uint32_t gpu = v->snap.gpu;
-  if (gpu & (WD_GPU_DONE | WD_GPU_PROXY_GONE)) return 0;
+  if (gpu & WD_GPU_DONE) return 0;
+  if ((gpu & WD_GPU_PROXY_GONE) && (gpu & WD_GPU_MOVED_ON)) return 0;
   uint64_t moved = wd_moved_ns(v);
   uint64_t idle = now > moved ? now - moved : 0;
   /* Nothing will ever move it again: no timeout to wait for, only the two polls in which an
@@ -74,6 +80,9 @@ int wd_judge_root_finished(uint32_t rgpu, uint32_t rwait, int superseded) {
 const char *wd_judge_why(uint32_t gpu) {
   if (gpu & WD_GPU_NET_ERROR)
     return "NCCL's proxy thread exited (a network error) while the kernel still waits: ";
+  if (gpu & WD_GPU_PROXY_GONE)
+    return "NCCL's proxy thread exited with it in flight and the application made no NCCL call "
+           "since (a network error): ";
   return "";
 }
 

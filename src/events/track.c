@@ -246,6 +246,14 @@ static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
   return atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed);
 }
 
+/* Whether a ProxyOp started on ctx's proxy belongs to another process (PXN): another pid, or,
+ * where pids coincide (one PID namespace per container), another originating rank. NCCL gives
+ * a ProxyOp the rank of the comm that posted it (plugin/profiler.cc,
+ * ncclProfilerStartProxyOpEvent: sub->rank); rank_plus1 is 0 where it was not known. */
+static inline int wd_proxyop_foreign(int32_t pid, uint64_t rank_plus1, const wd_context *ctx) {
+  return pid != wd_store.pid || (rank_plus1 != 0 && (int64_t)rank_plus1 - 1 != (int64_t)ctx->rank);
+}
+
 /* An API parent (GroupApi, CollApi, P2pApi) of an operation-level event. API parents stop before
  * their Coll/P2p starts, so the handle is usually stale by now. The slot is still ours and, freed
  * slots being reused late, still describes the parent unless it was re-initialised meanwhile (odd
@@ -282,12 +290,13 @@ void *wd_track_start(wd_start_req *req) {
    * being live in one of ctx's pools proves ctx is a live context of ours (finalize retires its
    * slots), so the registry need not be asked. */
   if (pslot && ctx && __atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) == ctx && wd_is_tracked_child(type) &&
-      (type != WD_T_PROXYOP || req->pid == wd_store.pid) && (parent = wd_try_ref(pslot, req->parent_obj))) {
+      (type != WD_T_PROXYOP || !wd_proxyop_foreign(req->pid, rec->a, ctx)) &&
+      (parent = wd_try_ref(pslot, req->parent_obj))) {
     detached = 0;
     parent_slot = parent->slot_id;
   } else {
     detached = ctx == NULL || !wd_registry_has(ctx);
-    if (type == WD_T_PROXYOP && req->pid != wd_store.pid) detached = 1;
+    if (type == WD_T_PROXYOP && (detached || wd_proxyop_foreign(req->pid, rec->a, ctx))) detached = 1;
     /* A parentObj is followed only when it is a slot of ours (arena range check). Anything else
      * is foreign: a PXN op of another process (possibly one with our pid in another PID
      * namespace), or garbage. Its proxy-level children are kept apart in the detach pool. */
@@ -364,9 +373,15 @@ void *wd_track_start(wd_start_req *req) {
       /* KernelCh off (left out where CUDA events bracket the launches: judge.h): an op whose
        * launch was bracketed is held until its end event completes. One without (a graph
        * replay) completes at its stop, as without KernelCh ever. */
+      /* An op is judged by the launch of its own plan: NCCL launches a plan's kernel before it
+       * starts that plan's Group and Coll/P2p events (group.cc doLaunches, enqueue.cc
+       * ncclLaunchKernel then hostStreamPlanTask), so the GroupApi's latest launch now is its
+       * plan's, or a later one of the same group whose end implies its own (stream order). A
+       * group of more ops than fit in one plan then never ties plan 1's ops to plan 2's kernel. */
       uint64_t lf, ll;
-      if (!ctx->kch_on && not_self && wd_launch_lookup(&ctx->launches, gkey, &lf, &ll))
-        gpu_hold = 1;
+      if (type != WD_T_CECOLL)
+        gkey = gkey && wd_launch_lookup(&ctx->launches, gkey, &lf, &ll) ? ll : 0;
+      if (!ctx->kch_on && not_self && gkey) gpu_hold = 1;
       hold = (uint32_t)(kch_hold || gpu_hold);
       kch_expected = kch_hold ? rec->nChannels : 0;
       if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
@@ -440,7 +455,7 @@ int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t v
    * ProxyOp of another process (PXN) is kept apart. */
   if (__builtin_expect(!wd_event_lookup(parent_obj, &pslot), 0) ||
       __builtin_expect(__atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
-      __builtin_expect(type == WD_T_PROXYOP && (int32_t)(n_pid >> 32) != wd_store.pid, 0) ||
+      __builtin_expect(type == WD_T_PROXYOP && wd_proxyop_foreign((int32_t)(n_pid >> 32), val >> 32, ctx), 0) ||
       __builtin_expect(!wd_ref_matched(pslot, parent_obj), 0))
     return wd_child_start_slow(context, out, parent_obj, val, n_pid, meta);
   wd_event *parent = pslot;

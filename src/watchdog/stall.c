@@ -153,8 +153,8 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
   unsigned type = wd_event_type(ev);
   uint64_t key = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed), first = 0, last = 0;
   int have = 0;
-  if (type == WD_T_CECOLL) have = key != 0, first = last = key;
-  else if (type == WD_T_COLL || type == WD_T_P2P) have = wd_launch_lookup(&ctx->launches, key, &first, &last);
+  /* A CE collective and a Coll/P2p both hold the token of the launch that brackets them. */
+  if (type == WD_T_CECOLL || type == WD_T_COLL || type == WD_T_P2P) have = key != 0, first = last = key;
   if (have) {
     wd_gpu_truth t;
     wd_launch_truth(&ctx->launches, first, last, now, &t);
@@ -212,7 +212,8 @@ static void wd_scan_child(wd_event *ev, uint64_t now) {
 }
 
 /* Pass 3, root ops: what the evidence says about the kernel (judge.h). */
-static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, wd_tid_cache *tids) {
+static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, uint64_t calls_ns,
+                           wd_tid_cache *tids) {
   wd_judge_in in;
   in.gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
   in.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
@@ -223,11 +224,21 @@ static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, wd_tid_c
   in.quiet_ns = now > last ? now - last : 0;
   int tid = atomic_load_explicit(&ev->wd_proxy_tid, memory_order_relaxed);
   in.proxy_gone = tid > 0 && !wd_thread_alive(tids, tid);
+  in.moved_on = calls_ns > last;
   atomic_store_explicit(&ev->wd_gpu, wd_judge_kernel(&in, settle), memory_order_relaxed);
 }
 
-uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
-                         uint32_t max) {
+uint64_t wd_note_calls(wd_context *ctx, uint64_t now) {
+  /* The operation-level ring takes a record for every API, Group, Coll and P2p event: the
+   * application's NCCL calls, whatever the proxy does. Dated by the poll that sees them. */
+  uint64_t t = atomic_load_explicit(&ctx->ring.head, memory_order_relaxed);
+  if (t != ctx->calls_seen) ctx->calls_ns = now;
+  ctx->calls_seen = t;
+  return ctx->calls_ns;
+}
+
+uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const wd_config *cfg,
+                         wd_stall *out, uint32_t max) {
   uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
   wd_tid_cache tids = {0};
@@ -242,7 +253,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
       wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
-      if (wd_is_root(ev)) wd_scan_settle(ev, now, settle, &tids);
+      if (wd_is_root(ev)) wd_scan_settle(ev, now, settle, calls_ns, &tids);
     }
 
   for (int p = 0; p < WD_CTX_NPOOLS; p++)

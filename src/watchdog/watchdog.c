@@ -239,9 +239,14 @@ static void wd_check_stalls(uint64_t now) {
   uint32_t n = 0;
   int metrics_due = wd_metrics_due(now);
   pthread_mutex_lock(&wd_store.lock);
+  uint64_t calls_ns = 0;
+  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
+    uint64_t c = wd_note_calls(ctx, now);
+    if (c > calls_ns) calls_ns = c;
+  }
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
     wd_watch_mask(ctx);
-    n += wd_scan_context(ctx, now, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
+    n += wd_scan_context(ctx, now, calls_ns, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
     wd_metrics_note(ctx, now, metrics_due);
     /* What a decoder needs besides the records, should the process die before the next poll. */
     wd_context_refresh_file(ctx);

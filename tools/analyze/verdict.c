@@ -59,10 +59,10 @@ static double g_first_stall_ms; /* wall time of the job's first stall dump, 0 wh
 
 static int op_stuck_thr(const wd_az_op *op, double thr) {
   if (is(op->status, "stalled")) return 1;
-  /* abandoned: its proxy thread exited with it in flight and nothing told whether its kernel
-   * ended (a revoke) or still waits (a network error): stuck when it stays so, as a reached op. */
-  return (is(op->status, "reached") || is(op->status, "gpu_done") || is(op->status, "abandoned")) &&
-         op->since_ms >= thr;
+  /* abandoned: its proxy thread exited with it in flight and the application went on calling
+   * NCCL since (a revoke or shrink it recovered from; a network error leaves it calling nothing,
+   * and the plugin times such an op out as stalled): not stuck. */
+  return (is(op->status, "reached") || is(op->status, "gpu_done")) && op->since_ms >= thr;
 }
 
 /* A dump a process wrote, or left, as it ended: SIGABRT (PyTorch's watchdog), SIGTERM (the
@@ -94,8 +94,7 @@ static int op_stuck_in(const wd_az_set *set, const wd_az_opts *o, const wd_az_cr
   if (wd_az_is_teardown(d) && o->stall_ms <= 0)
     return op_stuck_thr(op, teardown_quiet(d)) && !is(op->status, "gpu_done");
   if (g_first_stall_ms <= 0 || is(d->reason, "stall") || op->since_ms < thr / 10) return 0;
-  if (!is(op->status, "reached") && !is(op->status, "gpu_done") && !is(op->status, "abandoned"))
-    return 0;
+  if (!is(op->status, "reached") && !is(op->status, "gpu_done")) return 0;
   return (double)d->wall_ns / 1e6 - op->since_ms <= g_first_stall_ms;
 }
 

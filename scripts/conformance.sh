@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The conformance families (cases written from NCCL's and PyTorch's source, kept outside the
+# project in ../shared/conformance) against a build: every family, every case; a FAIL not listed
+# in tests/conformance/known-failures.txt (each entry says why it is left failing) fails the run.
+# usage: scripts/conformance.sh [BUILD] [FAMILY...]   FAMILY: run drift topo teardown slowlink bench
+# WD_CONFORMANCE_SRC overrides where the cases are read from.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-build}
+shift || true
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+src=${WD_CONFORMANCE_SRC:-$root/../shared/conformance}
+if [ ! -f "$src/run.py" ]; then
+  echo "conformance: SKIP: no conformance cases at $src (set WD_CONFORMANCE_SRC)"
+  exit 0
+fi
+lib="$build/lib/libnccl-profiler-watchdog.so"
+ana="$build/bin/nccl-watchdog-analyze"
+[ -f "$lib" ] && [ -x "$ana" ] || { echo "conformance: build $build first (make build)"; exit 2; }
+# The cases find the project's docs from the plugin's path (the part before /build/).
+case "$lib" in */build/*) ;; *) echo "conformance: the build directory must be named build"; exit 2 ;; esac
+
+# shared/ is read-only in CI: build a copy.
+work="$build/conformance"
+rm -rf "$work" && cp -r "$src" "$work" && chmod -R u+w "$work"
+make -s -C "$work" >"$work/make.log" 2>&1 || { cat "$work/make.log"; echo "conformance: cases failed to build"; exit 2; }
+results="$build/conformance-results"
+rm -rf "$results" && mkdir -p "$results"
+
+families=("$@")
+[ ${#families[@]} -gt 0 ] || families=(run drift topo teardown slowlink)
+runpy_lists=("exports healthy hang signal pxn badinput reload fork multirank slow notreached graph graphhang mismatch"
+  real multi postmortem scale "adversarial autoverdict v7tag pystack")
+
+run_family() { # name, command...: output to $results/name.txt
+  local name=$1
+  shift
+  local t0=$SECONDS
+  echo "== conformance $name"
+  "$@" 2>&1 | tee "$results/$name.txt" | grep -E '^(PASS|FAIL|probe|t3|kept)' | cut -c1-400
+  echo "   ($((SECONDS - t0)) s)"
+}
+
+for f in "${families[@]}"; do
+  case "$f" in
+  run)
+    i=0
+    for list in "${runpy_lists[@]}"; do
+      # shellcheck disable=SC2086
+      run_family "run$i" python3 "$work/run.py" --lib "$lib" --ana "$ana" $list
+      i=$((i + 1))
+    done ;;
+  bench) run_family bench python3 "$work/run.py" --lib "$lib" --ana "$ana" bench ;;
+  drift | topo | teardown | slowlink) run_family "$f" python3 "$work/$f.py" --lib "$lib" --ana "$ana" ;;
+  *) echo "conformance: unknown family $f"; exit 2 ;;
+  esac
+done
+
+# Judge: every FAIL must be a known one; a known one that passed is reported (the list shrinks).
+known="$root/tests/conformance/known-failures.txt"
+python3 - "$results" "$known" <<'PY'
+import glob, os, re, sys
+results, known_path = sys.argv[1], sys.argv[2]
+known = {}
+if os.path.exists(known_path):
+    for line in open(known_path):
+        line = line.split("#", 1)[0].strip()
+        if line:
+            fam, case = line.split()[:2]
+            known[(fam, case)] = True
+fails, passes, unexpected = [], 0, []
+for f in sorted(glob.glob(os.path.join(results, "*.txt"))):
+    fam = os.path.basename(f)[:-4]
+    fam = "run" if fam.startswith("run") else fam
+    seen = 0
+    for line in open(f, errors="replace"):
+        m = re.match(r"(PASS|FAIL) (\S+?):", line)
+        if not m:
+            continue
+        seen += 1
+        if m.group(1) == "PASS":
+            passes += 1
+            if (fam, m.group(2)) in known:
+                print(f"conformance: {fam} {m.group(2)} passed and may leave known-failures.txt")
+        else:
+            fails.append((fam, m.group(2)))
+            if (fam, m.group(2)) not in known:
+                unexpected.append(line.strip()[:600])
+    if seen == 0:
+        unexpected.append(f"{fam}: no case ran ({f})")
+print(f"conformance: {passes} passed, {len(fails)} failed ({sum(1 for x in fails if x in known)} known)")
+for u in unexpected:
+    print("conformance: UNEXPECTED " + u)
+sys.exit(1 if unexpected else 0)
+PY
