@@ -744,7 +744,8 @@ static int put_telemetry(cJSON *o, const wd_comm_snap *cs) {
     if (push(links, k) || add_num(k, "peer", l->peer) || add_num(k, "channel", l->channel) ||
         add_str(k, "direction", l->send ? "transmit" : "receive") || add_num(k, "bytes", (double)l->bytes) ||
         add_num(k, "steps", (double)l->steps) || add_num(k, "stepS", l->step_s) ||
-        add_num(k, "busyS", l->busy_s) || add_num(k, "bytesPerS", l->rate))
+        add_num(k, "busyS", l->busy_s) || add_num(k, "bytesPerS", l->rate) ||
+        (l->send && (add_num(k, "networkS", l->net_s) || add_num(k, "networkBytesPerS", l->net_rate))))
       return -1;
   }
   if (cs->have_arrival) {

@@ -38,7 +38,7 @@ typedef struct wd_link_snap {
   int peer; /* -1: links beyond the bound, folded */
   uint8_t channel, send;
   uint64_t bytes, steps;
-  double step_s, busy_s, rate;
+  double step_s, busy_s, rate, net_s, net_rate;
 } wd_link_snap;
 
 typedef struct wd_comm_snap {

@@ -68,7 +68,8 @@ typedef struct wd_event {
   _Atomic uint8_t kind;      /* WD_KIND_* */
   _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
   _Atomic uint32_t kch_seen;  /* root ops: kernel channels started */
-  _Atomic uint64_t reached_ns; /* root ops: first sign from NCCL that the GPU got there, 0 none */
+  _Atomic uint64_t reached_ns; /* root ops: first sign from NCCL that the GPU got there, 0 none;
+                                  ProxyStep: when it entered SendWait (its network part) */
   /* CollApi/P2pApi: the GroupApi handle it was issued under (its launches' key); Coll/P2p: the
    * token of its plan's launch; KernelLaunch and CeColl: the token of the CUDA events recorded
    * around it (launch.h). */

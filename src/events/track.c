@@ -160,6 +160,9 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
   unsigned type = wd_recw_type(tags);
   if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_KERNELPHASE)
     v[WD_RECW_COUNT] = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
+  /* A step's SendWait time (wd_track_state); a reader takes it only inside the step's span, so
+   * an earlier incarnation's value is never mistaken for this one's. */
+  if (type == WD_T_PROXYSTEP) v[WD_RECW_A] = atomic_load_explicit(&ev->reached_ns, memory_order_relaxed);
   wd_ring_put(atomic_load_explicit(&ev->ring, memory_order_relaxed), v);
   return type;
 }
@@ -547,6 +550,11 @@ int wd_track_state(void *handle, int state, const void *args) {
       atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
     }
     atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
+    /* The network's own part of a send step begins when the isend is posted (transport/net.cc,
+     * sendProxyProgress: SendWait until the request tests done): in a pipelined ring every
+     * link's whole step waits on the slowest, this part alone tells a slow link. One clock read
+     * per send step, kept in a field a child does not otherwise use. */
+    if (st == WD_ST_SEND_WAIT) atomic_store_explicit(&ev->reached_ns, wd_now_ns(), memory_order_relaxed);
     return 0;
   }
   return wd_state_record(ev, type, st, args);

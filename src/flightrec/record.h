@@ -68,7 +68,8 @@ enum {
  *   CollApi:     c=count p=root; func dtype      P2pApi: c=count; func dtype
  *   GroupApi:    n=groupDepth
  *   ProxyOp:     pid n=nSteps c=chunkSize p=peer channel; flags SEND
- *   ProxyStep:   n=step; stop: c=last transSize, state=last state (no state records: track.h)
+ *   ProxyStep:   n=step; stop: c=last transSize, state=last state (no state records: track.h),
+ *                a=when it entered SendWait (0 or outside the span: never; a send's network part)
  *   KernelCh:    a=pTimer channel (GPU start time); stop: c=GPU stop time from KernelChStop
  *   ProxyCtrl:   state records: n=appendedProxyOps
  *   NetPlugin:   a=id

@@ -31,7 +31,7 @@ typedef struct tm_op {
 typedef struct tm_pop {
   uint32_t slot;
   uint32_t steps;
-  uint64_t bytes, step_ns, first_ns, last_ns;
+  uint64_t bytes, step_ns, net_ns, first_ns, last_ns;
 } tm_pop;
 
 typedef struct tm_ctx {
@@ -231,6 +231,8 @@ static void proxy_record(tm_ctx *c, const wd_record *r) {
     p->steps++;
     p->bytes += r->count;
     if (r->ts_ns > r->raw) p->step_ns += r->ts_ns - r->raw;
+    /* From the isend to the network's completion (a send step's SendWait to its stop). */
+    if (r->a >= r->raw && r->a <= r->ts_ns && r->a) p->net_ns += r->ts_ns - r->a;
     if (r->raw < p->first_ns) p->first_ns = r->raw;
     if (r->ts_ns > p->last_ns) p->last_ns = r->ts_ns;
   } else if (r->type == WD_T_PROXYOP && (r->phase == WD_PH_SPAN || r->phase == WD_PH_STOP)) {
@@ -246,6 +248,7 @@ static void proxy_record(tm_ctx *c, const wd_record *r) {
     l->bytes += p->bytes;
     l->steps += p->steps;
     l->step_s += (double)p->step_ns / 1e9;
+    l->net_s += (double)p->net_ns / 1e9;
     l->busy_s += (double)(p->last_ns - p->first_ns) / 1e9;
   } else if (r->type == WD_T_KERNELCH && r->phase == WD_PH_SPAN && r->count > r->a && r->a) {
     tm_op *o = op_of(c, r->parent, r->raw);
@@ -330,8 +333,11 @@ void wd_tm_interval(void) {
     wd_tm_link *l = &tm.links[i];
     double busy = l->busy_s - l->mark_busy;
     if (busy > 0) l->rate = (double)(l->bytes - l->mark_bytes) / busy;
+    double net = l->net_s - l->mark_net;
+    if (net > 0) l->net_rate = (double)(l->bytes - l->mark_bytes) / net;
     l->mark_bytes = l->bytes;
     l->mark_busy = l->busy_s;
+    l->mark_net = l->net_s;
   }
   for (uint32_t i = 0; i < tm.nctxs; i++) {
     wd_tm_comm *m = &tm.comms[i];

@@ -65,9 +65,13 @@ typedef struct wd_tm_link {
   uint8_t channel, send;
   uint64_t bytes, steps;
   double step_s, busy_s;
-  /* Throughput over the last interval, bytes per second of busy time (0 until it moved data). */
+  /* Sends only: the network's own part of its steps (SendWait to stop), which a slow link
+   * lengthens while every link of a pipelined ring shares the slowest one's step time. */
+  double net_s;
+  /* Throughput over the last interval, bytes per second of busy time (0 until it moved data),
+   * and bytes per second of network time (sends). */
   uint64_t mark_bytes;
-  double mark_busy, rate;
+  double mark_busy, rate, mark_net, net_rate;
 } wd_tm_link;
 
 /* What the exporters read (watchdog thread only). */

@@ -230,20 +230,22 @@ static void link_attrs(enc *e, const wd_tm_link *l) {
   kv_str(e->b, 7, "network.io.direction", l->send ? "transmit" : "receive");
 }
 
-enum { L_BYTES, L_STEPS, L_STEP_S, L_BUSY_S, L_RATE };
+enum { L_BYTES, L_STEPS, L_STEP_S, L_BUSY_S, L_RATE, L_NET_S, L_NET_RATE };
 
 static void link_metric(enc *e, const char *name, const char *unit, const char *desc, int which) {
   const wd_tm_view *t = e->in->tm;
   if (!t->nlinks) return;
-  unsigned kind = which == L_RATE ? M_GAUGE : M_SUM;
+  unsigned kind = which == L_RATE || which == L_NET_RATE ? M_GAUGE : M_SUM;
   mark m = metric_open(e, name, unit, desc, kind);
   for (uint32_t i = 0; i < t->nlinks; i++) {
     const wd_tm_link *l = &t->links[i];
+    if (which >= L_NET_S && !l->send) continue; /* a receive has no network part of its own */
     size_t p = point_open(e);
     link_attrs(e, l);
     if (which == L_BYTES) point_int(e, p, (int64_t)l->bytes);
     else if (which == L_STEPS) point_int(e, p, (int64_t)l->steps);
-    else point_double(e, p, which == L_STEP_S ? l->step_s : which == L_BUSY_S ? l->busy_s : l->rate);
+    else point_double(e, p, which == L_STEP_S ? l->step_s : which == L_BUSY_S ? l->busy_s
+                            : which == L_RATE ? l->rate : which == L_NET_S ? l->net_s : l->net_rate);
   }
   metric_close(e, m, kind);
 }
@@ -349,6 +351,10 @@ int wd_otlp_encode(const wd_otlp_input *in, uint8_t **out, size_t *len) {
     link_metric(&e, "nccl.watchdog.link.busy.time", "s", "Time the link was moving an operation's data.", L_BUSY_S);
     link_metric(&e, "nccl.watchdog.link.throughput", "By/s",
                 "Bytes per second of busy time over the last interval.", L_RATE);
+    link_metric(&e, "nccl.watchdog.link.network.time", "s",
+                "Sends: time the network held the link's steps (isend posted to done), summed.", L_NET_S);
+    link_metric(&e, "nccl.watchdog.link.network.throughput", "By/s",
+                "Sends: bytes per second of network time over the last interval.", L_NET_RATE);
     hist_metric(&e, "nccl.watchdog.collective.duration",
                 "Collectives from enqueue to completion (host clock).", 0);
     hist_metric(&e, "nccl.watchdog.collective.gpu.duration",

@@ -128,7 +128,7 @@ static void wd_collect_telemetry(wd_dump_input *in) {
         const wd_tm_link *l = &t.links[k];
         if (l->comm == (int)m)
           cs->links[cs->nlinks++] = (wd_link_snap){l->peer, l->channel, l->send, l->bytes, l->steps,
-                                                   l->step_s, l->busy_s, l->rate};
+                                                   l->step_s, l->busy_s, l->rate, l->net_s, l->net_rate};
       }
       break;
     }

@@ -217,15 +217,22 @@ static void render_telemetry(FILE *b) {
       {"nccl_watchdog_link_busy_seconds_total", "counter", "Time the link was moving an operation's data."},
       {"nccl_watchdog_link_throughput_bytes_per_second", "gauge",
        "Bytes per second of busy time over the last interval: a slow link is the low one among its peers."},
+      {"nccl_watchdog_link_network_seconds_total", "counter",
+       "Sends: time the network held the link's steps (isend posted to done), summed."},
+      {"nccl_watchdog_link_network_throughput_bytes_per_second", "gauge",
+       "Sends: bytes per second of network time over the last interval: in a pipelined ring, where "
+       "every link's step time follows the slowest, the slow link is the low one here."},
   };
-  for (int f = 0; f < 5; f++) {
+  for (int f = 0; f < 7; f++) {
     family(b, lf[f].name, lf[f].type, lf[f].help);
     for (uint32_t i = 0; i < t.nlinks; i++) {
       const wd_tm_link *l = &t.links[i];
+      if (f >= 5 && !l->send) continue; /* a receive has no network part of its own */
       link_sample(b, lf[f].name, &t, l);
       if (f == 0) fprintf(b, "%" PRIu64 "\n", l->bytes);
       else if (f == 1) fprintf(b, "%" PRIu64 "\n", l->steps);
-      else fprintf(b, "%.9g\n", f == 2 ? l->step_s : f == 3 ? l->busy_s : l->rate);
+      else fprintf(b, "%.9g\n", f == 2 ? l->step_s : f == 3 ? l->busy_s : f == 4 ? l->rate
+                                  : f == 5 ? l->net_s : l->net_rate);
     }
   }
   family(b, "nccl_watchdog_collective_duration_seconds", "histogram",

@@ -61,6 +61,8 @@ static struct {
   uint64_t episode_began_ns; /* when the stalled operation of this process's episode last moved */
   uint64_t episode_comm;     /* its communicator */
   int warned_max;
+  uint64_t calls_ns; /* when a poll last saw the application call NCCL, on any communicator
+                        (finalized ones included): stall.c, wd_note_calls */
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
   /* An abort dump asked for by a finalizing thread, done by this one. */
@@ -239,11 +241,11 @@ static void wd_check_stalls(uint64_t now) {
   uint32_t n = 0;
   int metrics_due = wd_metrics_due(now);
   pthread_mutex_lock(&wd_store.lock);
-  uint64_t calls_ns = 0;
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
     uint64_t c = wd_note_calls(ctx, now);
-    if (c > calls_ns) calls_ns = c;
+    if (c > wd_wd.calls_ns) wd_wd.calls_ns = c;
   }
+  uint64_t calls_ns = wd_wd.calls_ns;
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
     wd_watch_mask(ctx);
     n += wd_scan_context(ctx, now, calls_ns, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
@@ -495,6 +497,7 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.warned_max = 0;
   wd_wd.last_dump_ns = 0;
   wd_wd.nepisodes = 0;
+  wd_wd.calls_ns = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
   wd_metrics_open(cfg, wd_wd.host, (int)getpid());
   wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.base, sizeof(wd_wd.base)) == 0;

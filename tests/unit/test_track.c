@@ -80,6 +80,7 @@ static void descr(ncclProfilerEventDescr_v5_t *d, uint64_t type, void *parent) {
   memset(d, 0, sizeof *d);
   d->type = type;
   d->parentObj = parent;
+  d->rank = 1; /* NCCL names the comm rank (plugin/profiler.cc); every context here is rank 1 */
 }
 
 static void *coll(void *ctx, void *parent, const char *func, uint64_t seq, uint8_t nch) {
@@ -787,6 +788,21 @@ static void test_pxn_pid(void) {
   void *mine = proxyop(c, h, getpid(), 0, 1, 1, 1);
   CU_ASSERT_TRUE(wd_pool_owns(&c->proxy_pool, slot(mine)));
   CU_ASSERT_EQUAL(start_rec(mine).flags & WD_F_DETACHED, 0);
+  /* Our pid and our Coll's very handle, but another originating rank: a PXN op of a process in
+   * another PID namespace whose addresses coincide (no ASLR) is still not ours. */
+  ncclProfilerEventDescr_v5_t d;
+  descr(&d, ncclProfileProxyOp, h);
+  d.rank = 2;
+  d.proxyOp.pid = getpid();
+  d.proxyOp.peer = 3;
+  d.proxyOp.nSteps = 2;
+  d.proxyOp.isSend = 1;
+  void *theirs = start(c, &d);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(theirs);
+  CU_ASSERT_FALSE(wd_pool_owns(&c->proxy_pool, slot(theirs)));
+  CU_ASSERT_TRUE(start_rec(theirs).flags & WD_F_DETACHED);
+  CU_ASSERT_EQUAL(start_rec(theirs).parent, WD_SLOT_FOREIGN);
+  stop(theirs);
   free_ctx(c);
 }
 
@@ -1347,6 +1363,7 @@ static void test_v4(void) {
   memset(&d, 0, sizeof d);
   d.type = (uint8_t)ncclProfileProxyOp;
   d.parentObj = h;
+  d.rank = 1;
   d.proxyOp.pid = getpid();
   d.proxyOp.channelId = 1;
   d.proxyOp.peer = 0;

@@ -573,9 +573,13 @@ static void load_telemetry(wd_az_crank *cr, const cJSON *t) {
     const char *dir = str(l, "direction");
     double bytes = num(l, "bytes", 0), rate = num(l, "bytesPerS", 0), steps = num(l, "steps", 0);
     int peer = (int)lnum(l, "peer", -1);
+    /* A send's network part (isend to done) where the dump has it: in a pipelined ring every
+     * link's whole step follows the slowest link, its network part does not. */
+    double step_s = num(l, "stepS", 0), net_rate = num(l, "networkBytesPerS", 0);
+    if (net_rate > 0) rate = net_rate, step_s = num(l, "networkS", step_s);
     if (n == 1024 || peer < 0 || !dir || bytes <= 0 || rate <= 0 || steps <= 0) continue;
     all[n++] = (wd_az_tlink){peer, (int16_t)lnum(l, "channel", 0), !strcmp(dir, "transmit"), bytes, rate,
-                             num(l, "stepS", 0) * 1e3 / steps};
+                             step_s * 1e3 / steps};
   }
   qsort(all, (size_t)n, sizeof all[0], cmp_tlink_rate);
   cr->ntlinks = n < WD_AZ_TLINKS ? n : WD_AZ_TLINKS;
