@@ -27,6 +27,21 @@ struct wd_pool;
 
 enum { WD_KIND_CHILD = 0, WD_KIND_ROOT = 1 };
 
+/* How far a root op's kernel channels can be believed on NCCL 2.29/2.30, whose per-channel work
+ * counters some works leave out of step (transport/profiler.cc profilerProxyProgress, proxy.cc
+ * incWorkCounter): */
+enum {
+  WD_KCH_TRUSTED = 0,
+  /* A graph replay after eager work keeps a stale counter (proxy.cc: only while
+   * planner.persistent is set, enqueue.cc ncclLaunchPrepare): its KernelCh start and stop fire at
+   * upload. The start still dates its arrival at the stream's queue; the stop proves nothing. */
+  WD_KCH_STALE_STOP = 1,
+  /* The communicator ran a Broadcast group of several roots (the AllGatherV path: its first
+   * work never writes its slot, scheduler/allgatherv_sched.cc): channels it used give no KernelCh
+   * for about 64 works; the channels that started tell. */
+  WD_KCH_STARTED_ONLY = 2,
+};
+
 /* What the watchdog learnt about a root op's kernel (wd_gpu). */
 enum {
   WD_GPU_KNOWN = 1,     /* CUDA events describe its launch */
@@ -67,6 +82,7 @@ typedef struct wd_event {
   _Atomic uint8_t state;     /* last NCCL state id, 0xff none */
   _Atomic uint8_t kind;      /* WD_KIND_* */
   _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
+  _Atomic uint8_t kch_trust; /* root ops: WD_KCH_* (how far its kernel channels can be believed) */
   _Atomic uint32_t kch_seen;  /* root ops: kernel channels started */
   _Atomic uint64_t reached_ns; /* root ops: first sign from NCCL that the GPU got there, 0 none;
                                   ProxyStep: when it entered SendWait (its network part) */

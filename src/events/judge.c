@@ -8,8 +8,14 @@ uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
      * which are trusted only once every one of them stopped. CollNet announces no channels but
      * its KernelCh still fire: the ones seen count once they all stopped and two polls went by. */
     uint32_t want = in->kch_expected ? in->kch_expected : in->kch_seen;
-    if (want && in->kch_done >= want && in->owed == 0 &&
-        (in->kch_expected || in->quiet_ns >= settle_ns))
+    int settled = in->kch_expected || in->quiet_ns >= settle_ns;
+    /* After a gather of several roots, the channels it used are silent for a while: the ones
+     * that started decide, once all of them stopped and two polls went by (a hung op's started
+     * channels never stop: every channel needs every peer). */
+    if (in->kch_trust == WD_KCH_STARTED_ONLY && in->kch_seen < want)
+      want = in->kch_seen, settled = in->quiet_ns >= settle_ns;
+    /* A stale replay's stop fired before its kernel ran: only a later op vouches for it. */
+    if (in->kch_trust != WD_KCH_STALE_STOP && want && in->kch_done >= want && in->owed == 0 && settled)
       gpu |= WD_GPU_DONE;
   }
   if (in->proxy_gone && !(gpu & WD_GPU_DONE)) {

@@ -34,6 +34,7 @@ typedef struct wd_judge_in {
   uint32_t gpu;         /* WD_GPU_KNOWN / WD_GPU_DONE / WD_GPU_ERROR from its CUDA events */
   uint32_t kch_expected, kch_seen, kch_done;
   uint32_t owed;        /* open proxy steps (or a half-posted ProxyOp) the kernel still needs */
+  uint32_t kch_trust;   /* WD_KCH_* (event.h) */
   uint64_t quiet_ns;    /* since its last progress */
   int proxy_gone;       /* the thread that drove its proxy part has exited */
   int moved_on;         /* the process made NCCL calls (any communicator) since it last moved */

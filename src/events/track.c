@@ -6,6 +6,7 @@
 #include "base/clock.h"
 #include "events/blacklist.h"
 #include "events/judge.h"
+#include "flightrec/strtab.h"
 #include "events/store.h"
 
 static inline void wd_max_u64(_Atomic uint64_t *a, uint64_t v) {
@@ -173,7 +174,8 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
 static inline void wd_release_if_done(wd_event *op) {
   uint32_t expected = atomic_load_explicit(&op->kch_expected, memory_order_relaxed);
   if (expected && atomic_load_explicit(&op->kch_done, memory_order_relaxed) >= expected &&
-      wd_event_children_live(op) <= 1 && wd_judge_kch_final(op))
+      wd_event_children_live(op) <= 1 && wd_judge_kch_final(op) &&
+      atomic_load_explicit(&op->kch_trust, memory_order_relaxed) == WD_KCH_TRUSTED)
     wd_event_release_hold(op);
 }
 
@@ -247,6 +249,22 @@ static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
   *grouped = g && wd_event_type(g) == WD_T_GROUP;
   if (*grouped) return atomic_load_explicit(&g->order, memory_order_relaxed);
   return atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed);
+}
+
+/* What NCCL 2.29/2.30's work counters will make of later kernel channels (event.h, WD_KCH_*),
+ * from an API event of the application thread: the group being prepared is persistent when it is
+ * captured (enqueue.cc ncclLaunchPrepare: planner.persistent), and a group of Broadcasts from
+ * several roots takes the AllGatherV path (enqueue.cc, ncclPrepareTasks). */
+static void wd_note_api(wd_context *ctx, const wd_start_req *req) {
+  atomic_store_explicit(&ctx->prep_persistent, (req->rec.flags & WD_F_GRAPH) != 0, memory_order_relaxed);
+  const char *f = req->rec.type == WD_T_COLLAPI ? wd_str(req->rec.func) : NULL;
+  if (f == NULL || strcmp(f, "Broadcast") != 0) return;
+  uint64_t group = (uint64_t)(uintptr_t)req->parent_obj;
+  if (group && atomic_load_explicit(&ctx->bcast_group, memory_order_relaxed) == group &&
+      atomic_load_explicit(&ctx->bcast_root, memory_order_relaxed) != req->rec.peer)
+    atomic_store_explicit(&ctx->gather_seen, 1, memory_order_relaxed);
+  atomic_store_explicit(&ctx->bcast_group, group, memory_order_relaxed);
+  atomic_store_explicit(&ctx->bcast_root, req->rec.peer, memory_order_relaxed);
 }
 
 /* Whether a ProxyOp started on ctx's proxy belongs to another process (PXN): another pid, or,
@@ -323,6 +341,7 @@ void *wd_track_start(wd_start_req *req) {
       }
     }
   }
+  if ((type == WD_T_COLLAPI || type == WD_T_P2PAPI) && !detached && ctx->abi < 7) wd_note_api(ctx, req);
   /* The call's userTag rides in raw, which only a foreign parent uses otherwise. */
   if (req->user_tag && rec->raw == 0 && !detached) {
     rec->raw = req->user_tag;
@@ -354,7 +373,7 @@ void *wd_track_start(wd_start_req *req) {
   rec->state = 0xff;
 
   wd_event *root = NULL;
-  uint32_t refs = 1, hold = 0, kind = WD_KIND_CHILD, kch_expected = 0;
+  uint32_t refs = 1, hold = 0, kind = WD_KIND_CHILD, kch_expected = 0, kch_trust = WD_KCH_TRUSTED;
   if (wd_is_root_type(type) || (type == WD_T_PROXYOP && parent == NULL)) {
     kind = WD_KIND_ROOT;
     root = ev;
@@ -387,6 +406,12 @@ void *wd_track_start(wd_start_req *req) {
       if (!ctx->kch_on && not_self && gkey) gpu_hold = 1;
       hold = (uint32_t)(kch_hold || gpu_hold);
       kch_expected = kch_hold ? rec->nChannels : 0;
+      if (kch_hold && ctx->abi < 7) {
+        if ((rec->flags & WD_F_GRAPH) && !atomic_load_explicit(&ctx->prep_persistent, memory_order_relaxed))
+          kch_trust = WD_KCH_STALE_STOP;
+        else if (atomic_load_explicit(&ctx->gather_seen, memory_order_relaxed))
+          kch_trust = WD_KCH_STARTED_ONLY;
+      }
       if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
@@ -401,6 +426,7 @@ void *wd_track_start(wd_start_req *req) {
   wd_slot_fill(ev, parent, wd_ring_for(ev->ctx, type), root, kind, hold, gkey, now);
   if (kind == WD_KIND_ROOT) {
     atomic_store_explicit(&ev->kch_expected, kch_expected, memory_order_relaxed);
+    atomic_store_explicit(&ev->kch_trust, (uint8_t)kch_trust, memory_order_relaxed);
     atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
     atomic_store_explicit(&ev->kch_seen, 0, memory_order_relaxed);
     atomic_store_explicit(&ev->reached_ns, 0, memory_order_relaxed);

@@ -219,6 +219,7 @@ static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, uint64_t
   in.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
   in.kch_seen = atomic_load_explicit(&ev->kch_seen, memory_order_relaxed);
   in.kch_done = atomic_load_explicit(&ev->kch_done, memory_order_relaxed);
+  in.kch_trust = atomic_load_explicit(&ev->kch_trust, memory_order_relaxed);
   in.owed = atomic_load_explicit(&ev->wd_gpu_wait, memory_order_relaxed);
   uint64_t last = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
   in.quiet_ns = now > last ? now - last : 0;
