@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "events/judge.h"
+#include "events/store.h"
 #include "events/track.h"
 #include "flightrec/strtab.h"
 
@@ -77,7 +78,22 @@ void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
   }
 }
 
-static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, wd_stall *s) {
+/* A communicator the application made after op last moved, and has called NCCL on since: what
+ * a job that revoked or shrank a communicator and carried on looks like while NCCL's proxy
+ * thread of the old one still lives (ncclCommShrink without ABORT stops nothing: init.cc).
+ * Said beside the stall, never instead of it: a lazily created communicator looks the same. */
+static const wd_context *wd_newer_comm(const wd_context *ctx, uint64_t last_ns, uint64_t calls_ns,
+                                        uint64_t slack_ns) {
+  if (calls_ns <= last_ns) return NULL;
+  /* A state change is dated by the scan that saw it, up to a poll late (track.h). */
+  uint64_t moved = last_ns > slack_ns ? last_ns - slack_ns : 0;
+  for (const wd_context *c = wd_store.contexts; c; c = c->next)
+    if (c != ctx && c->init_ns > moved && c->calls_ns > last_ns) return c;
+  return NULL;
+}
+
+static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, uint64_t calls_ns,
+                          uint64_t slack_ns, wd_stall *s) {
   memset(s, 0, sizeof(*s));
   const wd_record *r = &v->snap.start;
   s->comm_id = ctx->comm_id;
@@ -100,6 +116,12 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
     if (n < sizeof(s->waiting_on))
       wd_describe_wait(ctx, v->ev, s->waiting_on + n, (unsigned)(sizeof(s->waiting_on) - n));
   }
+  const wd_context *newer = wd_newer_comm(ctx, v->snap.last_ns, calls_ns, slack_ns);
+  size_t n = strlen(s->waiting_on);
+  if (newer && n < sizeof(s->waiting_on))
+    snprintf(s->waiting_on + n, sizeof(s->waiting_on) - n,
+             "; since then the application made comm \"%s\" and carries on with it (this one revoked "
+             "or abandoned?)", newer->name);
 }
 
 /* Time since the event last progressed; an event may progress after `now` was read. */
@@ -263,7 +285,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const
     wd_slot_view v;
     if (!wd_view_read(ev, now, ctx, cfg, &v)) continue;
     if (v.snap.is_root) {
-      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
+      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, calls_ns, settle, &out[nst++]);
       if (v.open || wd_event_from_handle(v.handle) != ev) continue;
       /* Its kernel is done (ground truth, or trustworthy kernel channels), or a later operation
        * completed and neither ground truth nor a step its kernel needs says otherwise: done on
