@@ -28,9 +28,9 @@ typedef struct wd_context {
   uint64_t init_ns;
   int kch_on; /* KernelCh was in the mask we set: every Coll/P2p gets nChannels kernel children */
   /* NCCL 2.29/2.30 counter drift (event.h, WD_KCH_*), from the application thread's API events:
-   * the last group's planner.persistent (its CollApi/P2pApi graphCaptured), the last Broadcast
-   * CollApi's group and root, and whether a Broadcast group of several roots ever ran. */
-  _Atomic uint8_t prep_persistent, gather_seen;
+   * the last Broadcast CollApi's group and root, and whether a Broadcast group of several roots
+   * ever ran. */
+  _Atomic uint8_t gather_seen;
   _Atomic int32_t bcast_root;
   _Atomic uint64_t bcast_group;
   /* NCCL's activation mask (one per process, NCCL's memory), what we set in it at init, and

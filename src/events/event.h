@@ -32,14 +32,14 @@ enum { WD_KIND_CHILD = 0, WD_KIND_ROOT = 1 };
  * incWorkCounter): */
 enum {
   WD_KCH_TRUSTED = 0,
-  /* A graph replay after eager work keeps a stale counter (proxy.cc: only while
-   * planner.persistent is set, enqueue.cc ncclLaunchPrepare): its KernelCh start and stop fire at
-   * upload. The start still dates its arrival at the stream's queue; the stop proves nothing. */
-  WD_KCH_STALE_STOP = 1,
+  /* (A graph replay after eager work keeps a stale counter, proxy.cc, so its KernelCh fire at
+   * upload; its Group and Coll come from a host node the stream reached, enqueue.cc
+   * hostStreamPlanCallback, so it is reached then, and its completion cannot be told from a
+   * replay that completed at once: it is left trusted, docs/architecture.md.) */
   /* The communicator ran a Broadcast group of several roots (the AllGatherV path: its first
    * work never writes its slot, scheduler/allgatherv_sched.cc): channels it used give no KernelCh
    * for about 64 works; the channels that started tell. */
-  WD_KCH_STARTED_ONLY = 2,
+  WD_KCH_STARTED_ONLY = 1,
 };
 
 /* What the watchdog learnt about a root op's kernel (wd_gpu). */

@@ -14,8 +14,7 @@ uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
      * channels never stop: every channel needs every peer). */
     if (in->kch_trust == WD_KCH_STARTED_ONLY && in->kch_seen < want)
       want = in->kch_seen, settled = in->quiet_ns >= settle_ns;
-    /* A stale replay's stop fired before its kernel ran: only a later op vouches for it. */
-    if (in->kch_trust != WD_KCH_STALE_STOP && want && in->kch_done >= want && in->owed == 0 && settled)
+    if (want && in->kch_done >= want && in->owed == 0 && settled)
       gpu |= WD_GPU_DONE;
   }
   if (in->proxy_gone && !(gpu & WD_GPU_DONE)) {

@@ -174,8 +174,7 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
 static inline void wd_release_if_done(wd_event *op) {
   uint32_t expected = atomic_load_explicit(&op->kch_expected, memory_order_relaxed);
   if (expected && atomic_load_explicit(&op->kch_done, memory_order_relaxed) >= expected &&
-      wd_event_children_live(op) <= 1 && wd_judge_kch_final(op) &&
-      atomic_load_explicit(&op->kch_trust, memory_order_relaxed) == WD_KCH_TRUSTED)
+      wd_event_children_live(op) <= 1 && wd_judge_kch_final(op))
     wd_event_release_hold(op);
 }
 
@@ -252,12 +251,10 @@ static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
 }
 
 /* What NCCL 2.29/2.30's work counters will make of later kernel channels (event.h, WD_KCH_*),
- * from an API event of the application thread: the group being prepared is persistent when it is
- * captured (enqueue.cc ncclLaunchPrepare: planner.persistent), and a group of Broadcasts from
- * several roots takes the AllGatherV path (enqueue.cc, ncclPrepareTasks). */
+ * from a CollApi of the application thread: a group of Broadcasts from several roots takes the
+ * AllGatherV path (enqueue.cc, ncclPrepareTasks). */
 static void wd_note_api(wd_context *ctx, const wd_start_req *req) {
-  atomic_store_explicit(&ctx->prep_persistent, (req->rec.flags & WD_F_GRAPH) != 0, memory_order_relaxed);
-  const char *f = req->rec.type == WD_T_COLLAPI ? wd_str(req->rec.func) : NULL;
+  const char *f = wd_str(req->rec.func);
   if (f == NULL || strcmp(f, "Broadcast") != 0) return;
   uint64_t group = (uint64_t)(uintptr_t)req->parent_obj;
   if (group && atomic_load_explicit(&ctx->bcast_group, memory_order_relaxed) == group &&
@@ -341,7 +338,7 @@ void *wd_track_start(wd_start_req *req) {
       }
     }
   }
-  if ((type == WD_T_COLLAPI || type == WD_T_P2PAPI) && !detached && ctx->abi < 7) wd_note_api(ctx, req);
+  if (type == WD_T_COLLAPI && !detached && ctx->abi < 7) wd_note_api(ctx, req);
   /* The call's userTag rides in raw, which only a foreign parent uses otherwise. */
   if (req->user_tag && rec->raw == 0 && !detached) {
     rec->raw = req->user_tag;
@@ -406,12 +403,8 @@ void *wd_track_start(wd_start_req *req) {
       if (!ctx->kch_on && not_self && gkey) gpu_hold = 1;
       hold = (uint32_t)(kch_hold || gpu_hold);
       kch_expected = kch_hold ? rec->nChannels : 0;
-      if (kch_hold && ctx->abi < 7) {
-        if ((rec->flags & WD_F_GRAPH) && !atomic_load_explicit(&ctx->prep_persistent, memory_order_relaxed))
-          kch_trust = WD_KCH_STALE_STOP;
-        else if (atomic_load_explicit(&ctx->gather_seen, memory_order_relaxed))
-          kch_trust = WD_KCH_STARTED_ONLY;
-      }
+      if (kch_hold && ctx->abi < 7 && atomic_load_explicit(&ctx->gather_seen, memory_order_relaxed))
+        kch_trust = WD_KCH_STARTED_ONLY;
       if (type == WD_T_COLL) wd_max_i64(&ctx->seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
