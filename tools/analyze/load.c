@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #define DUMP_FORMAT "nccl-watchdog-dump"
@@ -686,12 +688,21 @@ static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *
   uint32_t idx = (uint32_t)set->ndumps;
   const cJSON *c;
   int64_t min_t = 0;
+  int ncomms = 0;
   cJSON_ArrayForEach(c, get(root, "comms")) {
+    if (ncomms++ == WD_AZ_MAX_COMMS_PER_DUMP) {
+      char note[160];
+      snprintf(note, sizeof note, "bound: only the first %d communicators were read",
+               WD_AZ_MAX_COMMS_PER_DUMP);
+      wd_az_add_skip(set, path, note);
+      set->ncut++;
+      break;
+    }
     load_comm(set, idx, c, &min_t);
   }
   ring_min_t(get(get(root, "detached"), "ring"), &min_t);
   wd_az_dump *d = wd_az_add_dump(set);
-  if (!d || !(tmp.path = strdup(path))) {
+  if (!d || !(tmp.path = wd_az_utf8_dup(path))) {
     set->ncranks = first_crank;
     if (d) set->ndumps--;
     snprintf(why, why_len, "out of memory");
@@ -825,19 +836,49 @@ static int gz_name(const char *path) {
   return n > 3 && strcmp(path + n - 3, ".gz") == 0;
 }
 
-/* A compressed dump (NCCL_WATCHDOG_COMPRESS=gzip), through zlib, bounded like a plain one. */
-static char *read_gz(const char *path, size_t *len, char *why, size_t why_len) {
-  gzFile g = gzopen(path, "rb");
+static unsigned g_trusted_owner = (unsigned)-1;
+void wd_az_trust_owner(unsigned owner) { g_trusted_owner = owner; }
+
+/* The dump directory is shared and untrusted (docs/operations.md, "What the analyzer trusts"):
+ * a file is opened without following a link and without blocking (a FIFO named like a dump),
+ * and read only when it is a regular file of the analyzing user or of the job's user. Returns
+ * the descriptor, or -1 with the reason in why. */
+static int open_dump(const char *path, struct stat *st, char *why, size_t why_len) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    snprintf(why, why_len, errno == ELOOP ? "a symbolic link: not followed" : "cannot open: %s",
+             strerror(errno));
+    return -1;
+  }
+  if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    snprintf(why, why_len, "not a regular file");
+    close(fd);
+    return -1;
+  }
+  if (st->st_uid != geteuid() && st->st_uid != g_trusted_owner) {
+    snprintf(why, why_len, "owned by uid %u, neither the analyzing user nor the job's: not its dump",
+             (unsigned)st->st_uid);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* A compressed dump (NCCL_WATCHDOG_COMPRESS=gzip), through zlib, bounded: at most
+ * WD_AZ_MAX_INFLATED once inflated (a gzip bomb is cut, not inflated). */
+static char *read_gz(int fd, size_t *len, char *why, size_t why_len) {
+  gzFile g = gzdopen(fd, "rb");
   if (!g) {
-    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    close(fd);
+    snprintf(why, why_len, "cannot read: %s", strerror(errno));
     return NULL;
   }
   size_t cap = 1 << 20, n = 0;
   char *buf = malloc(cap + 1);
   while (buf) {
     if (n == cap) {
-      if (cap >= WD_AZ_MAX_FILE) {
-        snprintf(why, why_len, "more than 1 GiB uncompressed");
+      if (cap >= WD_AZ_MAX_INFLATED) {
+        snprintf(why, why_len, "bound: more than %ld MiB once inflated", WD_AZ_MAX_INFLATED >> 20);
         free(buf);
         buf = NULL;
         break;
@@ -873,16 +914,19 @@ static char *read_gz(const char *path, size_t *len, char *why, size_t why_len) {
 
 static char *read_all(const char *path, size_t *len, char *why, size_t why_len) {
   why[0] = '\0';
-  if (gz_name(path)) return read_gz(path, len, why, why_len);
-  FILE *f = fopen(path, "rb");
+  struct stat st;
+  int fd = open_dump(path, &st, why, why_len);
+  if (fd < 0) return NULL;
+  if (gz_name(path)) return read_gz(fd, len, why, why_len);
+  FILE *f = fdopen(fd, "rb");
   if (!f) {
-    snprintf(why, why_len, "cannot open: %s", strerror(errno));
+    close(fd);
+    snprintf(why, why_len, "cannot read: %s", strerror(errno));
     return NULL;
   }
-  struct stat st;
   char *buf = NULL;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > WD_AZ_MAX_FILE) {
-    snprintf(why, why_len, "not a regular file of at most 1 GiB");
+  if (st.st_size > WD_AZ_MAX_FILE) {
+    snprintf(why, why_len, "bound: larger than 1 GiB");
     goto out;
   }
   buf = malloc((size_t)st.st_size + 1);
@@ -906,6 +950,8 @@ out:
 static void skip(wd_az_set *set, const char *path, const char *why, int quiet) {
   if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, why);
   wd_az_add_skip(set, path, why);
+  /* A file of the job's cut by a bound may hold the hang: the verdict cannot say OK. */
+  if (strncmp(why, "bound:", 6) == 0) set->ncut++;
 }
 
 int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
@@ -945,8 +991,10 @@ static int list_dir_in(const char *dir, const char *prefix, int depth, char ***n
       char sub[4096];
       struct stat st;
       snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-      if (depth > 0 && strcmp(e->d_name, "triggers") != 0 && stat(sub, &st) == 0 &&
-          S_ISDIR(st.st_mode))
+      /* A host folder is entered only when it is a directory itself, not a link to one made
+       * by someone else (it could lead anywhere). */
+      if (depth > 0 && strcmp(e->d_name, "triggers") != 0 &&
+          fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
         list_dir_in(sub, rel, depth - 1, names, n, cap);
       continue;
     }

@@ -7,6 +7,15 @@
 #include "model.h"
 
 #define WD_AZ_MAX_FILE (1024L * 1024 * 1024) /* larger files are skipped */
+/* A compressed dump inflating past this is skipped (a dump of 513 communicators is 8 MB). */
+#define WD_AZ_MAX_INFLATED (256L * 1024 * 1024)
+/* Communicators read from one dump; the rest are cut (and the report says so). */
+#define WD_AZ_MAX_COMMS_PER_DUMP 4096
+
+/* Whose files are read: the analyzing user's and this one's (the owner of the dump directory
+ * named on the command line: the job's user). Files of anyone else are skipped, with the owner
+ * in the reason. (uid_t)-1: none beside the analyzing user. */
+void wd_az_trust_owner(unsigned owner);
 
 /* Parse one document. On success appends one dump (and its communicator ranks) to set and
  * returns 0; otherwise returns -1 and writes a one-line reason into why. Never keeps a pointer

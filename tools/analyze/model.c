@@ -47,8 +47,42 @@ static wd_az_str str_append(const char *s) {
   return g_nstrs++;
 }
 
+/* Whether s is valid UTF-8 (RFC 3629: no overlong forms, no surrogates, at most U+10FFFF). */
+static int utf8_valid(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s, n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : 9;
+    if (n == 9) return 0;
+    uint32_t cp = n == 0 ? c : c & (0x3fu >> n);
+    for (unsigned i = 1; i <= n; i++) {
+      if ((s[i] & 0xc0) != 0x80) return 0;
+      cp = (cp << 6) | (s[i] & 0x3fu);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+      return 0;
+    s += n + 1;
+  }
+  return 1;
+}
+
+char *wd_az_utf8_dup(const char *s) {
+  if (!s) return NULL;
+  char *c = strdup(s);
+  if (!c || utf8_valid((const unsigned char *)c)) return c;
+  /* Whatever a planted file holds, the reports stay valid UTF-8: bytes outside ASCII become '?'. */
+  for (unsigned char *p = (unsigned char *)c; *p; p++)
+    if (*p >= 0x80) *p = '?';
+  return c;
+}
+
 wd_az_str wd_az_intern(const char *s) {
   if (!s || !*s) return 0;
+  if (!utf8_valid((const unsigned char *)s)) {
+    char *c = wd_az_utf8_dup(s);
+    wd_az_str id = c ? wd_az_intern(c) : 0;
+    free(c);
+    return id;
+  }
   if (g_nstrs == 0 && str_append("") != 0) return 0;
   if ((g_nstrs + 1) * 2 > g_hcap && hash_grow() != 0) return 0;
   uint32_t h = str_hash(s) & (g_hcap - 1);
@@ -102,8 +136,8 @@ int wd_az_add_skip(wd_az_set *set, const char *path, const char *why) {
   wd_az_skip *p = grow(set->skips, &set->cap_skips, set->nskips, sizeof(*p));
   if (!p) return -1;
   set->skips = p;
-  p[set->nskips].path = strdup(path);
-  p[set->nskips].why = strdup(why);
+  p[set->nskips].path = wd_az_utf8_dup(path);
+  p[set->nskips].why = wd_az_utf8_dup(why);
   set->nskips++;
   return 0;
 }

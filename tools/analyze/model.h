@@ -19,7 +19,8 @@
 
 /* Strings are interned once (function and type names, hosts, frames): records hold small ids. */
 typedef uint32_t wd_az_str;
-wd_az_str wd_az_intern(const char *s); /* 0 is "" (also for NULL) */
+wd_az_str wd_az_intern(const char *s); /* 0 is "" (also for NULL); invalid UTF-8 made valid */
+char *wd_az_utf8_dup(const char *s);    /* a copy, bytes of invalid UTF-8 outside ASCII as '?' */
 const char *wd_az_s(wd_az_str id);
 void wd_az_strings_free(void);
 
@@ -194,6 +195,7 @@ typedef struct wd_az_set {
   size_t ncranks, cap_cranks;
   wd_az_skip *skips;
   size_t nskips, cap_skips;
+  size_t ncut; /* evidence of the job's own cut by a bound (a file, or communicators of one) */
 } wd_az_set;
 
 void wd_az_set_free(wd_az_set *set);

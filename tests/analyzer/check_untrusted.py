@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""The dump directory is shared and untrusted: files planted beside a real hang's dumps must not
+block, exhaust or fool the analyzer. A 4-rank job whose rank 3 never entered the collective
+(gen_dumps), then, each beside it, what another member of the group (or a crashed writer) can put
+there. The analyzer must end in time, name rank 3, list what it skipped and why, and write valid
+UTF-8. Run as root, a planted dump owned by another user is made with chown; run as a user, that
+part needs another uid and is skipped with a message.
+
+usage: check_untrusted.py GEN_DUMPS ANALYZER
+"""
+import gzip, json, os, shutil, subprocess, sys, tempfile
+
+GEN, ANA = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL", what)
+
+
+def analyze(d, *extra, timeout=60):
+    p = subprocess.run([ANA, *extra, d], capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def fresh(root, name):
+    d = os.path.join(root, name)
+    subprocess.run([GEN, d, "--ranks=4", "--scenario=not-entered", "--victim=3"], check=True,
+                   capture_output=True)
+    return d
+
+
+def one_real_dump(d):
+    return sorted(f for f in os.listdir(d) if f.endswith(".json"))[0]
+
+
+def named_rank3(out):
+    first = out.decode("utf-8").splitlines()[0]
+    return first.startswith("HANG") and "rank 3 never entered" in first, first
+
+
+def plant_fifo(d, root):
+    os.mkfifo(os.path.join(d, "node000-99999-0001-stall.json"))
+    return "not a regular file"
+
+
+def plant_zero(d, root):
+    os.symlink("/dev/zero", os.path.join(d, "node000-99998-0001-stall.json"))
+    return "symbolic link"
+
+
+def plant_outside_file(d, root):
+    outside = os.path.join(root, "outside.json")
+    shutil.copy(os.path.join(d, one_real_dump(d)), outside)
+    os.symlink(outside, os.path.join(d, "node000-99997-0001-stall.json"))
+    return "symbolic link"
+
+
+def plant_outside_dir(d, root):
+    other = os.path.join(root, "elsewhere")
+    fresh(root, "elsewhere-src")
+    shutil.copytree(os.path.join(root, "elsewhere-src"), other)
+    os.symlink(other, os.path.join(d, "node999"))
+    return None  # never entered: nothing from it may be read
+
+
+def plant_bomb(d, root):
+    with gzip.open(os.path.join(d, "node000-99996-0001-stall.json.gz"), "wb", compresslevel=9) as g:
+        chunk = b" " * (1 << 20)
+        for _ in range(300):  # 300 MiB of blanks, a few hundred KiB compressed
+            g.write(chunk)
+    return "bound"
+
+
+def plant_utf8(d, root):
+    src = os.path.join(d, one_real_dump(d))
+    doc = json.load(open(src))
+    doc["pid"] = 55555
+    doc["host"] = "nodeX"
+    for c in doc.get("comms", []):
+        c["commName"] = "PLANTED"
+    raw = json.dumps(doc).replace('"PLANTED"', '"bad\\u00ff"').encode()
+    raw = raw.replace("bad\\u00ff".encode(), b"bad\xff\xfe")
+    open(os.path.join(d, "nodeX-55555-0001-signal.json"), "wb").write(raw)
+    return None
+
+
+def plant_many_comms(d, root):
+    src = os.path.join(d, one_real_dump(d))
+    doc = json.load(open(src))
+    c0 = {k: v for k, v in doc["comms"][0].items() if k not in ("ring", "proxyRing", "inflight", "open", "telemetry")}
+    doc["pid"] = 44444
+    doc["comms"] = [dict(c0, commId="0x%016x" % (0x1000 + i), commName="planted%d" % i) for i in range(20000)]
+    json.dump(doc, open(os.path.join(d, "node000-44444-0001-signal.json"), "w"))
+    return "bound"
+
+
+def plant_other_owner(d, root):
+    if os.geteuid() != 0:
+        print("SKIP other-owner: needs root to make a file of another uid")
+        return "skip"
+    src = os.path.join(d, one_real_dump(d))
+    doc = json.load(open(src))
+    doc["pid"] = 33333
+    for c in doc["comms"]:
+        c["rank"] = 1
+    p = os.path.join(d, "node000-33333-0002-stall.json")
+    json.dump(doc, open(p, "w"))
+    os.chown(p, 65534, 65534)
+    return "owned by uid 65534"
+
+
+PLANTS = [plant_fifo, plant_zero, plant_outside_file, plant_outside_dir, plant_bomb, plant_utf8,
+          plant_many_comms, plant_other_owner]
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="wd-untrusted-")
+    try:
+        for plant in PLANTS:
+            name = plant.__name__
+            d = fresh(root, name)
+            want = plant(d, root)
+            if want == "skip":
+                continue
+            try:
+                rc, out, err = analyze(d)
+            except subprocess.TimeoutExpired:
+                check(False, f"{name}: the analyzer did not end within 60 s")
+                continue
+            try:
+                out.decode("utf-8")
+                err.decode("utf-8")
+            except UnicodeDecodeError:
+                check(False, f"{name}: output is not valid UTF-8")
+                continue
+            ok, first = named_rank3(out)
+            check(ok, f"{name}: first line names rank 3 not entering ({first[:160]})")
+            text = out.decode()
+            if want:
+                check(want in text.split("files skipped", 1)[-1], f"{name}: skipped with reason '{want}' in the report")
+            if name == "plant_outside_dir":
+                check("elsewhere" not in text and "node999" not in text, f"{name}: nothing read through the link")
+            # JSON report valid UTF-8 JSON too
+            rc, js, _ = analyze(d, "--json")
+            try:
+                json.loads(js.decode("utf-8"))
+            except Exception as e:
+                check(False, f"{name}: --json is not valid UTF-8 JSON ({e})")
+        # Only a bound-cut file of the job's own, in a healthy set: never "OK".
+        d = os.path.join(root, "healthy-cut")
+        subprocess.run([GEN, d, "--ranks=4", "--scenario=healthy"], check=True, capture_output=True)
+        plant_bomb(d, root)
+        rc, out, _ = analyze(d)
+        first = out.decode().splitlines()[0]
+        check(first.startswith("NO VERDICT") and "cut" in first,
+              f"healthy set with a file cut by a bound: not OK ({first[:160]})")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("check_untrusted:", "FAIL" if failures else "PASS", f"({len(failures)} failed)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
