@@ -107,6 +107,27 @@ int wd_dumpdir_resolve(const wd_config *cfg, char *out, size_t len) {
   return 0;
 }
 
+static int own_dir(const char *path) {
+  struct stat st;
+  if (mkdir(path, 0700) != 0 && errno != EEXIST) return 0;
+  return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid();
+}
+
+int wd_own_subdir(const char *base, const char *name, char *out, size_t len) {
+  char p[WD_PATH_MAX + 96];
+  snprintf(p, sizeof p, "%s/%s", base, name);
+  for (unsigned k = 0; k < 8; k++) {
+    if (k == 1) snprintf(p, sizeof p, "%s/%s~%u", base, name, (unsigned)geteuid());
+    else if (k > 1) snprintf(p, sizeof p, "%s/%s~%u-%u", base, name, (unsigned)geteuid(), k);
+    if (strlen(p) >= len || !own_dir(p)) continue;
+    if (k) WD_WARN("nccl-watchdog: %s/%s is not a folder of this user (a link, or made by someone "
+                   "else): dumps go to %s", base, name, p);
+    snprintf(out, len, "%s", p);
+    return 0;
+  }
+  return -1;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Atomic write.                                                                               */
 

@@ -12,6 +12,12 @@
  * when it cannot be created, $TMPDIR or /tmp is used with one WARN. Returns 0, -1 if none. */
 int wd_dumpdir_resolve(const wd_config *cfg, char *out, size_t len);
 
+/* <base>/<name> as a folder this process owns: made with mode 0700, or found as a real directory
+ * (not a link) of this user. When the name is taken (a link, another user's folder: the dump
+ * directory is shared), <name>~<uid>, then <name>~<uid>-<k>, with one WARN. Returns 0 with the
+ * path in out, -1 when none could be had. */
+int wd_own_subdir(const char *base, const char *name, char *out, size_t len);
+
 /* Write data to <dir>/<host>-<pid>-<seq>-<reason>.json through a temporary file in the same
  * directory (O_CREAT|O_EXCL|O_NOFOLLOW, mode 0600), fsync, rename, fsync of the directory. seq
  * is zero-padded so names sort; an existing name is never replaced (the next seq is taken).

@@ -507,8 +507,8 @@ int wd_watchdog_start(const wd_config *cfg) {
   if (wd_wd.dumps_ok) {
     char h[64], sub[sizeof(wd_wd.dir)];
     wd_file_sanitize(h, sizeof(h), wd_wd.host, "unknown");
-    snprintf(sub, sizeof(sub), "%s/%s", wd_wd.base, h);
-    if (mkdir(sub, 0700) == 0 || errno == EEXIST) snprintf(wd_wd.dir, sizeof(wd_wd.dir), "%s", sub);
+    /* Never a host folder someone else planted (a link to their directory). */
+    if (wd_own_subdir(wd_wd.base, h, sub, sizeof(sub)) == 0) snprintf(wd_wd.dir, sizeof(wd_wd.dir), "%s", sub);
   }
   wd_wd.peer_dump_ns = 0;
   if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps) {

@@ -375,6 +375,38 @@ static void test_link_fallback(void) {
   CU_ASSERT_EQUAL(rc, 0);
 }
 
+/* A host folder planted in the shared dump directory as a link to someone else's directory
+ * never receives the job's dumps: a fresh name of this user's is used instead. */
+static void test_own_subdir(void) {
+  char target[4200], link[4300], out[4400], base[4200];
+  snprintf(base, sizeof base, "%s/own", g_tmp);
+  CU_ASSERT_EQUAL_FATAL(mkdir(base, 0700), 0);
+  snprintf(target, sizeof target, "%s/elsewhere", g_tmp);
+  CU_ASSERT_EQUAL_FATAL(mkdir(target, 0700), 0);
+  snprintf(link, sizeof link, "%s/node-a", base);
+  CU_ASSERT_EQUAL_FATAL(symlink(target, link), 0);
+  CU_ASSERT_EQUAL(wd_own_subdir(base, "node-a", out, sizeof out), 0);
+  char want[4400];
+  snprintf(want, sizeof want, "%s/node-a~%u", base, (unsigned)geteuid());
+  CU_ASSERT_STRING_EQUAL(out, want);
+  struct stat st;
+  CU_ASSERT_EQUAL(lstat(out, &st), 0);
+  CU_ASSERT_TRUE(S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode));
+  /* A plain file in the way, too. */
+  char file[4300];
+  snprintf(file, sizeof file, "%s/node-b", base);
+  FILE *f = fopen(file, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fclose(f);
+  CU_ASSERT_EQUAL(wd_own_subdir(base, "node-b", out, sizeof out), 0);
+  CU_ASSERT_PTR_NOT_NULL(strstr(out, "node-b~"));
+  /* Its own folder, found again, is kept. */
+  CU_ASSERT_EQUAL(wd_own_subdir(base, "node-c", out, sizeof out), 0);
+  CU_ASSERT_EQUAL(wd_own_subdir(base, "node-c", out, sizeof out), 0);
+  snprintf(want, sizeof want, "%s/node-c", base);
+  CU_ASSERT_STRING_EQUAL(out, want);
+}
+
 static void test_hostname(void) {
   char h[64];
   wd_hostname(h, sizeof(h));
@@ -395,5 +427,6 @@ int main(void) {
   CU_add_test(s, "directory resolution and fallback", test_dir_resolution);
   CU_add_test(s, "trigger episodes", test_triggers);
   CU_add_test(s, "host name", test_hostname);
+  CU_add_test(s, "a planted host folder is never written through", test_own_subdir);
   return wd_test_run();
 }
