@@ -27,6 +27,36 @@ void wd_hostname(char *out, size_t len) {
   snprintf(out, len, "%s", buf[0] ? buf : "unknown");
 }
 
+void wd_process_identity(wd_process_id *out) {
+  memset(out, 0, sizeof(*out));
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+  if (f) {
+    if (fgets(out->boot_id, sizeof out->boot_id, f)) out->boot_id[strcspn(out->boot_id, "\n")] = 0;
+    fclose(f);
+  }
+  /* Field 22 of /proc/self/stat, after the command name's closing parenthesis: start time in
+   * clock ticks after boot; /proc/stat's btime: the boot on the wall clock. */
+  char buf[1024];
+  unsigned long long start = 0, btime = 0;
+  f = fopen("/proc/self/stat", "re");
+  if (f) {
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    char *p = strrchr(buf, ')');
+    for (int field = 2; p && *p && field < 22; p++)
+      if (*p == ' ') field++;
+    if (p) start = strtoull(p, NULL, 10);
+  }
+  f = fopen("/proc/stat", "re");
+  while (f && fgets(buf, sizeof buf, f))
+    if (!strncmp(buf, "btime ", 6)) btime = strtoull(buf + 6, NULL, 10);
+  if (f) fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (btime && hz > 0)
+    out->start_wall_ns = btime * 1000000000ull + start * (1000000000ull / (unsigned long long)hz);
+}
+
 /* A number of bytes from a one-line file ("max" or absent: none). */
 static uint64_t wd_read_limit(const char *path) {
   FILE *f = fopen(path, "re");

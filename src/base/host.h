@@ -12,6 +12,16 @@ void wd_hostname(char *out, size_t len);
  * several hosts on one machine. Set at process start, before any thread reads it; "" clears. */
 void wd_hostname_override(const char *name);
 
+/* What tells this process apart from any other of the job, whatever the host name or pid (one
+ * PID namespace per container, cloned images): the kernel's boot id (a machine), the process's
+ * start on the wall clock (from /proc: its start tick after boot plus the boot time) and on the
+ * monotonic clock. Read once; "" and 0 when unknown. */
+typedef struct wd_process_id {
+  char boot_id[40];
+  uint64_t start_wall_ns;
+} wd_process_id;
+void wd_process_identity(wd_process_id *out);
+
 /* The tightest limit on this process's memory, in bytes, and what it is ("cgroup memory.max",
  * "ulimit -v"); 0 when none is known. A cgroup's limit counts /dev/shm pages (the ring files). */
 uint64_t wd_host_memory_limit(const char **what);

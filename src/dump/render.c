@@ -662,6 +662,7 @@ static int put_config(cJSON *root, const wd_config *cfg_in, const wd_dump_input 
 static const char *const wd_env_names[] = {
     "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
     "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK",
+    "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
     "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
 
 static int env_wanted(const char *kv, size_t klen) {
@@ -853,6 +854,26 @@ static int put_threads(cJSON *root, const wd_bt_result *bt) {
   return 0;
 }
 
+/* Which job, attempt, rank and process wrote the dump: restarted attempts share the dump
+ * directory (torchrun's agent, Slurm's requeue), host names and pids can repeat (containers). */
+static int put_identity(cJSON *root, const wd_dump_input *in) {
+  cJSON *o = cJSON_AddObjectToObject(root, "identity");
+  if (!o) return -1;
+  const char *job = getenv("SLURM_JOB_ID");
+  if (!job || !*job) job = getenv("TORCHELASTIC_RUN_ID");
+  const char *te = getenv("TORCHELASTIC_RESTART_COUNT"), *sl = getenv("SLURM_RESTART_COUNT");
+  const char *rank = getenv("RANK");
+  if (!rank || !*rank) rank = getenv("SLURM_PROCID");
+  if ((job && *job && add_str(o, "job", job)) || (te && *te && add_num(o, "torchelasticRestartCount", atof(te))) ||
+      (sl && *sl && add_num(o, "slurmRestartCount", atof(sl))) ||
+      (rank && *rank && add_num(o, "globalRank", atof(rank))) || add_num(o, "episodes", in->episodes))
+    return -1;
+  if (in->proc && ((in->proc->boot_id[0] && add_str(o, "bootId", in->proc->boot_id)) ||
+                   (in->proc->start_wall_ns && add_hex(o, "processStartNs", in->proc->start_wall_ns))))
+    return -1;
+  return 0;
+}
+
 static int put_time(cJSON *root, const wd_dump_input *in) {
   cJSON *o = cJSON_AddObjectToObject(root, "time");
   if (!o) return -1;
@@ -902,7 +923,7 @@ static int render_doc(const wd_dump_input *in, wd_sb *out) {
     char vbuf[24];
     if (add_str(plugin, "ncclVersion", wd_nccl_version_str(in->nccl_version, vbuf, sizeof vbuf))) goto end;
   }
-  if (put_time(root, in) || put_trigger(root, in) || put_config(root, in->cfg, in) ||
+  if (put_time(root, in) || put_identity(root, in) || put_trigger(root, in) || put_config(root, in->cfg, in) ||
       put_memory(root, in) || put_env(root) ||
       put_strings(root))
     goto end;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/config.h"
+#include "base/host.h"
 #include "events/view.h"
 #include "flightrec/record.h"
 #include "stacks/backtrace.h"
@@ -121,6 +122,10 @@ typedef struct wd_dump_input {
   wd_ring_snap detached_ring;
   const wd_bt_result *threads; /* NULL when backtraces are off */
   const wd_py_result *python;  /* NULL when not collected (NCCL_WATCHDOG_PYTHON=0) */
+  /* which process of which attempt wrote it (NULL: not known) and this process's stall
+   * episodes so far: a verdict is about one episode of one attempt (operations.md, 5a) */
+  const wd_process_id *proc;
+  unsigned episodes;
 } wd_dump_input;
 
 #endif

@@ -61,6 +61,7 @@ static struct {
   uint64_t episode_began_ns; /* when the stalled operation of this process's episode last moved */
   uint64_t episode_comm;     /* its communicator */
   int warned_max;
+  wd_process_id proc; /* boot id and process start, read when the thread starts */
   uint64_t calls_ns; /* when a poll last saw the application call NCCL, on any communicator
                         (finalized ones included): stall.c, wd_note_calls */
   wd_trigger_watch watch;
@@ -105,6 +106,8 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
   }
   in.dump_seq = ++wd_wd.ndumps;
   in.summary = summary;
+  in.proc = &wd_wd.proc;
+  in.episodes = wd_wd.nepisodes;
   if (wd_wd.cfg->peer_dumps) {
     in.trig_on = 1;
     in.trig_next = wd_wd.watch.next;
@@ -499,6 +502,7 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.nepisodes = 0;
   wd_wd.calls_ns = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
+  wd_process_identity(&wd_wd.proc);
   wd_metrics_open(cfg, wd_wd.host, (int)getpid());
   wd_wd.dumps_ok = wd_dumpdir_resolve(wd_wd.cfg, wd_wd.base, sizeof(wd_wd.base)) == 0;
   if (!wd_wd.dumps_ok) WD_WARN("no usable dump directory: stalls are logged but not dumped");

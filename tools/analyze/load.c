@@ -671,6 +671,16 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->reason = istr(root, "reason");
   const char *g = str(get(root, "env"), "RANK");
   d->global_rank = g && *g ? atoi(g) : -1;
+  const cJSON *id = get(root, "identity");
+  if (cJSON_IsObject(id)) {
+    d->slurm_restart = inum(id, "slurmRestartCount", -1);
+    d->te_restart = inum(id, "torchelasticRestartCount", -1);
+    d->boot_id = istr(id, "bootId");
+    if (hex(id, "processStartNs", &d->proc_start_ns) != 0) d->proc_start_ns = 0;
+    if (d->global_rank < 0) d->global_rank = inum(id, "globalRank", -1);
+  } else {
+    d->slurm_restart = d->te_restart = -2;
+  }
   d->dump_seq = inum(root, "dumpSeq", 0);
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
   d->poll_ms = num(get(root, "config"), "pollMs", 0);
@@ -1155,6 +1165,8 @@ static int cmp_key(const void *a, const void *b) {
   if (x->rank != y->rank) return x->rank - y->rank;
   if (dx->host != dy->host) return dx->host < dy->host ? -1 : 1;
   if (dx->pid != dy->pid) return dx->pid - dy->pid;
+  if (dx->boot_id != dy->boot_id) return dx->boot_id < dy->boot_id ? -1 : 1;
+  if (dx->proc_start_ns != dy->proc_start_ns) return dx->proc_start_ns < dy->proc_start_ns ? -1 : 1;
   /* A dump the process wrote itself says more (open trees, stacks) than its ring file. */
   int px = dx->reason == g_postmortem, py = dy->reason == g_postmortem;
   if (px != py) return px - py;
@@ -1163,29 +1175,85 @@ static int cmp_key(const void *a, const void *b) {
 }
 
 static int same_key(const wd_az_set *s, const wd_az_crank *x, const wd_az_crank *y) {
-  return x->comm_id == y->comm_id && x->rank == y->rank &&
-         s->dumps[x->dump].host == s->dumps[y->dump].host &&
-         s->dumps[x->dump].pid == s->dumps[y->dump].pid;
+  const wd_az_dump *a = &s->dumps[x->dump], *b = &s->dumps[y->dump];
+  /* Two nodes with one host name whose processes have one pid (containers, cloned images) are
+   * two processes: their boot ids or start times differ. */
+  return x->comm_id == y->comm_id && x->rank == y->rank && a->host == b->host && a->pid == b->pid &&
+         a->boot_id == b->boot_id && a->proc_start_ns == b->proc_start_ns;
+}
+
+static int g_attempt = -1; /* --attempt: the attempt to judge, -1 the latest */
+void wd_az_set_attempt(int attempt) { g_attempt = attempt; }
+
+static int64_t attempt_of(const wd_az_dump *d) {
+  /* Slurm's requeue restarts everything, torchrun's agent restarts within a Slurm attempt. */
+  return d->slurm_restart < -1 ? -1 : (int64_t)(d->slurm_restart + 1) * 1000000 + (d->te_restart + 1);
+}
+
+/* A verdict is about one attempt of the job (restarted attempts share the dump directory):
+ * the latest, or --attempt's; dumps of the others are set aside and said so. Dumps without any
+ * identity (an older format) go with the judged attempt only when no dump has one. */
+static void select_attempt(wd_az_set *set) {
+  int64_t keys[64];
+  int nk = 0, older = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    int64_t k = attempt_of(&set->dumps[i]);
+    if (k < 0) {
+      older++;
+      continue;
+    }
+    int seen = 0;
+    for (int j = 0; j < nk && !seen; j++) seen = keys[j] == k;
+    if (!seen && nk < 64) keys[nk++] = k;
+  }
+  set->attempt_note[0] = '\0';
+  if (nk == 0 || (nk == 1 && !older)) return;
+  for (int i = 1; i < nk; i++) /* ascending */
+    for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
+      int64_t t = keys[j];
+      keys[j] = keys[j - 1], keys[j - 1] = t;
+    }
+  int pick = g_attempt >= 0 && g_attempt < nk ? g_attempt : nk - 1;
+  int64_t want = keys[pick];
+  size_t aside = 0;
+  for (size_t i = 0; i < set->ndumps; i++)
+    if (attempt_of(&set->dumps[i]) != want) set->dumps[i].aside = 1, aside++;
+  for (size_t i = 0; i < set->ncranks; i++)
+    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  int sr = (int)(want / 1000000) - 1, tr = (int)(want % 1000000) - 1;
+  char what[96] = "";
+  if (sr >= 0) snprintf(what, sizeof what, "SLURM_RESTART_COUNT=%d", sr);
+  if (tr >= 0)
+    snprintf(what + strlen(what), sizeof what - strlen(what), "%sTORCHELASTIC_RESTART_COUNT=%d", sr >= 0 ? ", " : "", tr);
+  snprintf(set->attempt_note, sizeof set->attempt_note,
+           "attempt %d of %d (%s); set aside %zu dump%s of %s%s", pick, nk, what[0] ? what : "no restart count",
+           aside, aside == 1 ? "" : "s", pick == nk - 1 ? "earlier attempts" : "other attempts",
+           older ? " and of no stated attempt (older format)" : "");
 }
 
 void wd_az_select(wd_az_set *set, int all_dumps) {
   size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
   for (size_t i = 0; i < set->ndumps; i++) set->dumps[i].kept = all_dumps;
   if (!idx) return;
+  if (!all_dumps) select_attempt(set);
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;
   g_postmortem = wd_az_intern("postmortem");
   qsort(idx, set->ncranks, sizeof(*idx), cmp_key);
+  /* Sorted newest first within a key: the newest of the judged attempt is kept. */
+  int have = 0;
   for (size_t i = 0; i < set->ncranks; i++) {
     wd_az_crank *c = &set->cranks[idx[i]];
-    c->kept = all_dumps || i == 0 || !same_key(set, c, &set->cranks[idx[i - 1]]);
+    if (i == 0 || !same_key(set, c, &set->cranks[idx[i - 1]])) have = 0;
+    c->kept = all_dumps || (!c->aside && !have);
+    have |= c->kept;
     if (c->kept) set->dumps[c->dump].kept = 1;
   }
   /* A process that had no communicator alive still counts as read. */
   char *has = calloc(set->ndumps ? set->ndumps : 1, 1);
   for (size_t j = 0; has && j < set->ncranks; j++) has[set->cranks[j].dump] = 1;
   for (size_t i = 0; has && i < set->ndumps; i++)
-    if (!has[i]) set->dumps[i].kept = 1;
+    if (!has[i] && !(set->dumps[i].aside && !all_dumps)) set->dumps[i].kept = 1;
   free(has);
   free(idx);
 }

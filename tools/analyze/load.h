@@ -45,5 +45,7 @@ void wd_az_set_jobs(int jobs);
 /* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
  * everything when all_dumps. */
 void wd_az_select(wd_az_set *set, int all_dumps);
+/* --attempt: judge attempt N (0 the first in the directory) instead of the latest. */
+void wd_az_set_attempt(int attempt);
 
 #endif

@@ -59,6 +59,7 @@ static void usage(FILE *f) {
           "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
+          "  --attempt=N        judge attempt N of a restarted job (0: the first; default the latest)\n"
           "  --stall-ms=MS      an operation without progress for MS counts as stuck\n"
           "                     (default: the timeout recorded in each dump)\n"
           "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
@@ -92,10 +93,11 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
   enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT,
-         O_SETTLE, O_LINE, O_DEADLINE };
+         O_SETTLE, O_LINE, O_DEADLINE, O_ATTEMPT };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
+      {"attempt", required_argument, NULL, O_ATTEMPT},
       {"stall-ms", required_argument, NULL, O_STALL},
       {"straggler-ms", required_argument, NULL, O_STRAG},
       {"timings", no_argument, NULL, O_TIMINGS},
@@ -139,6 +141,16 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     case O_SALVAGE: a->salvage = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
+    case O_ATTEMPT: {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < 0 || v > 1000000) {
+        fprintf(stderr, "nccl-watchdog-analyze: --attempt wants a number (0: the first attempt)\n");
+        return -1;
+      }
+      wd_az_set_attempt((int)v);
+      break;
+    }
     case O_TIMINGS: a->timings = 1; break;
     case O_STALL:
       if (parse_ms("--stall-ms", optarg, &a->opts.stall_ms) != 0) return -1;

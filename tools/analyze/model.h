@@ -129,6 +129,7 @@ typedef struct wd_az_crank {
   wd_az_str gpu_uuid; /* 0 when unknown */
   uint32_t dump;  /* index into the dump list */
   int kept;       /* used by the analysis (newest for its key, or --all-dumps) */
+  int aside;      /* of another attempt than the one judged (wd_az_select) */
   double since_ms;
   int nseq;
   wd_az_seq seq[WD_AZ_MAX_FUNCS];
@@ -173,11 +174,17 @@ typedef struct wd_az_dump {
   int npy;
   wd_az_str py[WD_AZ_FRAMES]; /* main thread's Python frames "file:line in f", innermost first */
   int global_rank;             /* the job's RANK from its environment, -1 when unknown */
+  /* Its attempt: Slurm's and torchelastic's restart counts (-1: not set), -2 for both when the
+   * dump carries no identity at all (an older format); the machine and the process start. */
+  int slurm_restart, te_restart;
+  wd_az_str boot_id;
+  uint64_t proc_start_ns;
   int nthreads, threads_total;
   wd_az_thread threads[WD_AZ_THREADS];
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
   size_t crank0, ncranks; /* its communicator ranks: cranks[crank0 .. crank0+ncranks) */
   int kept;
+  int aside; /* of another attempt than the one judged */
   int npxn;
   wd_az_pxn pxn[WD_AZ_PXN]; /* open PXN sends of other processes it progressed */
 } wd_az_dump;
@@ -196,6 +203,8 @@ typedef struct wd_az_set {
   wd_az_skip *skips;
   size_t nskips, cap_skips;
   size_t ncut; /* evidence of the job's own cut by a bound (a file, or communicators of one) */
+  /* The attempt judged (wd_az_select) and what was set aside: "" when a single attempt. */
+  char attempt_note[512];
 } wd_az_set;
 
 void wd_az_set_free(wd_az_set *set);

@@ -225,6 +225,12 @@ static void print_culprits(FILE *f, const wd_az_result *res, const wd_az_comm *c
   }
 }
 
+static void print_first(FILE *f, const char *line, const char *note, int *first) {
+  if (*first && note && note[0]) fprintf(f, "%s [%s]\n", line, note);
+  else fprintf(f, "%s\n", line);
+  *first = 0;
+}
+
 static void print_skipped(FILE *f, const wd_az_set *set) {
   if (!set->nskips) return;
   fprintf(f, "\nfiles skipped (%zu):\n", set->nskips);
@@ -236,9 +242,12 @@ void wd_az_report_text(FILE *f, const wd_az_result *res, int verbose) {
   /* Several communicators hung on each other: the job's root cause first. */
   wd_az_job job;
   wd_az_job_verdict(res, &job);
-  if (job.host) fprintf(f, "%s\n", job.host_line);
-  if (job.found && (job.nlinks > 1 || job.deadlock)) fprintf(f, "%s\n", job.line);
-  fprintf(f, "%s\n", res->summary);
+  /* The first line says which attempt it is about when the directory holds several. */
+  int first = 1;
+  const char *note = res->set ? res->set->attempt_note : "";
+  if (job.host) print_first(f, job.host_line, note, &first);
+  if (job.found && (job.nlinks > 1 || job.deadlock)) print_first(f, job.line, note, &first);
+  print_first(f, res->summary, note, &first);
   print_straggler_line(f, res);
   for (size_t i = 0; i < res->ncomms; i++) {
     const wd_az_comm *c = &res->comms[i];

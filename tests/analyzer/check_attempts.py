@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""One verdict per attempt: a job torchrun's agent (or Slurm's requeue) restarted shares its dump
+directory with the attempt before. Attempt 0 hung on rank 3 and was restarted; attempt 1 (new
+pids, a new communicator: a new unique id) hangs on rank 1, or is healthy and snapshotted. The
+analyzer must judge the latest attempt, say so on its first line, set the older attempt's dumps
+aside, and judge attempt 0 when asked (--attempt=0). Two containers with one host name and one
+pid must not be merged.
+
+usage: check_attempts.py GEN_DUMPS ANALYZER
+"""
+import json, os, shutil, subprocess, sys, tempfile
+
+GEN, ANA = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    print("PASS" if cond else "FAIL", what)
+    if not cond:
+        failures.append(what)
+
+
+def gen(d, scenario, victim=None):
+    args = [GEN, d, "--ranks=4", f"--scenario={scenario}"]
+    if victim is not None:
+        args.append(f"--victim={victim}")
+    subprocess.run(args, check=True, capture_output=True)
+
+
+def stamp(d, attempt_env, pid_add=0, comm_xor=0, reason=None, boot=None, start=None):
+    """give every dump of d an identity (as the plugin writes it) and optionally new pids/comm ids"""
+    for f in os.listdir(d):
+        p = os.path.join(d, f)
+        if not f.endswith(".json"):
+            if f.endswith(".trigger"):
+                os.unlink(p)
+            continue
+        doc = json.load(open(p))
+        ident = {"job": "4242", "episodes": 1}
+        ident.update(attempt_env)
+        if boot:
+            ident["bootId"] = boot
+        if start:
+            ident["processStartNs"] = start
+        doc["identity"] = ident
+        doc["pid"] = doc["pid"] + pid_add
+        if reason:
+            doc["reason"] = reason
+        for c in doc.get("comms", []):
+            c["commId"] = "0x%016x" % (int(c["commId"], 16) ^ comm_xor)
+        os.unlink(p)
+        base = f.split("-", 2)
+        json.dump(doc, open(os.path.join(d, f"{base[0]}-{doc['pid']}-{base[2]}"), "w"))
+
+
+def first_line(*args):
+    p = subprocess.run([ANA, *args], capture_output=True, text=True, timeout=120)
+    return (p.stdout.splitlines() or [""])[0]
+
+
+def merged(dst, *srcs):
+    os.makedirs(dst)
+    for s in srcs:
+        for f in os.listdir(s):
+            shutil.copy(os.path.join(s, f), os.path.join(dst, f))
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="wd-attempts-")
+    try:
+        a0, a1, a1h = (os.path.join(root, x) for x in ("a0", "a1", "a1h"))
+        gen(a0, "not-entered", 3)
+        stamp(a0, {"torchelasticRestartCount": 0})
+        gen(a1, "not-entered", 1)
+        stamp(a1, {"torchelasticRestartCount": 1}, pid_add=1000, comm_xor=0xff)
+        gen(a1h, "healthy")
+        stamp(a1h, {"torchelasticRestartCount": 1}, pid_add=1000, comm_xor=0xff, reason="signal")
+
+        d = os.path.join(root, "restart-hang")
+        merged(d, a0, a1)
+        line = first_line(d)
+        check(line.startswith("HANG") and "rank 1 never entered" in line and "attempt 1 of 2" in line
+              and "set aside 4 dumps" in line, f"restart: the latest attempt's culprit, attempt said ({line[:220]})")
+        line0 = first_line("--attempt=0", d)
+        check("rank 3 never entered" in line0 and "attempt 0 of 2" in line0, f"--attempt=0 judges the first ({line0[:200]})")
+
+        d = os.path.join(root, "restart-healthy")
+        merged(d, a0, a1h)
+        line = first_line(d)
+        check(line.startswith("OK") and "attempt 1 of 2" in line, f"a healthy live attempt after a hung one reads OK ({line[:200]})")
+
+        # Slurm's requeue: SLURM_RESTART_COUNT orders attempts before torchelastic's count.
+        s0, s1 = os.path.join(root, "s0"), os.path.join(root, "s1")
+        gen(s0, "not-entered", 2)
+        stamp(s0, {"slurmRestartCount": 0, "torchelasticRestartCount": 3})
+        gen(s1, "not-entered", 0)
+        stamp(s1, {"slurmRestartCount": 1, "torchelasticRestartCount": 0}, pid_add=2000, comm_xor=0xf0)
+        d = os.path.join(root, "requeue")
+        merged(d, s0, s1)
+        line = first_line(d)
+        check("rank 0 never entered" in line and "SLURM_RESTART_COUNT=1" in line, f"requeue: Slurm's count first ({line[:200]})")
+
+        # One host name, one pid, two machines (containers): two processes, not one.
+        c0, c1 = os.path.join(root, "c0"), os.path.join(root, "c1")
+        gen(c0, "not-entered", 3)
+        stamp(c0, {}, boot="boot-a", start="0x10")
+        gen(c1, "not-entered", 3)
+        stamp(c1, {}, boot="boot-b", start="0x10", comm_xor=0x0f)
+        # Same host folder, same pid: the second writer's O_EXCL gives it the next sequence.
+        for f in os.listdir(c1):
+            os.rename(os.path.join(c1, f), os.path.join(c1, f.replace("-0001-", "-0002-")))
+        d = os.path.join(root, "containers")
+        merged(d, c0, c1)
+        p = subprocess.run([ANA, "--json", d], capture_output=True, text=True, timeout=120)
+        rep = json.loads(p.stdout)
+        check(rep.get("dumpsUsed") == 8, f"same host and pid on two machines: 8 dumps used, got {rep.get('dumpsUsed')}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("check_attempts:", "FAIL" if failures else "PASS", f"({len(failures)} failed)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
