@@ -922,11 +922,17 @@ static char *read_gz(int fd, size_t *len, char *why, size_t why_len) {
   return buf;
 }
 
+/* The file's modification time as the file system stamped it, for the clock offsets of hosts
+ * (wd_az_clock_offsets): set by read_all, 0 when unknown. */
+static _Thread_local uint64_t t_mtime_ns;
+
 static char *read_all(const char *path, size_t *len, char *why, size_t why_len) {
   why[0] = '\0';
   struct stat st;
+  t_mtime_ns = 0;
   int fd = open_dump(path, &st, why, why_len);
   if (fd < 0) return NULL;
+  t_mtime_ns = (uint64_t)st.st_mtim.tv_sec * 1000000000ull + (uint64_t)st.st_mtim.tv_nsec;
   if (gz_name(path)) return read_gz(fd, len, why, why_len);
   FILE *f = fdopen(fd, "rb");
   if (!f) {
@@ -968,7 +974,9 @@ int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
   char why[256];
   size_t len = 0;
   char *buf = read_all(path, &len, why, sizeof(why));
+  uint64_t mtime = t_mtime_ns;
   int rc = buf ? wd_az_load_buffer(set, path, buf, len, why, sizeof(why)) : -1;
+  if (rc == 0 && set->ndumps) set->dumps[set->ndumps - 1].mtime_ns = mtime;
   free(buf);
   if (rc != 0) skip(set, path, why, quiet);
   return rc;
@@ -1041,6 +1049,7 @@ typedef struct pl_file {
   cJSON *root;
   wd_arena arena;
   int done;
+  uint64_t mtime_ns;
   char why[256];
 } pl_file;
 
@@ -1054,6 +1063,7 @@ typedef struct pl_state {
 static void pl_parse(pl_file *f) {
   size_t len = 0;
   char *buf = read_all(f->path, &len, f->why, sizeof f->why);
+  f->mtime_ns = t_mtime_ns;
   if (!buf) return;
   f->arena.first = len * 4 + 65536 < ARENA_CHUNK ? len * 4 + 65536 : ARENA_CHUNK;
   t_cur = &f->arena;
@@ -1106,6 +1116,7 @@ static int load_parallel(wd_az_set *set, char **paths, size_t n, int jobs, int q
       while (!f->done) pthread_cond_wait(&st.cond, &st.lock);
       pthread_mutex_unlock(&st.lock);
       if (!f->root || load_root(set, f->path, f->root, f->why, sizeof f->why) != 0) skip(set, f->path, f->why, quiet);
+      else set->dumps[set->ndumps - 1].mtime_ns = f->mtime_ns;
       arena_drop(&f->arena);
       pthread_mutex_lock(&st.lock);
       st.consumed = i + 1;
@@ -1191,23 +1202,21 @@ static int64_t attempt_of(const wd_az_dump *d) {
 }
 
 /* A verdict is about one attempt of the job (restarted attempts share the dump directory):
- * the latest, or --attempt's; dumps of the others are set aside and said so. Dumps without any
- * identity (an older format) go with the judged attempt only when no dump has one. */
+ * the latest, or --attempt's; dumps of the others are set aside and said so. A dump that states
+ * no attempt (a ring file, an older format) goes with the judged attempt unless its host's
+ * clock shows it older than that attempt there: written before the attempt's first process on
+ * the same host started (one host, one clock). */
 static void select_attempt(wd_az_set *set) {
   int64_t keys[64];
-  int nk = 0, older = 0;
+  int nk = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     int64_t k = attempt_of(&set->dumps[i]);
-    if (k < 0) {
-      older++;
-      continue;
-    }
-    int seen = 0;
+    int seen = k < 0;
     for (int j = 0; j < nk && !seen; j++) seen = keys[j] == k;
     if (!seen && nk < 64) keys[nk++] = k;
   }
   set->attempt_note[0] = '\0';
-  if (nk == 0 || (nk == 1 && !older)) return;
+  if (nk == 0) return;
   for (int i = 1; i < nk; i++) /* ascending */
     for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
       int64_t t = keys[j];
@@ -1215,11 +1224,25 @@ static void select_attempt(wd_az_set *set) {
     }
   int pick = g_attempt >= 0 && g_attempt < nk ? g_attempt : nk - 1;
   int64_t want = keys[pick];
-  size_t aside = 0;
-  for (size_t i = 0; i < set->ndumps; i++)
-    if (attempt_of(&set->dumps[i]) != want) set->dumps[i].aside = 1, aside++;
+  size_t aside = 0, unstated = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    int64_t k = attempt_of(d);
+    if (k >= 0) {
+      if (k != want) d->aside = 1, aside++;
+      continue;
+    }
+    uint64_t began = 0;
+    for (size_t j = 0; j < set->ndumps; j++) {
+      const wd_az_dump *e = &set->dumps[j];
+      if (e->host == d->host && attempt_of(e) == want && e->proc_start_ns && (!began || e->proc_start_ns < began))
+        began = e->proc_start_ns;
+    }
+    if (began && d->wall_ns < began) d->aside = 1, aside++, unstated++;
+  }
   for (size_t i = 0; i < set->ncranks; i++)
     if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  if (!aside) return;
   int sr = (int)(want / 1000000) - 1, tr = (int)(want % 1000000) - 1;
   char what[96] = "";
   if (sr >= 0) snprintf(what, sizeof what, "SLURM_RESTART_COUNT=%d", sr);
@@ -1228,10 +1251,110 @@ static void select_attempt(wd_az_set *set) {
   snprintf(set->attempt_note, sizeof set->attempt_note,
            "attempt %d of %d (%s); set aside %zu dump%s of %s%s", pick, nk, what[0] ? what : "no restart count",
            aside, aside == 1 ? "" : "s", pick == nk - 1 ? "earlier attempts" : "other attempts",
-           older ? " and of no stated attempt (older format)" : "");
+           unstated ? ", ring files included (written before this attempt began on their host)" : "");
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+#define CLOCK_MAX_HOSTS 4096
+#define CLOCK_FIX_MIN_NS 1000000000ll    /* a smaller offset is within write delays: left alone */
+#define CLOCK_SPREAD_MAX_NS 2000000000ll /* a host's files must agree with each other this well */
+#define CLOCK_COPIED_NS 120000000000ll   /* files stamped this long after their dump: copied */
+
+/* No wall clock is compared across hosts without an offset: each host's clock is set against
+ * the shared file system's, which stamped every dump file as it was written (its mtime). For a
+ * host, wall_ns - mtime is its offset plus the write delay; the hosts' median is the common
+ * part. A host further than CLOCK_FIX_MIN_NS from it, whose own files agree with each other, is
+ * corrected by the difference (the report says by how much, and how sure). Files copied later
+ * (mtime far from every dump's time) tell nothing: no correction. */
+void wd_az_clock_offsets(wd_az_set *set) {
+  set->clock_note[0] = '\0';
+  wd_az_str pm = wd_az_intern("postmortem");
+  static wd_az_str hosts[CLOCK_MAX_HOSTS];
+  static int64_t med[CLOCK_MAX_HOSTS], spread[CLOCK_MAX_HOSTS];
+  int nh = 0;
+  int64_t *v = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*v));
+  if (!v) return;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (!d->kept || d->reason == pm || !d->mtime_ns) continue;
+    int seen = 0;
+    for (int h = 0; h < nh && !seen; h++) seen = hosts[h] == d->host;
+    if (seen || nh == CLOCK_MAX_HOSTS) continue;
+    int n = 0;
+    for (size_t j = i; j < set->ndumps; j++) {
+      const wd_az_dump *e = &set->dumps[j];
+      if (e->kept && e->host == d->host && e->reason != pm && e->mtime_ns)
+        v[n++] = (int64_t)(e->wall_ns - e->mtime_ns);
+    }
+    qsort(v, (size_t)n, sizeof(*v), cmp_i64);
+    hosts[nh] = d->host;
+    med[nh] = v[n / 2];
+    spread[nh++] = v[n - 1] - v[0];
+  }
+  free(v);
+  if (nh < 2) return;
+  int64_t sorted[CLOCK_MAX_HOSTS];
+  memcpy(sorted, med, (size_t)nh * sizeof(*med));
+  qsort(sorted, (size_t)nh, sizeof(*sorted), cmp_i64);
+  int64_t common = sorted[nh / 2];
+  if (nh == 2) common = llabs(sorted[0]) < llabs(sorted[1]) ? sorted[0] : sorted[1];
+  if (llabs(common) > CLOCK_COPIED_NS) return;
+  size_t pos = 0;
+  for (int h = 0; h < nh; h++) {
+    int64_t dev = med[h] - common;
+    if (llabs(dev) < CLOCK_FIX_MIN_NS || spread[h] > CLOCK_SPREAD_MAX_NS) continue;
+    for (size_t i = 0; i < set->ndumps; i++)
+      if (set->dumps[i].host == hosts[h]) {
+        set->dumps[i].clock_fix_ns = dev;
+        set->dumps[i].wall_ns -= (uint64_t)dev;
+      }
+    if (pos < sizeof set->clock_note)
+      pos += (size_t)snprintf(set->clock_note + pos, sizeof set->clock_note - pos,
+                              "%shost %s's clock read %.1f s %s the others' (within %.1f s, from the file "
+                              "system's times of its dumps): corrected",
+                              pos ? "; " : "", wd_az_s(hosts[h]), (double)llabs(dev) / 1e9,
+                              dev > 0 ? "ahead of" : "behind", (double)spread[h] / 1e9 + 0.1);
+  }
+}
+
+static int cmp_host_pid(const void *a, const void *b) {
+  const wd_az_dump *x = &g_sort_set->dumps[*(const size_t *)a], *y = &g_sort_set->dumps[*(const size_t *)b];
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* A ring file (and an older dump) says nothing of its machine or start: it takes those of the
+ * process of its host and pid when there is exactly one, so it stays that process's evidence. */
+static void adopt_identity(wd_az_set *set) {
+  size_t n = set->ndumps, *ix = malloc((n ? n : 1) * sizeof(*ix));
+  if (!ix) return;
+  for (size_t i = 0; i < n; i++) ix[i] = i;
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_host_pid);
+  for (size_t a = 0, b; a < n; a = b) {
+    const wd_az_dump *first = NULL;
+    int several = 0;
+    for (b = a; b < n && !cmp_host_pid(&ix[a], &ix[b]); b++) {
+      const wd_az_dump *d = &set->dumps[ix[b]];
+      if (!d->proc_start_ns && !d->boot_id) continue;
+      if (!first) first = d;
+      else several |= first->proc_start_ns != d->proc_start_ns || first->boot_id != d->boot_id;
+    }
+    if (!first || several) continue;
+    for (size_t k = a; k < b; k++) {
+      wd_az_dump *d = &set->dumps[ix[k]];
+      if (!d->proc_start_ns && !d->boot_id) d->proc_start_ns = first->proc_start_ns, d->boot_id = first->boot_id;
+    }
+  }
+  free(ix);
 }
 
 void wd_az_select(wd_az_set *set, int all_dumps) {
+  adopt_identity(set);
   size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
   for (size_t i = 0; i < set->ndumps; i++) set->dumps[i].kept = all_dumps;
   if (!idx) return;

@@ -45,6 +45,9 @@ void wd_az_set_jobs(int jobs);
 /* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
  * everything when all_dumps. */
 void wd_az_select(wd_az_set *set, int all_dumps);
+/* Correct the wall clock of hosts whose dumps' times disagree with the file system's stamps of
+ * them by more than write delays explain (after wd_az_select). */
+void wd_az_clock_offsets(wd_az_set *set);
 /* --attempt: judge attempt N (0 the first in the directory) instead of the latest. */
 void wd_az_set_attempt(int attempt);
 

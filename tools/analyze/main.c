@@ -328,6 +328,7 @@ static int run(const args *a) {
   }
   double t1 = now_s();
   wd_az_select(&set, a->opts.all_dumps);
+  wd_az_clock_offsets(&set);
   wd_az_result res;
   if (wd_az_analyze(&set, &a->opts, &res) != 0) {
     fprintf(stderr, "nccl-watchdog-analyze: out of memory\n");

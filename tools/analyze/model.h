@@ -177,6 +177,8 @@ typedef struct wd_az_dump {
   /* Its attempt: Slurm's and torchelastic's restart counts (-1: not set), -2 for both when the
    * dump carries no identity at all (an older format); the machine and the process start. */
   int slurm_restart, te_restart;
+  uint64_t mtime_ns;   /* the file's modification time (the file system's clock), 0 unknown */
+  int64_t clock_fix_ns; /* subtracted from wall_ns: its host's offset from the others' (wd_az_clock_offsets) */
   wd_az_str boot_id;
   uint64_t proc_start_ns;
   int nthreads, threads_total;
@@ -205,6 +207,8 @@ typedef struct wd_az_set {
   size_t ncut; /* evidence of the job's own cut by a bound (a file, or communicators of one) */
   /* The attempt judged (wd_az_select) and what was set aside: "" when a single attempt. */
   char attempt_note[512];
+  /* Hosts whose wall clock was corrected (wd_az_clock_offsets): "" when none. */
+  char clock_note[512];
 } wd_az_set;
 
 void wd_az_set_free(wd_az_set *set);

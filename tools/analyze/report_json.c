@@ -277,6 +277,7 @@ int wd_az_report_json(FILE *f, const wd_az_result *res) {
   cJSON_AddNumberToObject(root, "dumpsUsed", (double)res->ndumps_kept);
   cJSON_AddItemToObject(root, "skipped", skipped_json(res->set));
   if (res->set && res->set->attempt_note[0]) cJSON_AddStringToObject(root, "attempt", res->set->attempt_note);
+  if (res->set && res->set->clock_note[0]) cJSON_AddStringToObject(root, "clocks", res->set->clock_note);
   cJSON *comms = cJSON_AddArrayToObject(root, "comms");
   for (size_t i = 0; i < res->ncomms; i++)
     cJSON_AddItemToArray(comms, comm_json(res->set, &res->comms[i]));

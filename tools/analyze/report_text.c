@@ -248,6 +248,7 @@ void wd_az_report_text(FILE *f, const wd_az_result *res, int verbose) {
   if (job.host) print_first(f, job.host_line, note, &first);
   if (job.found && (job.nlinks > 1 || job.deadlock)) print_first(f, job.line, note, &first);
   print_first(f, res->summary, note, &first);
+  if (res->set && res->set->clock_note[0]) fprintf(f, "clocks: %s\n", res->set->clock_note);
   print_straggler_line(f, res);
   for (size_t i = 0; i < res->ncomms; i++) {
     const wd_az_comm *c = &res->comms[i];

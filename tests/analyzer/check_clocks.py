@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""No wall clock compared across hosts without an offset: a 3-D job (18 ranks on 3 hosts) whose
+dumps were written into a shared directory, one host's clock 5 s off. The file system stamped
+every dump as it was written (mtime); the analyzer sets each host's clock against it, says which
+host it corrected and by how much, and then judges as if the clocks agreed: a healthy job reads
+OK, a straggler on the skewed host is named. Files copied later (mtimes hours after the dumps)
+give no correction.
+
+usage: check_clocks.py GEN_DUMPS ANALYZER
+"""
+import glob, json, os, shutil, subprocess, sys, tempfile
+
+GEN, ANA = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def check(cond, what):
+    print("PASS" if cond else "FAIL", what)
+    if not cond:
+        failures.append(what)
+
+
+def skew(d, host, by_s, write_delay_s=0.05, copied=False):
+    for f in glob.glob(os.path.join(d, "**", "*.json"), recursive=True):
+        doc = json.load(open(f))
+        wall = int(doc["time"]["wall_ns"], 16)
+        if doc["host"] == host:
+            doc["time"]["wall_ns"] = hex(wall + int(by_s * 1e9))
+            json.dump(doc, open(f, "w"))
+        t = (wall / 1e9 + write_delay_s) if not copied else (wall / 1e9 + 6 * 3600)
+        os.utime(f, (t, t))
+
+
+def run(d, *extra):
+    p = subprocess.run([ANA, *extra, d], capture_output=True, text=True, timeout=120)
+    return p.stdout
+
+
+def main():
+    root = tempfile.mkdtemp(prefix="wd-clocks-")
+    try:
+        d = os.path.join(root, "healthy")
+        subprocess.run([GEN, d, "--layout=2x3x3", "--scenario=healthy"], check=True, capture_output=True)
+        skew(d, "node001", +5.0)
+        out = run(d)
+        first = out.splitlines()[0]
+        check(first.startswith("OK"), f"healthy, node001 5 s ahead: OK ({first[:160]})")
+        check("node001's clock read 5.0 s ahead" in out, "the report says which host was corrected, by how much")
+
+        d = os.path.join(root, "straggler")
+        subprocess.run([GEN, d, "--layout=2x3x3", "--scenario=straggler", "--victim=9"], check=True,
+                       capture_output=True)
+        base = run(d)
+        victim_host = None
+        for f in glob.glob(os.path.join(d, "**", "*.json"), recursive=True):
+            doc = json.load(open(f))
+            if str((doc.get("env") or {}).get("RANK")) == "9":
+                victim_host = doc["host"]
+        skew(d, victim_host, -5.0)
+        out = run(d)
+        named = [l for l in out.splitlines() if "straggler" in l.lower() or "late" in l.lower()]
+        base_named = [l for l in base.splitlines() if "straggler" in l.lower() or "late" in l.lower()]
+        check(bool(base_named) == bool(named) and (not base_named or "9" in " ".join(named)),
+              f"straggler (global rank 9) on {victim_host}, 5 s behind: named as with agreeing clocks "
+              f"({(named or ['none'])[0][:160]})")
+
+        d = os.path.join(root, "copied")
+        subprocess.run([GEN, d, "--layout=2x3x3", "--scenario=healthy"], check=True, capture_output=True)
+        skew(d, "node001", 0.0, copied=True)
+        out = run(d)
+        check("clock read" not in out, "files copied hours later: no host corrected")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("check_clocks:", "FAIL" if failures else "PASS", f"({len(failures)} failed)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
