@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "dump/dumpfile.h"
 
 #define WD_EPISODE_MAX 1000000 /* a job dump directory never holds more episodes than this */
@@ -38,10 +40,20 @@ static void job_key(const char *dir, char *out, size_t len) {
 /* Whole file (at most len-1 bytes, NUL-terminated); 0, or -1 when it cannot be opened or was
  * modified before not_before (when given). */
 static int read_file_since(const char *path, char *buf, size_t len, const wd_trigger_watch *not_before) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return -1;
   struct stat st;
-  if (not_before && (fstat(fd, &st) != 0 || st.st_mtim.tv_sec < not_before->start_sec ||
+  /* Triggers and verdict lines count only as the job wrote them: regular files of its user.
+   * Anything else another member of a shared directory planted is ignored, said once. */
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    static atomic_int warned;
+    if (!atomic_exchange(&warned, 1))
+      WD_WARN("nccl-watchdog: ignoring %s: not a regular file of this job's user (uid %u): planted?",
+              path, (unsigned)st.st_uid);
+    close(fd);
+    return -1;
+  }
+  if (not_before && (st.st_mtim.tv_sec < not_before->start_sec ||
                      (st.st_mtim.tv_sec == not_before->start_sec &&
                       st.st_mtim.tv_nsec < not_before->start_nsec))) {
     close(fd);

@@ -45,6 +45,7 @@ static struct {
   int state;
   unsigned k;
   uint64_t opened_ns;
+  time_t opened_wall; /* the same moment on the wall clock, against files' mtimes */
   av_child analyzer_run, hook, salvage;
   /* The episode whose verdict line this process logs. */
   unsigned wait_k;
@@ -71,10 +72,18 @@ static pid_t av_spawn_flags(char *const argv[], char *const envp[], const char *
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
   /* Detached: stderr stays the job's (its log), and a session of its own outlives this process
-   * and the launcher's signals to its process group. */
-  if (!detached)
-    posix_spawn_file_actions_addopen(&fa, 2, err_path ? err_path : "/dev/null",
-                                     O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
+   * and the launcher's signals to its process group. The log is made new (never through a link
+   * or into a file someone planted in the shared directory); when its name is taken, the child
+   * writes to /dev/null rather than not running at all. */
+  int err_fd = -1;
+  if (!detached && err_path) {
+    err_fd = open(err_path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (err_fd < 0) WD_WARN("automatic verdict: %s is taken (%s): its log goes nowhere", err_path, strerror(errno));
+  }
+  if (!detached) {
+    if (err_fd >= 0) posix_spawn_file_actions_adddup2(&fa, err_fd, 2);
+    else posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  }
   posix_spawnattr_setsigmask(&at, &none);
   posix_spawnattr_setsigdefault(&at, &all);
   posix_spawnattr_setpgroup(&at, 0);
@@ -82,6 +91,7 @@ static pid_t av_spawn_flags(char *const argv[], char *const envp[], const char *
                                     (detached ? POSIX_SPAWN_SETSID : POSIX_SPAWN_SETPGROUP));
   pid_t pid = -1;
   int rc = posix_spawn(&pid, argv[0], &fa, &at, argv, envp ? envp : environ);
+  if (err_fd >= 0) close(err_fd);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&at);
   if (rc != 0) {
@@ -184,17 +194,31 @@ static pid_t av_start_analyzer(unsigned k, int expected, int detached) {
 }
 
 /* The first line of the verdict's text report, or why there is none. */
-static void av_first_line(int status, int killed, char *line, size_t len) {
-  char path[WD_PATH_MAX + 48];
-  snprintf(path, sizeof path, "%s/verdict-%u.txt", av.base, av.k);
+static void av_read_line(const char *path, char *line, size_t len) {
   line[0] = '\0';
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd >= 0) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st;
+  /* Only what the job's analyzer wrote: a regular file of this user (the directory is shared). */
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+      st.st_mtime >= (time_t)av.opened_wall - 1) {
     ssize_t r = read(fd, line, len - 1);
     line[r > 0 ? r : 0] = '\0';
-    close(fd);
     char *nl = strchr(line, '\n');
     if (nl) *nl = '\0';
+  }
+  close(fd);
+}
+
+static void av_first_line(int status, int killed, char *line, size_t len) {
+  char path[WD_PATH_MAX + 48];
+  /* The line the analyzer published itself (--line), else its report's first line; neither
+   * counts when planted before the episode or by another user. */
+  snprintf(path, sizeof path, "%s/verdict-%u.line", av.watch->dir, av.k);
+  av_read_line(path, line, len);
+  if (!line[0]) {
+    snprintf(path, sizeof path, "%s/verdict-%u.txt", av.base, av.k);
+    av_read_line(path, line, len);
   }
   if (line[0] && !killed) return;
   const char *why = killed ? "ran past NCCL_WATCHDOG_VERDICT_TIMEOUT and was killed"
@@ -346,6 +370,7 @@ void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
   if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
   av.k = k;
   av.opened_ns = now;
+  av.opened_wall = time(NULL);
   av.stats.open_episode = k;
   /* Every process of the job, when the launcher says how many (torchrun, SLURM through the
    * framework); else every rank of the largest stalled communicator. */

@@ -17,9 +17,14 @@
  *   killed   process 3 is SIGKILLed (no epilog, no dump); the node's poller (LOCAL_RANK 0)
  *            turns its ring files into post-mortem dumps in the dump directory, and the
  *            verdict names rank 3 from them ("only its post-mortem ring file is left").
+ *   forged   another member of the shared directory planted, before the job, verdict-1.txt as a
+ *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
+ *            (another user's when run as root, else a link): every process still logs the
+ *            analyzer's own line naming global rank 3, none logs the forged one.
  * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
  */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <stdio.h>
@@ -172,6 +177,48 @@ static void case_job(pid_t *pids) {
   WDH_CHECK(metrics >= 1, "no metrics file shows the verdict with culprit rank 3");
 }
 
+/* The plants of "forged", made before the ranks start. */
+static void plant_forged(void) {
+  char forged[4200], path[4200];
+  snprintf(forged, sizeof forged, "%s/forged.txt", g_dir);
+  FILE *f = fopen(forged, "w");
+  if (f) {
+    fputs("HANG: FORGED rank 99 never entered AllReduce seq 1\n", f);
+    fclose(f);
+  }
+  snprintf(path, sizeof path, "%s/verdict-1.txt", g_dir);
+  WDH_CHECK(symlink(forged, path) == 0, "plant %s", path);
+  snprintf(path, sizeof path, "%s/verdict-1.log", g_dir);
+  WDH_CHECK(symlink(forged, path) == 0, "plant %s", path);
+  snprintf(path, sizeof path, "%s/triggers", g_dir);
+  mkdir(path, 0700);
+  snprintf(path, sizeof path, "%s/triggers/verdict-1.line", g_dir);
+  if (geteuid() == 0) {
+    f = fopen(path, "w");
+    if (f) {
+      fputs("HANG: FORGED rank 99 never entered AllReduce seq 1\n", f);
+      fclose(f);
+    }
+    WDH_CHECK(chown(path, 65534, 65534) == 0, "chown %s", path);
+  } else {
+    WDH_CHECK(symlink(forged, path) == 0, "plant %s", path);
+  }
+}
+
+static void case_forged(void) {
+  int n = wait_logs("verdict of stall episode 1: JOB: root cause", 4, 20000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged the analyzer's own verdict within 20 s", n);
+  for (int r = 0; r < 4; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+    char *t = read_all(path);
+    WDH_CHECK(!t || !strstr(t, "FORGED"), "process %d logged the forged line: %.300s", r, t ? t : "");
+    const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+    WDH_CHECK(line && strstr(line, "global rank 3"), "process %d: %.300s", r, line ? line : "(none)");
+    free(t);
+  }
+}
+
 static void case_missing(void) {
   int n = wait_logs("automatic verdict off: NCCL_WATCHDOG_ANALYZER", 4, 5000);
   WDH_CHECK(n == 4, "%d of 4 processes said the analyzer is missing", n);
@@ -225,7 +272,7 @@ int main(int argc, char **argv) {
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
-      strcmp(g_case, "killed"))
+      strcmp(g_case, "killed") && strcmp(g_case, "forged"))
     return 2;
   char tag[32];
   snprintf(tag, sizeof tag, "autoverdict-%s", g_case);
@@ -243,9 +290,11 @@ int main(int argc, char **argv) {
   self[sl > 0 ? sl : 0] = '\0';
   snprintf(hook, sizeof hook, "%s hook %s/hook.out", self, dir);
   setenv("NCCL_WATCHDOG_ON_VERDICT", hook, 1);
+  if (!strcmp(g_case, "forged")) plant_forged();
   pid_t pids[4];
   WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
   if (!strcmp(g_case, "job")) case_job(pids);
+  else if (!strcmp(g_case, "forged")) case_forged();
   else if (!strcmp(g_case, "missing")) case_missing();
   else if (!strcmp(g_case, "killed")) case_killed(pids);
   else case_resumed();
