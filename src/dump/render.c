@@ -7,6 +7,7 @@
 #include "dump/render.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -856,17 +857,27 @@ static int put_threads(cJSON *root, const wd_bt_result *bt) {
 
 /* Which job, attempt, rank and process wrote the dump: restarted attempts share the dump
  * directory (torchrun's agent, Slurm's requeue), host names and pids can repeat (containers). */
+/* A whole non-negative number from the environment: added when it is one, else left out. */
+static int add_env_count(cJSON *o, const char *key, const char *name, const char *alt) {
+  const char *v = getenv(name);
+  if ((!v || !*v) && alt) v = getenv(alt);
+  if (!v || !*v) return 0;
+  char *end;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  if (*end || errno || v[0] == '-') return 0;
+  return add_num(o, key, (double)n);
+}
+
 static int put_identity(cJSON *root, const wd_dump_input *in) {
   cJSON *o = cJSON_AddObjectToObject(root, "identity");
   if (!o) return -1;
   const char *job = getenv("SLURM_JOB_ID");
   if (!job || !*job) job = getenv("TORCHELASTIC_RUN_ID");
-  const char *te = getenv("TORCHELASTIC_RESTART_COUNT"), *sl = getenv("SLURM_RESTART_COUNT");
-  const char *rank = getenv("RANK");
-  if (!rank || !*rank) rank = getenv("SLURM_PROCID");
-  if ((job && *job && add_str(o, "job", job)) || (te && *te && add_num(o, "torchelasticRestartCount", atof(te))) ||
-      (sl && *sl && add_num(o, "slurmRestartCount", atof(sl))) ||
-      (rank && *rank && add_num(o, "globalRank", atof(rank))) || add_num(o, "episodes", in->episodes))
+  if ((job && *job && add_str(o, "job", job)) ||
+      add_env_count(o, "torchelasticRestartCount", "TORCHELASTIC_RESTART_COUNT", NULL) ||
+      add_env_count(o, "slurmRestartCount", "SLURM_RESTART_COUNT", NULL) ||
+      add_env_count(o, "globalRank", "RANK", "SLURM_PROCID") || add_num(o, "episodes", in->episodes))
     return -1;
   if (in->proc && ((in->proc->boot_id[0] && add_str(o, "bootId", in->proc->boot_id)) ||
                    (in->proc->start_wall_ns && add_hex(o, "processStartNs", in->proc->start_wall_ns))))

@@ -255,7 +255,7 @@ static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
  * AllGatherV path (enqueue.cc, ncclPrepareTasks). */
 static void wd_note_api(wd_context *ctx, const wd_start_req *req) {
   const char *f = wd_str(req->rec.func);
-  if (f == NULL || strcmp(f, "Broadcast") != 0) return;
+  if (f == NULL || f[0] != 'B' || strcmp(f, "Broadcast") != 0) return; /* the first byte: most calls */
   uint64_t group = (uint64_t)(uintptr_t)req->parent_obj;
   if (group && atomic_load_explicit(&ctx->bcast_group, memory_order_relaxed) == group &&
       atomic_load_explicit(&ctx->bcast_root, memory_order_relaxed) != req->rec.peer)

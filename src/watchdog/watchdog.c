@@ -50,8 +50,14 @@ static struct {
   char base[WD_PATH_MAX];     /* the job's dump directory (triggers live there) */
   char host[64];
   unsigned ndumps;        /* dumps written, for the file sequence number */
-  unsigned nauto_dumps;   /* stall and peer dumps attempted, against NCCL_WATCHDOG_MAX_DUMPS */
-  unsigned nsignal_dumps; /* snapshot dumps attempted, against the same cap */
+  /* Dumps attempted, each kind against NCCL_WATCHDOG_MAX_DUMPS on its own, so that no kind can
+   * use up what a real hang needs: this process's own stall dumps (refunded when the episode
+   * resumes: a checkpoint's long barrier), peer dumps (episodes others opened), snapshots. */
+  unsigned nauto_dumps;   /* own stall dumps of episodes that did not resume */
+  unsigned npeer_dumps;
+  unsigned nsignal_dumps;
+  unsigned nresumed;      /* own stall dumps of resumed episodes: the oldest are kept, later ones removed */
+  char episode_path[WD_PATH_MAX + 64]; /* this process's stall dump of the current episode */
   int episode; /* a stall episode is in progress: one dump per episode */
   unsigned nepisodes; /* stall episodes so far (metrics) */
   uint64_t last_dump_ns; /* when this process last wrote a stall or peer dump */
@@ -83,15 +89,16 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
   if (!wd_wd.dumps_ok) goto out;
   /* Requested snapshots and automatic dumps are capped separately, so a script that sends the
    * snapshot signal every few minutes cannot use up the dumps a real hang needs. */
-  int is_signal = strcmp(reason, "signal") == 0;
+  int is_signal = strcmp(reason, "signal") == 0, is_peer = strcmp(reason, "peer") == 0;
   /* A process dumps once at its end whatever came before: its last word on the hang. */
   int teardown = strcmp(reason, "sigabrt") == 0 || strcmp(reason, "term") == 0;
-  unsigned *count = is_signal ? &wd_wd.nsignal_dumps : &wd_wd.nauto_dumps;
+  int kind = is_signal ? 1 : is_peer ? 2 : 0;
+  unsigned *count = is_signal ? &wd_wd.nsignal_dumps : is_peer ? &wd_wd.npeer_dumps : &wd_wd.nauto_dumps;
   if (!teardown && wd_wd.cfg->max_dumps > 0 && *count >= (unsigned)wd_wd.cfg->max_dumps) {
-    if (!(wd_wd.warned_max & (1 << is_signal)))
+    if (!(wd_wd.warned_max & (1 << kind)))
       WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached for %s dumps: no more from this process",
-              wd_wd.cfg->max_dumps, is_signal ? "snapshot (signal)" : "stall and peer");
-    wd_wd.warned_max |= 1 << is_signal;
+              wd_wd.cfg->max_dumps, kind == 1 ? "snapshot (signal)" : kind == 2 ? "peer" : "stall");
+    wd_wd.warned_max |= 1 << kind;
     goto out;
   }
   (*count)++;
@@ -131,6 +138,20 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
   wd_collect_free(&in);
 out:
   return rc;
+}
+
+/* The episode resumed (a slow phase, not a hang): its stall dump is evidence of its moment only.
+ * It no longer counts against the stall budget, so any number of checkpoint stalls never leave
+ * a real hang without its dump; the first NCCL_WATCHDOG_MAX_DUMPS of them stay on disk, a later
+ * one is removed (this process's own file, named when it was written). */
+static void wd_resumed_budget(void) {
+  if (!wd_wd.episode_path[0]) return;
+  if (wd_wd.nauto_dumps) wd_wd.nauto_dumps--;
+  if (wd_wd.cfg->max_dumps > 0 && ++wd_wd.nresumed > (unsigned)wd_wd.cfg->max_dumps) {
+    if (unlink(wd_wd.episode_path) == 0)
+      WD_INFO("stall episode resumed: its dump %s removed (%u resumed episodes, the first %d kept)",
+              wd_wd.episode_path, wd_wd.nresumed, wd_wd.cfg->max_dumps);
+  }
 }
 
 /* Whether a communicator with this id is still profiled (not finalized). */
@@ -277,9 +298,14 @@ static void wd_check_stalls(uint64_t now) {
   if (n == 0) {
     /* Over: its operation completed after all (a slow rank), or its communicator was finalized
      * (an abort): only the first is a resumed episode. */
-    if (wd_wd.episode && wd_comm_alive(wd_wd.episode_comm)) wd_av_resumed(now, wd_wd.episode_began_ns);
-    else if (wd_wd.episode) WD_INFO("stall episode over: the stalled communicator was finalized");
+    if (wd_wd.episode && wd_comm_alive(wd_wd.episode_comm)) {
+      wd_av_resumed(now, wd_wd.episode_began_ns);
+      wd_resumed_budget();
+    } else if (wd_wd.episode) {
+      WD_INFO("stall episode over: the stalled communicator was finalized");
+    }
     wd_wd.episode = 0;
+    wd_wd.episode_path[0] = '\0';
     return;
   }
   if (wd_wd.episode) return;
@@ -316,6 +342,7 @@ static void wd_check_stalls(uint64_t now) {
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
   int rc = wd_dump("stall", &extra, joined, path, sizeof(path));
+  if (rc == 0) snprintf(wd_wd.episode_path, sizeof wd_wd.episode_path, "%s", path);
   if (posted >= 0 && rc == 0) wd_av_dumped(k, now);
   for (uint32_t i = 0; i < n && i < 4; i++) {
     const wd_stall *s = &stalls[i];
@@ -495,7 +522,10 @@ int wd_watchdog_start(const wd_config *cfg) {
   atomic_store(&wd_wd.stop, 0);
   wd_wd.ndumps = 0;
   wd_wd.nauto_dumps = 0;
+  wd_wd.npeer_dumps = 0;
   wd_wd.nsignal_dumps = 0;
+  wd_wd.nresumed = 0;
+  wd_wd.episode_path[0] = '\0';
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
   wd_wd.last_dump_ns = 0;

@@ -1,7 +1,9 @@
 /*
  * NCCL_WATCHDOG_MAX_DUMPS caps snapshot (signal) dumps and automatic (stall, peer) dumps
  * separately: a process that was sent the snapshot signal more often than the cap still writes
- * the dump of a real hang.
+ * the dump of a real hang. Stall episodes that resume (a checkpoint's long barrier, every few
+ * minutes of a long job) give their dump back: after more of them than the cap, a real hang
+ * still gets its stall dump, and resumed dumps beyond the cap are removed, not kept.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -41,6 +43,25 @@ int main(void) {
   WDH_CHECK(wdh_op_run(&c, &cfg, &op) == 1, "the op did not hang");
   int n = wdh_wait_dumps(dir, "stall", 1, 5000);
   WDH_CHECK(n == 1, "%d stall dumps after the snapshots used up their cap", n);
+  wdh_op_resume(&op);
+  usleep(400 * 1000); /* the episode is seen to resume */
+
+  /* Four more episodes that resume: more than the cap of 2. */
+  for (int i = 0; i < 4; i++) {
+    WDH_CHECK(wdh_op_run(&c, &cfg, &op) == 1, "episode %d: the op did not hang", i);
+    usleep(700 * 1000); /* past the timeout: a stall dump */
+    wdh_op_resume(&op);
+    usleep(400 * 1000);
+  }
+  WDH_CHECK(wdh_log_contains(NCCL_LOG_WARN, "progress resumed") >= 4,
+            "the episodes were not seen to resume");
+  n = wdh_list_dumps(dir, "stall", NULL, 0);
+  WDH_CHECK(n == 2, "%d stall dumps of resumed episodes on disk, expected the first 2", n);
+  /* Then a real hang: its stall dump is written whatever came before. */
+  WDH_CHECK(wdh_op_run(&c, &cfg, &op) == 1, "the last op did not hang");
+  n = wdh_wait_dumps(dir, "stall", 3, 5000);
+  WDH_CHECK(n == 3, "the real hang after 5 resumed episodes got no stall dump (%d on disk)", n);
+  WDH_CHECK(wdh_log_contains(NCCL_LOG_WARN, "reached for stall dumps") == 0, "the stall budget ran out");
   wdh_op_resume(&op);
 
   wdh_comm_finalize(&c);
