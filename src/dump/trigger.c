@@ -155,10 +155,53 @@ int wd_trigger_post(wd_trigger_watch *w, const char *json, char *name_out, size_
   return mine;
 }
 
+static int heartbeat_path(char *out, size_t len, const wd_trigger_watch *w) {
+  int n = snprintf(out, len, "%s/poller-%s.alive", w->relay_dir, w->job);
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* The poller: one node-local touch per shared look. Another process: one node-local stat per
+ * shared interval; a heartbeat older than three intervals (or none, once the poller had time to
+ * write one) means no process of this node watches the shared directory any more. */
+static void poller_liveness(wd_trigger_watch *w, uint64_t now) {
+  char path[WD_PATH_MAX + 96];
+  if (!w->relay_dir[0] || now < w->next_heartbeat_ns || heartbeat_path(path, sizeof path, w) != 0) return;
+  w->next_heartbeat_ns = now + w->shared_every_ns;
+  w->node_checks++;
+  if (w->poller) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+    if (fd >= 0) {
+      futimens(fd, NULL);
+      close(fd);
+    } else if (errno == ENOENT && mkdir(w->relay_dir, 0700) == 0) {
+      w->next_heartbeat_ns = now; /* the directory is there now */
+    }
+    return;
+  }
+  if (!w->started_ns) w->started_ns = now;
+  uint64_t stale_ns = 3 * w->shared_every_ns;
+  if (now - w->started_ns < stale_ns + w->shared_every_ns) return; /* the poller's first beat */
+  struct stat st;
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME_COARSE, &wall); /* the clock file times come from */
+  int stale = lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
+              (int64_t)wall.tv_sec - (int64_t)st.st_mtim.tv_sec > (int64_t)(stale_ns / 1000000000ull) + 1;
+  if (stale) {
+    w->poller = 1;
+    w->took_over = 1;
+    WD_INFO("this node's trigger poller is gone (no heartbeat in %s): this process polls the shared "
+            "directory now", path);
+    /* Its own heartbeat at once: the node's other processes then see a live poller again. */
+    w->next_heartbeat_ns = now;
+    poller_liveness(w, now);
+  }
+}
+
 int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t name_len,
                     char *content, size_t content_len) {
   char path[WD_PATH_MAX + 96];
   int found = 0;
+  poller_liveness(w, now);
   if (w->relay_dir[0] && relay_path(path, sizeof path, w, w->next) == 0) {
     w->node_checks++;
     found = read_file_since(path, content, content_len, w) == 0;

@@ -29,6 +29,11 @@ typedef struct wd_trigger_watch {
   uint64_t shared_checks;      /* metadata operations on the shared file system */
   uint64_t node_checks;        /* ... and on the node-local relay */
   uint64_t next_verdict_ns;    /* the poller's next look for a verdict line on the shared FS */
+  /* The node's poller leaves a heartbeat in the relay directory at each of its looks; a process
+   * that finds it stale (the poller died: SIGKILL, OOM) polls the shared directory itself, so
+   * the node's other ranks still answer episodes and log the verdict. */
+  uint64_t started_ns, next_heartbeat_ns;
+  int took_over;
 } wd_trigger_watch;
 
 /* Start watching: episodes already in the directory are history (never answered); the first

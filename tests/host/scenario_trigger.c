@@ -3,6 +3,10 @@
  * mode) share one dump directory and one communicator; rank 1 hangs an op. Its watchdog writes a
  * `stall` dump and a trigger file; the two other processes' watchdogs each write one `peer` dump
  * naming the trigger. The hanging process writes no peer dump for its own trigger.
+ * "takeover": two simulated nodes (a ring directory each). On node A, LOCAL_RANK 0 (the node's
+ * poller of the shared directory) is SIGKILLed before the hang; on node B rank 2 hangs. Rank 1,
+ * node A's LOCAL_RANK 1, finds the poller's heartbeat stale, polls the shared directory itself
+ * and answers the episode with its peer dump.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -79,8 +83,74 @@ static int child_main(int rank, const char *dir) {
   return rc;
 }
 
+static int takeover_child(int rank, const char *dir) {
+  alarm(30);
+  char ring[1024];
+  snprintf(ring, sizeof ring, "%s/ring-%s", dir, rank == 2 ? "b" : "a");
+  setenv("NCCL_WATCHDOG_RING_DIR", ring, 1);
+  setenv("LOCAL_RANK", rank == 1 ? "1" : "0", 1);
+  setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) return 2;
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM_ID, "takeover", 2, NPROC, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_op op;
+  for (int i = 0; i < 5; i++) wdh_op_run(&c, &cfg, &op);
+  if (rank == 0) { /* node A's poller dies: no epilog, no dump */
+    wdh_sleep_ms(300);
+    raise(SIGKILL);
+  }
+  int rc = 0;
+  uint64_t end = wdh_now_ns() + 15000000000ull;
+  if (rank == 2) {
+    wdh_sleep_ms(2500); /* node A's survivor has had time to miss the heartbeat */
+    cfg.hang_channel = 0;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+    while (wdh_list_dumps(dir, "peer", NULL, 0) < 1 && wdh_now_ns() < end) wdh_sleep_ms(20);
+    wdh_sleep_ms(200);
+    wdh_op_resume(&op);
+  } else {
+    while (!own_dump(dir, "peer") && wdh_now_ns() < end) wdh_sleep_ms(20);
+    if (!own_dump(dir, "peer")) rc = 5;
+    if (!wdh_log_contains(NCCL_LOG_INFO, "trigger poller is gone")) rc = 7;
+  }
+  wdh_comm_finalize(&c);
+  wdh_unload(&p);
+  return rc;
+}
+
+static int takeover(char *self) {
+  char *dir = wdh_scenario_dir("trigger-takeover", "300ms", "50ms");
+  pid_t pids[NPROC];
+  for (int r = 0; r < NPROC; r++) {
+    fflush(NULL);
+    pids[r] = fork();
+    if (pids[r] == 0) {
+      char rank[16];
+      snprintf(rank, sizeof(rank), "%d", r);
+      execl("/proc/self/exe", self, "--takeover-child", rank, dir, (char *)NULL);
+      _exit(127);
+    }
+  }
+  for (int r = 0; r < NPROC; r++) {
+    int st = 0;
+    wdh_wait_child(pids[r], 40000, &st);
+    if (r == 0)
+      WDH_CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "node A's poller: status 0x%x", st);
+    else
+      WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rank %d: status 0x%x (exit %d: 5 no peer dump, 7 no "
+                "takeover logged)", r, st, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  }
+  return wdh_scenario_end("scenario.trigger takeover", dir);
+}
+
 int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--child")) return child_main(atoi(argv[2]), argv[3]);
+  if (argc == 4 && !strcmp(argv[1], "--takeover-child")) return takeover_child(atoi(argv[2]), argv[3]);
+  if (argc == 2 && !strcmp(argv[1], "takeover")) return wdh_plugin_path() ? takeover(argv[0]) : 77;
   if (!wdh_plugin_path()) return 77;
   char *dir = wdh_scenario_dir("trigger", "300ms", "50ms");
   pid_t pids[NPROC];
