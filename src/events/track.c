@@ -553,6 +553,12 @@ static __attribute__((noinline)) int wd_state_record(wd_event *ev, unsigned type
   return 0;
 }
 
+/* A send step's SendWait time, kept in a field a child does not otherwise use (event.h). */
+static __attribute__((noinline)) int wd_mark_send_wait(wd_event *ev) {
+  atomic_store_explicit(&ev->reached_ns, wd_now_ns(), memory_order_relaxed);
+  return 0;
+}
+
 int wd_track_state(void *handle, int state, const void *args) {
   wd_event *ev;
   if (!wd_event_lookup(handle, &ev)) return wd_count_stale(handle);
@@ -572,8 +578,8 @@ int wd_track_state(void *handle, int state, const void *args) {
     /* The network's own part of a send step begins when the isend is posted (transport/net.cc,
      * sendProxyProgress: SendWait until the request tests done): in a pipelined ring every
      * link's whole step waits on the slowest, this part alone tells a slow link. One clock read
-     * per send step, kept in a field a child does not otherwise use. */
-    if (st == WD_ST_SEND_WAIT) atomic_store_explicit(&ev->reached_ns, wd_now_ns(), memory_order_relaxed);
+     * per send step, out of line so that the other states need no stack frame. */
+    if (st == WD_ST_SEND_WAIT) return wd_mark_send_wait(ev);
     return 0;
   }
   return wd_state_record(ev, type, st, args);
