@@ -10,14 +10,10 @@ usage: check_attempts.py GEN_DUMPS ANALYZER
 """
 import json, os, shutil, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wd_check import check, finish  # noqa: E402
+
 GEN, ANA = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    print("PASS" if cond else "FAIL", what)
-    if not cond:
-        failures.append(what)
 
 
 def gen(d, scenario, victim=None):
@@ -116,8 +112,7 @@ def main():
         check(rep.get("dumpsUsed") == 8, f"same host and pid on two machines: 8 dumps used, got {rep.get('dumpsUsed')}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print("check_attempts:", "FAIL" if failures else "PASS", f"({len(failures)} failed)")
-    return 1 if failures else 0
+    return finish("check_attempts")
 
 
 if __name__ == "__main__":

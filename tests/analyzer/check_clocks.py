@@ -10,14 +10,10 @@ usage: check_clocks.py GEN_DUMPS ANALYZER
 """
 import glob, json, os, shutil, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wd_check import check, finish  # noqa: E402
+
 GEN, ANA = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    print("PASS" if cond else "FAIL", what)
-    if not cond:
-        failures.append(what)
 
 
 def skew(d, host, by_s, write_delay_s=0.05, copied=False):
@@ -71,8 +67,7 @@ def main():
         check("clock read" not in out, "files copied hours later: no host corrected")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print("check_clocks:", "FAIL" if failures else "PASS", f"({len(failures)} failed)")
-    return 1 if failures else 0
+    return finish("check_clocks")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,10 @@ usage: check_untrusted.py GEN_DUMPS ANALYZER
 """
 import gzip, json, os, shutil, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wd_check import check, finish  # noqa: E402
+
 GEN, ANA = sys.argv[1], sys.argv[2]
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL", what)
 
 
 def analyze(d, *extra, timeout=60):
@@ -159,8 +155,7 @@ def main():
               f"healthy set with a file cut by a bound: not OK ({first[:160]})")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print("check_untrusted:", "FAIL" if failures else "PASS", f"({len(failures)} failed)")
-    return 1 if failures else 0
+    return finish("check_untrusted")
 
 
 if __name__ == "__main__":

@@ -122,19 +122,24 @@ static int takeover_child(int rank, const char *dir) {
   return rc;
 }
 
-static int takeover(char *self) {
-  char *dir = wdh_scenario_dir("trigger-takeover", "300ms", "50ms");
-  pid_t pids[NPROC];
+/* NPROC copies of this program, re-executed as `self flag rank dir`. */
+static void spawn_ranks(const char *self, const char *flag, const char *dir, pid_t *pids) {
   for (int r = 0; r < NPROC; r++) {
     fflush(NULL);
     pids[r] = fork();
     if (pids[r] == 0) {
       char rank[16];
       snprintf(rank, sizeof(rank), "%d", r);
-      execl("/proc/self/exe", self, "--takeover-child", rank, dir, (char *)NULL);
+      execl("/proc/self/exe", self, flag, rank, dir, (char *)NULL);
       _exit(127);
     }
   }
+}
+
+static int takeover(char *self) {
+  char *dir = wdh_scenario_dir("trigger-takeover", "300ms", "50ms");
+  pid_t pids[NPROC];
+  spawn_ranks(self, "--takeover-child", dir, pids);
   for (int r = 0; r < NPROC; r++) {
     int st = 0;
     wdh_wait_child(pids[r], 40000, &st);
@@ -154,16 +159,7 @@ int main(int argc, char **argv) {
   if (!wdh_plugin_path()) return 77;
   char *dir = wdh_scenario_dir("trigger", "300ms", "50ms");
   pid_t pids[NPROC];
-  for (int r = 0; r < NPROC; r++) {
-    fflush(NULL);
-    pids[r] = fork();
-    if (pids[r] == 0) {
-      char rank[16];
-      snprintf(rank, sizeof(rank), "%d", r);
-      execl("/proc/self/exe", argv[0], "--child", rank, dir, (char *)NULL);
-      _exit(127);
-    }
-  }
+  spawn_ranks(argv[0], "--child", dir, pids);
   uint64_t end = wdh_now_ns() + 40000000000ull;
   for (int r = 0; r < NPROC; r++) {
     int st = 0;
