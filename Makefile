@@ -61,6 +61,11 @@ test-release: deps
 	  { echo "Release build: warnings above"; exit 1; } || true
 	@cd build-release && ctest --output-on-failure -j $(JOBS)
 
+# The dump reader under libFuzzer for a bounded time (WD_FUZZ_SECONDS, 60 by default).
+fuzz: deps
+	@WD_WITH_FUZZ=1 scripts/install-deps.sh
+	@scripts/fuzz-load.sh
+
 lint: build
 	@WD_WITH_LINT=1 scripts/install-deps.sh
 	@scripts/lint.sh $(BUILD)

@@ -7,6 +7,8 @@ pkgs=(build-essential cmake pkg-config libcjson-dev libunwind-dev zlib1g-dev lib
 # gcc's sanitizer runtimes (ASan+UBSan, TSan); clang-tidy and cppcheck for `make lint`.
 if [ "${WD_WITH_SANITIZERS:-0}" = 1 ]; then pkgs+=(libasan8 libubsan1 libtsan2); fi
 if [ "${WD_WITH_LINT:-0}" = 1 ]; then pkgs+=(clang-tidy cppcheck); fi
+# clang's libFuzzer for `make fuzz` (the dump reader).
+if [ "${WD_WITH_FUZZ:-0}" = 1 ]; then pkgs+=(clang libclang-rt-14-dev); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
