@@ -879,6 +879,12 @@ static int put_identity(cJSON *root, const wd_dump_input *in) {
       add_env_count(o, "slurmRestartCount", "SLURM_RESTART_COUNT", NULL) ||
       add_env_count(o, "globalRank", "RANK", "SLURM_PROCID") || add_num(o, "episodes", in->episodes))
     return -1;
+  /* The job's stall episode a stall or peer dump answers (its trigger, trigger.h): the watch
+   * moved past it when the dump was written. */
+  const char *r = in->reason ? in->reason : "";
+  if (in->trig_on && in->trig_next > 1 && (!strcmp(r, "stall") || !strcmp(r, "peer")) &&
+      add_num(o, "jobEpisode", in->trig_next - 1))
+    return -1;
   if (in->proc && ((in->proc->boot_id[0] && add_str(o, "bootId", in->proc->boot_id)) ||
                    (in->proc->start_wall_ns && add_hex(o, "processStartNs", in->proc->start_wall_ns))))
     return -1;

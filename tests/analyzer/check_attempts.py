@@ -96,6 +96,24 @@ def main():
         line = first_line(d)
         check("rank 0 never entered" in line and "SLURM_RESTART_COUNT=1" in line, f"requeue: Slurm's count first ({line[:200]})")
 
+        # Two episodes of one attempt (the same processes): by default each process's newest dump
+        # (episode 2, rank 1 hung); --episode=1 judges the first (rank 2), and says so.
+        e1, e2 = os.path.join(root, "e1"), os.path.join(root, "e2")
+        gen(e1, "not-entered", 2)
+        stamp(e1, {"torchelasticRestartCount": 0, "jobEpisode": 1})
+        gen(e2, "not-entered", 1)
+        stamp(e2, {"torchelasticRestartCount": 0, "jobEpisode": 2})
+        for f in os.listdir(e2):
+            os.rename(os.path.join(e2, f), os.path.join(e2, f.replace("-0001-", "-0002-")))
+        d = os.path.join(root, "episodes")
+        merged(d, e1, e2)
+        line = first_line(d)
+        check("rank 1 never entered" in line, f"two episodes: the newest judged by default ({line[:160]})")
+        line = first_line("--episode=1", d)
+        check("rank 2 never entered" in line and "episode 1" in line, f"--episode=1 judges the first ({line[:200]})")
+        p = subprocess.run([ANA, "--episode=7", d], capture_output=True, text=True, timeout=120)
+        check(p.returncode == 3 and not p.stdout.startswith("OK"), "--episode of no dump: no verdict, not OK")
+
         # One host name, one pid, two machines (containers): two processes, not one.
         c0, c1 = os.path.join(root, "c0"), os.path.join(root, "c1")
         gen(c0, "not-entered", 3)

@@ -676,10 +676,12 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
     d->slurm_restart = inum(id, "slurmRestartCount", -1);
     d->te_restart = inum(id, "torchelasticRestartCount", -1);
     d->boot_id = istr(id, "bootId");
+    d->job_episode = inum(id, "jobEpisode", -1);
     if (hex(id, "processStartNs", &d->proc_start_ns) != 0) d->proc_start_ns = 0;
     if (d->global_rank < 0) d->global_rank = inum(id, "globalRank", -1);
   } else {
     d->slurm_restart = d->te_restart = -2;
+    d->job_episode = -1;
   }
   d->dump_seq = inum(root, "dumpSeq", 0);
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
@@ -1195,6 +1197,39 @@ static int same_key(const wd_az_set *s, const wd_az_crank *x, const wd_az_crank 
 
 static int g_attempt = -1; /* --attempt: the attempt to judge, -1 the latest */
 void wd_az_set_attempt(int attempt) { g_attempt = attempt; }
+static int g_episode = -1; /* --episode: the job's stall episode to judge, -1 every dump's newest */
+void wd_az_set_episode(int episode) { g_episode = episode; }
+
+/* A verdict is about one stall episode: by default the latest of the judged attempt, whose
+ * stall and peer dumps are judged with the snapshots and teardown dumps (each process's newest);
+ * stall and peer dumps of earlier episodes (ones that resumed, or a process that did not answer
+ * the latest) are set aside. --episode=K: episode K's stall and peer dumps only. */
+static void select_episode(wd_az_set *set) {
+  int want = g_episode;
+  if (want < 0) { /* the latest episode, when dumps of several are here */
+    int latest = -1, several = 0;
+    for (size_t i = 0; i < set->ndumps; i++) {
+      const wd_az_dump *d = &set->dumps[i];
+      if (d->aside || d->job_episode < 0) continue;
+      several |= latest >= 0 && d->job_episode != latest;
+      if (d->job_episode > latest) latest = d->job_episode;
+    }
+    if (!several) return;
+    want = latest;
+  }
+  size_t aside = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    int other = g_episode >= 0 ? d->job_episode != want : d->job_episode >= 0 && d->job_episode != want;
+    if (!d->aside && other) d->aside = 1, aside++;
+  }
+  for (size_t i = 0; i < set->ncranks; i++)
+    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  size_t n = strlen(set->attempt_note);
+  snprintf(set->attempt_note + n, sizeof set->attempt_note - n, "%sepisode %d; set aside %zu dump%s of %s",
+           n ? "; " : "", want, aside, aside == 1 ? "" : "s",
+           g_episode >= 0 ? "other episodes and snapshots" : "earlier episodes");
+}
 
 static int64_t attempt_of(const wd_az_dump *d) {
   /* Slurm's requeue restarts everything, torchrun's agent restarts within a Slurm attempt. */
@@ -1358,7 +1393,7 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
   for (size_t i = 0; i < set->ndumps; i++) set->dumps[i].kept = all_dumps;
   if (!idx) return;
-  if (!all_dumps) select_attempt(set);
+  if (!all_dumps) select_attempt(set), select_episode(set);
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;
   g_postmortem = wd_az_intern("postmortem");

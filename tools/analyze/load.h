@@ -50,5 +50,7 @@ void wd_az_select(wd_az_set *set, int all_dumps);
 void wd_az_clock_offsets(wd_az_set *set);
 /* --attempt: judge attempt N (0 the first in the directory) instead of the latest. */
 void wd_az_set_attempt(int attempt);
+/* --episode: judge the dumps that answered the job's stall episode K only. */
+void wd_az_set_episode(int episode);
 
 #endif

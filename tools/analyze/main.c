@@ -60,6 +60,7 @@ static void usage(FILE *f) {
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
           "  --attempt=N        judge attempt N of a restarted job (0: the first; default the latest)\n"
+          "  --episode=K        judge only the dumps that answered the job's stall episode K\n"
           "  --stall-ms=MS      an operation without progress for MS counts as stuck\n"
           "                     (default: the timeout recorded in each dump)\n"
           "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
@@ -93,11 +94,11 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
   enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT,
-         O_SETTLE, O_LINE, O_DEADLINE, O_ATTEMPT };
+         O_SETTLE, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
-      {"attempt", required_argument, NULL, O_ATTEMPT},
+      {"attempt", required_argument, NULL, O_ATTEMPT}, {"episode", required_argument, NULL, O_EPISODE},
       {"stall-ms", required_argument, NULL, O_STALL},
       {"straggler-ms", required_argument, NULL, O_STRAG},
       {"timings", no_argument, NULL, O_TIMINGS},
@@ -141,14 +142,16 @@ static int parse_args(int argc, char **argv, args *a) {
     }
     case O_SALVAGE: a->salvage = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
-    case O_ATTEMPT: {
+    case O_ATTEMPT:
+    case O_EPISODE: {
       char *end;
       long v = strtol(optarg, &end, 10);
       if (*end || v < 0 || v > 1000000) {
-        fprintf(stderr, "nccl-watchdog-analyze: --attempt wants a number (0: the first attempt)\n");
+        fprintf(stderr, "nccl-watchdog-analyze: --%s wants a number\n", c == O_ATTEMPT ? "attempt" : "episode");
         return -1;
       }
-      wd_az_set_attempt((int)v);
+      if (c == O_ATTEMPT) wd_az_set_attempt((int)v);
+      else wd_az_set_episode((int)v);
       break;
     }
     case O_TIMINGS: a->timings = 1; break;
@@ -329,6 +332,13 @@ static int run(const args *a) {
   double t1 = now_s();
   wd_az_select(&set, a->opts.all_dumps);
   wd_az_clock_offsets(&set);
+  size_t kept = 0;
+  for (size_t i = 0; i < set.ndumps; i++) kept += set.dumps[i].kept;
+  if (kept == 0) { /* --attempt or --episode chose nothing: no evidence is not "no hang" */
+    fprintf(stderr, "nccl-watchdog-analyze: no dump of the chosen attempt or episode (%s)\n", set.attempt_note);
+    rc = EXIT_NO_DUMP;
+    goto out;
+  }
   wd_az_result res;
   if (wd_az_analyze(&set, &a->opts, &res) != 0) {
     fprintf(stderr, "nccl-watchdog-analyze: out of memory\n");
