@@ -755,15 +755,18 @@ static _Thread_local wd_arena *t_cur; /* NULL: t_default */
 
 static wd_arena *arena_cur(void) { return t_cur ? t_cur : &t_default; }
 
+/* Set when a parse ran out of room (the bound, or memory): its file is cut, not invalid. */
+static _Thread_local int t_arena_full;
+
 static void *arena_alloc(size_t n) {
   wd_arena *a = arena_cur();
   n = (n + 15) & ~(size_t)15;
   if (!a->head || a->head->used + n > a->head->cap) {
     size_t want = a->head || !a->first ? ARENA_CHUNK : a->first;
     size_t cap = n > want ? n : want;
-    if (a->total + cap > ARENA_MAX) return NULL;
+    if (a->total + cap > ARENA_MAX) return t_arena_full = 1, NULL;
     chunk *c = malloc(sizeof(chunk) + cap);
-    if (!c) return NULL;
+    if (!c) return t_arena_full = 1, NULL;
     c->next = a->head;
     c->used = 0;
     c->cap = cap;
@@ -816,9 +819,10 @@ int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t
   }
   cJSON_Hooks hooks = {arena_alloc, arena_free};
   cJSON_InitHooks(&hooks);
+  t_arena_full = 0;
   cJSON *root = cJSON_ParseWithLength(data, len);
   int rc = -1;
-  if (!root) snprintf(why, why_len, "truncated or invalid JSON");
+  if (!root) snprintf(why, why_len, t_arena_full ? "bound: no room to parse it (3 GiB, or memory)" : "truncated or invalid JSON");
   else rc = load_root(set, path, root, why, why_len);
   cJSON_InitHooks(NULL); /* the reports build their JSON with malloc */
   arena_reset();
@@ -968,8 +972,9 @@ out:
 static void skip(wd_az_set *set, const char *path, const char *why, int quiet) {
   if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, why);
   wd_az_add_skip(set, path, why);
-  /* A file of the job's cut by a bound may hold the hang: the verdict cannot say OK. */
-  if (strncmp(why, "bound:", 6) == 0) set->ncut++;
+  /* A file of the job's cut by a bound, or by want of memory, may hold the hang: the verdict
+   * cannot say OK. */
+  if (strncmp(why, "bound:", 6) == 0 || strstr(why, "out of memory")) set->ncut++;
 }
 
 int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
@@ -1069,9 +1074,11 @@ static void pl_parse(pl_file *f) {
   if (!buf) return;
   f->arena.first = len * 4 + 65536 < ARENA_CHUNK ? len * 4 + 65536 : ARENA_CHUNK;
   t_cur = &f->arena;
+  t_arena_full = 0;
   if (len == 0) snprintf(f->why, sizeof f->why, "empty file");
   else if (wd_az_is_ringfile(buf, len)) f->root = wd_az_ringfile_decode(buf, len, f->path, f->why, sizeof f->why);
-  else if (!(f->root = cJSON_ParseWithLength(buf, len))) snprintf(f->why, sizeof f->why, "truncated or invalid JSON");
+  else if (!(f->root = cJSON_ParseWithLength(buf, len)))
+    snprintf(f->why, sizeof f->why, t_arena_full ? "bound: no room to parse it (3 GiB, or memory)" : "truncated or invalid JSON");
   t_cur = NULL;
   free(buf);
 }
