@@ -78,22 +78,21 @@ void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
   }
 }
 
-/* A communicator the application made after op last moved, and has called NCCL on since: what
- * a job that revoked or shrank a communicator and carried on looks like while NCCL's proxy
- * thread of the old one still lives (ncclCommShrink without ABORT stops nothing: init.cc).
- * Said beside the stall, never instead of it: a lazily created communicator looks the same. */
-static const wd_context *wd_newer_comm(const wd_context *ctx, uint64_t last_ns, uint64_t calls_ns,
-                                        uint64_t slack_ns) {
+/* A communicator the application made after the op started, and has called NCCL on since the
+ * op last moved: what a job that revoked or shrank a communicator and carried on looks like
+ * (ncclCommShrink, init.cc). Its start, not its last move, is the mark: a state change is dated
+ * by the scan that saw it, up to a poll late (track.h), and a communicator the job had before
+ * the op is no recovery (after a network error the others may run on for a while). */
+static const wd_context *wd_newer_comm(const wd_context *ctx, uint64_t start_ns, uint64_t last_ns,
+                                        uint64_t calls_ns) {
   if (calls_ns <= last_ns) return NULL;
-  /* A state change is dated by the scan that saw it, up to a poll late (track.h). */
-  uint64_t moved = last_ns > slack_ns ? last_ns - slack_ns : 0;
   for (const wd_context *c = wd_store.contexts; c; c = c->next)
-    if (c != ctx && c->init_ns > moved && c->calls_ns > last_ns) return c;
+    if (c != ctx && c->init_ns >= start_ns && c->calls_ns > last_ns) return c; /* one clock tick */
   return NULL;
 }
 
 static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, uint64_t calls_ns,
-                          uint64_t slack_ns, wd_stall *s) {
+                          wd_stall *s) {
   memset(s, 0, sizeof(*s));
   const wd_record *r = &v->snap.start;
   s->comm_id = ctx->comm_id;
@@ -116,7 +115,7 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
     if (n < sizeof(s->waiting_on))
       wd_describe_wait(ctx, v->ev, s->waiting_on + n, (unsigned)(sizeof(s->waiting_on) - n));
   }
-  const wd_context *newer = wd_newer_comm(ctx, v->snap.last_ns, calls_ns, slack_ns);
+  const wd_context *newer = wd_newer_comm(ctx, r->ts_ns, v->snap.last_ns, calls_ns);
   size_t n = strlen(s->waiting_on);
   if (newer && n < sizeof(s->waiting_on))
     snprintf(s->waiting_on + n, sizeof(s->waiting_on) - n,
@@ -171,7 +170,8 @@ static int wd_thread_alive(wd_tid_cache *c, int tid) {
 static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
   atomic_store_explicit(&ev->wd_gpu_wait, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
-  uint32_t gpu = 0;
+  /* Everything is found anew each scan but a recovery, which stays (wd_scan_settle). */
+  uint32_t gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed) & WD_GPU_MOVED_ON;
   unsigned type = wd_event_type(ev);
   uint64_t key = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed), first = 0, last = 0;
   int have = 0;
@@ -234,8 +234,8 @@ static void wd_scan_child(wd_event *ev, uint64_t now) {
 }
 
 /* Pass 3, root ops: what the evidence says about the kernel (judge.h). */
-static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, uint64_t calls_ns,
-                           wd_tid_cache *tids) {
+static void wd_scan_settle(const wd_context *ctx, wd_event *ev, uint64_t now, uint64_t settle,
+                           uint64_t calls_ns, wd_tid_cache *tids) {
   wd_judge_in in;
   in.gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
   in.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
@@ -247,7 +247,13 @@ static void wd_scan_settle(wd_event *ev, uint64_t now, uint64_t settle, uint64_t
   in.quiet_ns = now > last ? now - last : 0;
   int tid = atomic_load_explicit(&ev->wd_proxy_tid, memory_order_relaxed);
   in.proxy_gone = tid > 0 && !wd_thread_alive(tids, tid);
-  in.moved_on = calls_ns > last;
+  /* Recovered from: the application made a communicator after the op last moved and calls NCCL
+   * on it (ncclCommShrink after a revoke, a re-init). Calls on communicators it had already
+   * would not do: after a network error the job's other communicators may run on for a while
+   * before the application blocks on this one. Once recovered, always (the new communicator may
+   * be finalized before the old one). */
+  uint64_t started = __atomic_load_n(&ev->startw[WD_RECW_TS], __ATOMIC_RELAXED);
+  in.moved_on = (in.gpu & WD_GPU_MOVED_ON) || wd_newer_comm(ctx, started, last, calls_ns) != NULL;
   atomic_store_explicit(&ev->wd_gpu, wd_judge_kernel(&in, settle), memory_order_relaxed);
 }
 
@@ -276,7 +282,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
       wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
-      if (wd_is_root(ev)) wd_scan_settle(ev, now, settle, calls_ns, &tids);
+      if (wd_is_root(ev)) wd_scan_settle(ctx, ev, now, settle, calls_ns, &tids);
     }
 
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
@@ -285,7 +291,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const
     wd_slot_view v;
     if (!wd_view_read(ev, now, ctx, cfg, &v)) continue;
     if (v.snap.is_root) {
-      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, calls_ns, settle, &out[nst++]);
+      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, calls_ns, &out[nst++]);
       if (v.open || wd_event_from_handle(v.handle) != ev) continue;
       /* Its kernel is done (ground truth, or trustworthy kernel channels), or a later operation
        * completed and neither ground truth nor a step its kernel needs says otherwise: done on

@@ -16,6 +16,8 @@
  *   revoke        a communicator revoked with an op in flight (init.cc, commRevokeAsync: its
  *                 proxy thread is stopped and joined, its kernels exit, nothing is finalized)
  *                 while a new communicator carries on.
+ *   neterr_busy   a network error ends one communicator's proxy loop while another, older one
+ *                 runs on for twice the timeout: a stall (no communicator made since).
  *   ce_idle       a CE AllGather (v6; ce_coll.cc, ncclLaunchCeColl: everything at enqueue).
  *   api_only_idle a Broadcast on the AllGatherV path (GroupApi + CollApi only).
  *   graph_replay  a captured AllReduce replayed from another thread (enqueue.cc,
@@ -168,6 +170,45 @@ static int case_revoke(wdh_plugin *p, const mode *m, expect *e) {
   return 0;
 }
 
+/* A network error ends comm A's proxy loop with an op in flight (proxy.cc, progress loop: the
+ * loop breaks on ncclNet->test's error, nothing is stopped), while comm B, made before, runs on
+ * for twice the timeout before the application blocks on A: a hang, not a recovered revoke
+ * (no communicator was made after A stopped). Without CUDA events only; with them the end event
+ * already tells (net_stuck). */
+static int case_neterr_busy(wdh_plugin *p, const mode *m, expect *e) {
+  if (m->cuda) return 77;
+  static wdh_comm a, b;
+  init(&a, p, 0x1014, "neterr");
+  init(&b, p, 0x1015, "busy");
+  wdh_sleep_ms(20); /* B is older than the op by more than a tick of the coarse clock */
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  cfg.hang_step = 1;
+  static wdh_op op;
+  wdh_op_enqueue(&a, &cfg, &op);
+  pthread_t t;
+  WDH_CHECK(pthread_create(&t, NULL, proxy_then_exit, &op) == 0, "proxy thread");
+  pthread_join(t, NULL);
+  wdh_op_finish(&op);
+  wdh_op_cfg ok;
+  wdh_op_cfg_default(&ok);
+  uint64_t end = wdh_now_ns() + 2ull * TIMEOUT_MS * 1000000ull;
+  while (wdh_now_ns() < end) {
+    wdh_op o;
+    wdh_op_run(&b, &ok, &o);
+    wdh_sleep_ms(20);
+  }
+  wdh_comm_finalize(&b);
+  e->hung = 1;
+  e->open = &a;
+  e->comm_id = 0x1014;
+  e->func = "AllReduce";
+  e->type = "Coll";
+  e->seq = (long long)op.seq;
+  return 0;
+}
+
 static int case_ce_idle(wdh_plugin *p, const mode *m, expect *e) {
   (void)e;
   if (m->abi < 6) return 77;
@@ -316,6 +357,7 @@ static const struct {
 } g_cases[] = {
     {"busy_gpu", case_busy_gpu},           {"collnet_idle", case_collnet_idle},
     {"alltoall_idle", case_alltoall_idle}, {"revoke", case_revoke},
+    {"neterr_busy", case_neterr_busy},
     {"ce_idle", case_ce_idle},             {"api_only_idle", case_api_only_idle},
     {"graph_replay", case_graph_replay},   {"net_stuck", case_net_stuck},
     {"kernel_stuck", case_kernel_stuck},   {"collnet_stuck", case_collnet_stuck},
