@@ -605,7 +605,8 @@ static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *
   int n = 0;
   spots[n++] = "RMA operations: NCCL reports no profiler events for them";
   spots[n++] = "Broadcast on the AllGatherV path and symmetric-memory kernels: API events only, "
-               "never judged";
+               "never judged; a captured symmetric kernel's replays get no KernelCh: completed at "
+               "their Coll's stop";
   if (nccl || !cuda)
     spots[n++] = "without CUDA events: CE collectives are not followed past enqueue, and an "
                  "intra-node op's completion rests on NCCL's KernelCh counters, which can pair "

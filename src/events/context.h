@@ -17,6 +17,8 @@
 #define WD_CTX_MAGIC 0x57444358u /* "WDCX" */
 #define WD_NSTR 256
 
+#define WD_MAX_PINNED_API 4096u /* captured API slots kept per communicator */
+
 typedef struct wd_context {
   uint32_t magic;
   int abi;
@@ -31,6 +33,7 @@ typedef struct wd_context {
    * the last Broadcast CollApi's group and root, and whether a Broadcast group of several roots
    * ever ran. */
   _Atomic uint8_t gather_seen;
+  _Atomic uint32_t pinned_api; /* captured API events whose slots are kept (track.c) */
   _Atomic int32_t bcast_root;
   _Atomic uint64_t bcast_group;
   /* NCCL's activation mask (one per process, NCCL's memory), what we set in it at init, and

@@ -385,7 +385,13 @@ void *wd_track_start(wd_start_req *req) {
        * until the watchdog finds its kernel done. */
       int not_self = (type == WD_T_COLL || type == WD_T_P2P) &&
                      !(type == WD_T_P2P && rec->peer == ctx->rank && ctx->abi < 7);
-      int kch_hold = ctx->kch_on && not_self;
+      /* A captured symmetric kernel's replay gets Group and Coll from the graph's host node and
+       * no KernelCh (NCCL 2.31, plugin/profiler.cc: a symmetric plan's channels are not posted
+       * at a replay): nothing would ever release it, so it is not held (completed at its stop,
+       * like an op without KernelCh; a replay's hang there is a blind spot, config.blindSpots). */
+      int sym_replay = ctx->abi >= 7 && type == WD_T_COLL && (rec->flags & WD_F_SYMCOLL) &&
+                       (rec->flags & WD_F_GRAPH);
+      int kch_hold = ctx->kch_on && not_self && !sym_replay;
       /* A CE collective ends at enqueue as far as NCCL tells (ce_coll.cc): with CUDA events
        * around it, it is held until the GPU has done it. */
       int gpu_hold = type == WD_T_CECOLL && gkey;
@@ -409,6 +415,12 @@ void *wd_track_start(wd_start_req *req) {
       else if (type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_enq[rec->func], (int64_t)rec->a);
       else if (type == WD_T_P2P) atomic_fetch_add_explicit(&ctx->p2p_enq, 1, memory_order_relaxed);
     }
+  } else if ((type == WD_T_COLLAPI || type == WD_T_P2PAPI) && (rec->flags & WD_F_GRAPH) && !detached &&
+             atomic_fetch_add_explicit(&ctx->pinned_api, 1, memory_order_relaxed) < WD_MAX_PINNED_API) {
+    /* A captured call's API event names every replay's Coll/P2p as parent (enqueue.cc,
+     * hostStreamPlanCallback): its slot is kept, never reused, so each replay still reads
+     * graphCaptured from it (bounded: WD_MAX_PINNED_API per communicator; finalize frees them). */
+    refs = 2;
   } else if (type == WD_T_GROUP && !detached) {
     atomic_store_explicit(&ev->order, atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
                           memory_order_relaxed);

@@ -220,6 +220,62 @@ static void case_mask(const char *dir, int abi) {
             abi, st);
 }
 
+/* A captured symmetric AllReduce replayed 2,000 times (NCCL 2.31: at a replay a symmetric plan's
+ * tasks get Group and Coll from the host node, isSymColl, and no KernelCh: issue 40's reading of
+ * plugin/profiler.cc and enqueue.cc): nothing may stay in flight, nothing may stall. */
+static void case_symreplay(const char *dir) {
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 7) != 0) return;
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM + 10, "symreplay", 1, 2, 0);
+  wdh_descr d;
+  memset(&d, 0, sizeof d);
+  d.type = ncclProfileGroupApi;
+  d.graph_captured = true;
+  d.group_depth = 1;
+  void *gapi = wdh_start(&p, c.ctx, &d);
+  memset(&d, 0, sizeof d);
+  d.type = ncclProfileCollApi;
+  d.parent = gapi;
+  d.func = "AllReduce";
+  d.count = 4096;
+  d.datatype = "ncclFloat32";
+  d.graph_captured = true;
+  void *capi = wdh_start(&p, c.ctx, &d);
+  wdh_stop(&p, capi);
+  wdh_stop(&p, gapi);
+  for (int r = 0; r < 2000; r++) {
+    memset(&d, 0, sizeof d);
+    d.type = ncclProfileGroup;
+    void *group = wdh_start(&p, c.ctx, &d);
+    memset(&d, 0, sizeof d);
+    d.type = ncclProfileColl;
+    d.parent = capi; /* the capture-time CollApi, long stopped */
+    d.parent_group = group;
+    d.func = "AllReduce";
+    d.count = 4096;
+    d.datatype = "ncclFloat32";
+    d.seq = (uint64_t)r;
+    d.n_channels = 2;
+    d.is_sym_coll = true;
+    d.algo = "NVLS";
+    d.proto = "Simple";
+    wdh_stop(&p, wdh_start(&p, c.ctx, &d));
+    wdh_stop(&p, group);
+  }
+  wdh_sleep_ms(900); /* past the timeout */
+  WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for symmetric replays");
+  cJSON *j = wdh_signal_snapshot(dir);
+  if (j) {
+    WDH_CHECK(cJSON_GetArraySize((cJSON *)wdh_jpath(j, "comms.0.inflight")) == 0,
+              "%d symmetric replays still in flight", cJSON_GetArraySize((cJSON *)wdh_jpath(j, "comms.0.inflight")));
+    wdh_json_free(j);
+  }
+  wdh_comm_finalize(&c);
+  WDH_CHECK(wdh_list_dumps(dir, "abort", NULL, 0) == 0, "an abort dump at a normal finalize");
+  wdh_unload(&p);
+}
+
 static void case_sym(const char *dir) {
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 7) != 0) return;
@@ -471,6 +527,11 @@ int main(int argc, char **argv) {
     char *dir = wdh_scenario_dir("v7-sym", "500ms", "50ms");
     case_sym(dir);
     rc |= wdh_scenario_end("scenario.v7 sym", dir);
+  }
+  if (!which || !strcmp(which, "symreplay")) {
+    char *dir = wdh_scenario_dir("v7-symreplay", "500ms", "50ms");
+    case_symreplay(dir);
+    rc |= wdh_scenario_end("scenario.v7 symreplay", dir);
   }
   if (!which || !strcmp(which, "arrival")) {
     char *dir = wdh_scenario_dir("v7-arrival", "500ms", "50ms");

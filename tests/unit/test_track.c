@@ -1291,7 +1291,9 @@ static void test_api_parent_graph_flag(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(api);
   uint32_t api_id = slot(api)->slot_id;
   stop(api); /* API events stop before their Coll starts */
-  CU_ASSERT_FALSE(alive(api));
+  /* A captured call's API slot is kept: every replay names it (its graphCaptured must read). */
+  CU_ASSERT_TRUE(alive(api));
+  CU_ASSERT_EQUAL(atomic_load(&c->pinned_api), 1);
   void *h = coll(c, api, "AllReduce", 0, 1);
   wd_record r = start_rec(h);
   CU_ASSERT_EQUAL(r.parent, api_id);
@@ -1301,6 +1303,7 @@ static void test_api_parent_graph_flag(void) {
   d.collApi.graphCaptured = false;
   void *api2 = start(c, &d);
   stop(api2);
+  CU_ASSERT_FALSE(alive(api2)); /* an eager call's is not */
   void *h2 = coll(c, api2, "AllReduce", 1, 1);
   CU_ASSERT_EQUAL(start_rec(h2).flags & WD_F_GRAPH, 0);
   CU_ASSERT_EQUAL(start_rec(h2).parent, slot(api2)->slot_id);
