@@ -43,7 +43,11 @@ static int wd_collect_events(const wd_pool *const *pools, int npools, const wd_c
     uint32_t np = wd_pool_nslots(pools[p]);
     for (uint32_t i = 0; i < np && k < n; i++) {
       wd_slot_view v;
-      if (wd_view_read(wd_pool_slot(pools[p], i), now, ctx, cfg, &v)) evs[k++] = v.snap;
+      if (!wd_view_read(wd_pool_slot(pools[p], i), now, ctx, cfg, &v)) continue;
+      /* A captured call's API event, kept for its replays after its stop (track.c): not open. */
+      unsigned t = v.snap.start.type;
+      if (v.snap.stopped && (t == WD_T_COLLAPI || t == WD_T_P2PAPI)) continue;
+      evs[k++] = v.snap;
     }
   }
   *out = evs;
