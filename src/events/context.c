@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "events/budget.h"
 #include "events/track.h"
+#include "flightrec/strtab.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
   if (slot_id == WD_SLOT_NONE || slot_id == WD_SLOT_FOREIGN || (slot_id & WD_SLOT_DETACHED_BIT))
@@ -207,6 +208,7 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
   ctx->nranks = nranks;
   ctx->nnodes = nnodes;
   ctx->init_ns = wd_now_ns();
+  ctx->bcast_func = wd_str_id("Broadcast");
   for (int i = 0; i < WD_NSTR; i++) {
     atomic_store(&ctx->seq_enq[i], -1);
     atomic_store(&ctx->seq_done[i], -1);

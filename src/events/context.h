@@ -33,6 +33,7 @@ typedef struct wd_context {
    * the last Broadcast CollApi's group and root, and whether a Broadcast group of several roots
    * ever ran. */
   _Atomic uint8_t gather_seen;
+  uint8_t bcast_func; /* "Broadcast"'s string id, interned at bind: the hot path compares ids */
   _Atomic uint32_t pinned_api; /* captured API events whose slots are kept (track.c) */
   _Atomic int32_t bcast_root;
   _Atomic uint64_t bcast_group;

@@ -254,8 +254,7 @@ static uint64_t wd_group_order(wd_context *ctx, void *group_obj, int *grouped) {
  * from a CollApi of the application thread: a group of Broadcasts from several roots takes the
  * AllGatherV path (enqueue.cc, ncclPrepareTasks). */
 static void wd_note_api(wd_context *ctx, const wd_start_req *req) {
-  const char *f = wd_str(req->rec.func);
-  if (f == NULL || f[0] != 'B' || strcmp(f, "Broadcast") != 0) return; /* the first byte: most calls */
+  if (req->rec.func != ctx->bcast_func || ctx->bcast_func == WD_STR_OVERFLOW) return;
   uint64_t group = (uint64_t)(uintptr_t)req->parent_obj;
   if (group && atomic_load_explicit(&ctx->bcast_group, memory_order_relaxed) == group &&
       atomic_load_explicit(&ctx->bcast_root, memory_order_relaxed) != req->rec.peer)
@@ -591,7 +590,7 @@ int wd_track_state(void *handle, int state, const void *args) {
      * sendProxyProgress: SendWait until the request tests done): in a pipelined ring every
      * link's whole step waits on the slowest, this part alone tells a slow link. One clock read
      * per send step, out of line so that the other states need no stack frame. */
-    if (st == WD_ST_SEND_WAIT) return wd_mark_send_wait(ev);
+    if (st == WD_ST_SEND_WAIT && type == WD_T_PROXYSTEP) return wd_mark_send_wait(ev);
     return 0;
   }
   return wd_state_record(ev, type, st, args);
