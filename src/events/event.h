@@ -51,8 +51,9 @@ enum {
                              whether its kernel ended (revoke) or still waits (network error) */
   WD_GPU_NET_ERROR = 32,  /* that thread exited while the CUDA end event says the kernel still
                              waits: a network error ended NCCL's proxy loop (judge.h) */
-  WD_GPU_MOVED_ON = 64,   /* with PROXY_GONE: the application made NCCL calls since the op last
-                             moved (a revoke or shrink it recovered from), so it is abandoned */
+  WD_GPU_MOVED_ON = 64,   /* with PROXY_GONE: the application made a communicator since the op
+                             started and carries on with it (a revoke or shrink it recovered
+                             from), so it is abandoned; kept once seen */
 };
 
 typedef struct wd_event {

@@ -23,8 +23,8 @@ uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
      * with the kernels still waiting (proxy.cc, progress loop): the end event never does. */
     gpu |= (gpu & WD_GPU_KNOWN) ? WD_GPU_NET_ERROR : WD_GPU_PROXY_GONE;
     /* Without CUDA events the two differ in what the application does next: after a revoke or
-     * a shrink it goes on calling NCCL (the shrunk communicator, init.cc ncclCommShrink); after
-     * a network error it waits on the kernel and calls nothing (PyTorch's watchdog would abort).
+     * a shrink it carries on with a new communicator (init.cc ncclCommShrink); after a network
+     * error it waits on the kernel (PyTorch's watchdog would abort).
      * Only the first is abandoned; the second is timed out like any reached op. */
     if ((gpu & WD_GPU_PROXY_GONE) && in->moved_on) gpu |= WD_GPU_MOVED_ON;
   }
@@ -86,8 +86,8 @@ const char *wd_judge_why(uint32_t gpu) {
   if (gpu & WD_GPU_NET_ERROR)
     return "NCCL's proxy thread exited (a network error) while the kernel still waits: ";
   if (gpu & WD_GPU_PROXY_GONE)
-    return "NCCL's proxy thread exited with it in flight and the application made no NCCL call "
-           "since (a network error): ";
+    return "NCCL's proxy thread exited with it in flight and the application has not carried on "
+           "with a new communicator (a network error): ";
   return "";
 }
 

@@ -37,7 +37,7 @@ typedef struct wd_judge_in {
   uint32_t kch_trust;   /* WD_KCH_* (event.h) */
   uint64_t quiet_ns;    /* since its last progress */
   int proxy_gone;       /* the thread that drove its proxy part has exited */
-  int moved_on;         /* the process made NCCL calls (any communicator) since it last moved */
+  int moved_on;         /* a communicator made since it started is called since it last moved */
 } wd_judge_in;
 
 /* The scan's verdict on the kernel: WD_GPU_* bits (DONE, PROXY_GONE, NET_ERROR added). */

@@ -83,16 +83,13 @@ void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
  * (ncclCommShrink, init.cc). Its start, not its last move, is the mark: a state change is dated
  * by the scan that saw it, up to a poll late (track.h), and a communicator the job had before
  * the op is no recovery (after a network error the others may run on for a while). */
-static const wd_context *wd_newer_comm(const wd_context *ctx, uint64_t start_ns, uint64_t last_ns,
-                                        uint64_t calls_ns) {
-  if (calls_ns <= last_ns) return NULL;
+static const wd_context *wd_newer_comm(const wd_context *ctx, uint64_t start_ns, uint64_t last_ns) {
   for (const wd_context *c = wd_store.contexts; c; c = c->next)
     if (c != ctx && c->init_ns >= start_ns && c->calls_ns > last_ns) return c; /* one clock tick */
   return NULL;
 }
 
-static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, uint64_t calls_ns,
-                          wd_stall *s) {
+static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, wd_stall *s) {
   memset(s, 0, sizeof(*s));
   const wd_record *r = &v->snap.start;
   s->comm_id = ctx->comm_id;
@@ -115,7 +112,7 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
     if (n < sizeof(s->waiting_on))
       wd_describe_wait(ctx, v->ev, s->waiting_on + n, (unsigned)(sizeof(s->waiting_on) - n));
   }
-  const wd_context *newer = wd_newer_comm(ctx, r->ts_ns, v->snap.last_ns, calls_ns);
+  const wd_context *newer = wd_newer_comm(ctx, r->ts_ns, v->snap.last_ns);
   size_t n = strlen(s->waiting_on);
   if (newer && n < sizeof(s->waiting_on))
     snprintf(s->waiting_on + n, sizeof(s->waiting_on) - n,
@@ -235,7 +232,7 @@ static void wd_scan_child(wd_event *ev, uint64_t now) {
 
 /* Pass 3, root ops: what the evidence says about the kernel (judge.h). */
 static void wd_scan_settle(const wd_context *ctx, wd_event *ev, uint64_t now, uint64_t settle,
-                           uint64_t calls_ns, wd_tid_cache *tids) {
+                           wd_tid_cache *tids) {
   wd_judge_in in;
   in.gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed);
   in.kch_expected = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
@@ -247,27 +244,27 @@ static void wd_scan_settle(const wd_context *ctx, wd_event *ev, uint64_t now, ui
   in.quiet_ns = now > last ? now - last : 0;
   int tid = atomic_load_explicit(&ev->wd_proxy_tid, memory_order_relaxed);
   in.proxy_gone = tid > 0 && !wd_thread_alive(tids, tid);
-  /* Recovered from: the application made a communicator after the op last moved and calls NCCL
-   * on it (ncclCommShrink after a revoke, a re-init). Calls on communicators it had already
-   * would not do: after a network error the job's other communicators may run on for a while
-   * before the application blocks on this one. Once recovered, always (the new communicator may
-   * be finalized before the old one). */
-  uint64_t started = __atomic_load_n(&ev->startw[WD_RECW_TS], __ATOMIC_RELAXED);
-  in.moved_on = (in.gpu & WD_GPU_MOVED_ON) || wd_newer_comm(ctx, started, last, calls_ns) != NULL;
+  /* Recovered from, once its proxy thread is gone: the application made a communicator after the
+   * op started and calls NCCL on it (ncclCommShrink after a revoke, a re-init). Calls on
+   * communicators it had already would not do: after a network error the job's other
+   * communicators may run on for a while before the application blocks on this one. Once
+   * recovered, always (the new communicator may be finalized before the old one). */
+  in.moved_on = (in.gpu & WD_GPU_MOVED_ON) ||
+                (in.proxy_gone &&
+                 wd_newer_comm(ctx, __atomic_load_n(&ev->startw[WD_RECW_TS], __ATOMIC_RELAXED), last));
   atomic_store_explicit(&ev->wd_gpu, wd_judge_kernel(&in, settle), memory_order_relaxed);
 }
 
-uint64_t wd_note_calls(wd_context *ctx, uint64_t now) {
+void wd_note_calls(wd_context *ctx, uint64_t now) {
   /* The operation-level ring takes a record for every API, Group, Coll and P2p event: the
    * application's NCCL calls, whatever the proxy does. Dated by the poll that sees them. */
   uint64_t t = atomic_load_explicit(&ctx->ring.head, memory_order_relaxed);
   if (t != ctx->calls_seen) ctx->calls_ns = now;
   ctx->calls_seen = t;
-  return ctx->calls_ns;
 }
 
-uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const wd_config *cfg,
-                         wd_stall *out, uint32_t max) {
+uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
+                         uint32_t max) {
   uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
   wd_tid_cache tids = {0};
@@ -282,7 +279,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
       wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
-      if (wd_is_root(ev)) wd_scan_settle(ctx, ev, now, settle, calls_ns, &tids);
+      if (wd_is_root(ev)) wd_scan_settle(ctx, ev, now, settle, &tids);
     }
 
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
@@ -291,7 +288,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const
     wd_slot_view v;
     if (!wd_view_read(ev, now, ctx, cfg, &v)) continue;
     if (v.snap.is_root) {
-      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, calls_ns, &out[nst++]);
+      if (v.snap.status == WD_OP_STALLED && nst < max) wd_fill_stall(ctx, &v, now, &out[nst++]);
       if (v.open || wd_event_from_handle(v.handle) != ev) continue;
       /* Its kernel is done (ground truth, or trustworthy kernel channels), or a later operation
        * completed and neither ground truth nor a step its kernel needs says otherwise: done on

@@ -20,10 +20,10 @@ int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg
 
 /* One pass over a context: retire operations a later completed one vouches for, abandon their
  * children that NCCL will never stop, and append stalls (up to max) to out. Returns the number
- * of stalls appended. calls_ns: when the process last made an NCCL call on any communicator
- * (wd_note_calls), which tells a revoke it recovered from from a network error. */
-uint64_t wd_note_calls(wd_context *ctx, uint64_t now);
-uint32_t wd_scan_context(wd_context *ctx, uint64_t now, uint64_t calls_ns, const wd_config *cfg, wd_stall *out,
+ * of stalls appended. Every context's calls are noted first (wd_note_calls): a communicator made
+ * and called after an operation started tells a revoke recovered from from a network error. */
+void wd_note_calls(wd_context *ctx, uint64_t now);
+uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max);
 
 /* Operations of ctx NCCL left in flight: reached, not done, quiet for two polls (a finalize

@@ -68,8 +68,6 @@ static struct {
   uint64_t episode_comm;     /* its communicator */
   int warned_max;
   wd_process_id proc; /* boot id and process start, read when the thread starts */
-  uint64_t calls_ns; /* when a poll last saw the application call NCCL, on any communicator
-                        (finalized ones included): stall.c, wd_note_calls */
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
   /* An abort dump asked for by a finalizing thread, done by this one. */
@@ -265,14 +263,10 @@ static void wd_check_stalls(uint64_t now) {
   uint32_t n = 0;
   int metrics_due = wd_metrics_due(now);
   pthread_mutex_lock(&wd_store.lock);
-  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
-    uint64_t c = wd_note_calls(ctx, now);
-    if (c > wd_wd.calls_ns) wd_wd.calls_ns = c;
-  }
-  uint64_t calls_ns = wd_wd.calls_ns;
+  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) wd_note_calls(ctx, now);
   for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next) {
     wd_watch_mask(ctx);
-    n += wd_scan_context(ctx, now, calls_ns, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
+    n += wd_scan_context(ctx, now, wd_wd.cfg, stalls + n, WD_MAX_STALLS - n);
     wd_metrics_note(ctx, now, metrics_due);
     /* What a decoder needs besides the records, should the process die before the next poll. */
     wd_context_refresh_file(ctx);
@@ -530,7 +524,6 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.warned_max = 0;
   wd_wd.last_dump_ns = 0;
   wd_wd.nepisodes = 0;
-  wd_wd.calls_ns = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));
   wd_process_identity(&wd_wd.proc);
   wd_metrics_open(cfg, wd_wd.host, (int)getpid());

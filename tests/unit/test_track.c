@@ -173,7 +173,7 @@ static uint64_t ring_head(const wd_ring *r) { return atomic_load(&r->head); }
 
 static uint32_t scan(wd_context *c, uint64_t now, const wd_config *cfg, wd_stall *out, uint32_t max) {
   pthread_mutex_lock(&wd_store.lock);
-  uint32_t n = wd_scan_context(c, now, wd_note_calls(c, now), cfg, out, max);
+  uint32_t n = (wd_note_calls(c, now), wd_scan_context(c, now, cfg, out, max));
   pthread_mutex_unlock(&wd_store.lock);
   return n;
 }
