@@ -1301,10 +1301,20 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-#define CLOCK_MAX_HOSTS 4096
 #define CLOCK_FIX_MIN_NS 1000000000ll    /* a smaller offset is within write delays: left alone */
 #define CLOCK_SPREAD_MAX_NS 2000000000ll /* a host's files must agree with each other this well */
 #define CLOCK_COPIED_NS 120000000000ll   /* files stamped this long after their dump: copied */
+
+typedef struct host_clock {
+  wd_az_str host;
+  int64_t med, spread; /* median and spread of wall_ns - mtime over its dumps */
+  int fix;
+} host_clock;
+
+static int cmp_host(const void *a, const void *b) {
+  wd_az_str x = g_sort_set->dumps[*(const size_t *)a].host, y = g_sort_set->dumps[*(const size_t *)b].host;
+  return (x > y) - (x < y);
+}
 
 /* No wall clock is compared across hosts without an offset: each host's clock is set against
  * the shared file system's, which stamped every dump file as it was written (its mtime). For a
@@ -1315,52 +1325,59 @@ static int cmp_i64(const void *a, const void *b) {
 void wd_az_clock_offsets(wd_az_set *set) {
   set->clock_note[0] = '\0';
   wd_az_str pm = wd_az_intern("postmortem");
-  static wd_az_str hosts[CLOCK_MAX_HOSTS];
-  static int64_t med[CLOCK_MAX_HOSTS], spread[CLOCK_MAX_HOSTS];
-  int nh = 0;
+  size_t n = 0, *ix = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*ix));
   int64_t *v = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*v));
-  if (!v) return;
-  for (size_t i = 0; i < set->ndumps; i++) {
-    const wd_az_dump *d = &set->dumps[i];
-    if (!d->kept || d->reason == pm || !d->mtime_ns) continue;
-    int seen = 0;
-    for (int h = 0; h < nh && !seen; h++) seen = hosts[h] == d->host;
-    if (seen || nh == CLOCK_MAX_HOSTS) continue;
-    int n = 0;
-    for (size_t j = i; j < set->ndumps; j++) {
-      const wd_az_dump *e = &set->dumps[j];
-      if (e->kept && e->host == d->host && e->reason != pm && e->mtime_ns)
-        v[n++] = (int64_t)(e->wall_ns - e->mtime_ns);
-    }
-    qsort(v, (size_t)n, sizeof(*v), cmp_i64);
-    hosts[nh] = d->host;
-    med[nh] = v[n / 2];
-    spread[nh++] = v[n - 1] - v[0];
+  host_clock *hc = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*hc));
+  if (!ix || !v || !hc) goto out;
+  for (size_t i = 0; i < set->ndumps; i++)
+    if (set->dumps[i].kept && set->dumps[i].reason != pm && set->dumps[i].mtime_ns) ix[n++] = i;
+  /* One pass per host over the dumps sorted by host (a 100,000-rank job: 12,500 hosts). */
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_host);
+  size_t nh = 0;
+  for (size_t a = 0, b; a < n; a = b) {
+    size_t k = 0;
+    for (b = a; b < n && set->dumps[ix[b]].host == set->dumps[ix[a]].host; b++)
+      v[k++] = (int64_t)(set->dumps[ix[b]].wall_ns - set->dumps[ix[b]].mtime_ns);
+    qsort(v, k, sizeof(*v), cmp_i64);
+    hc[nh++] = (host_clock){set->dumps[ix[a]].host, v[k / 2], v[k - 1] - v[0], 0};
   }
-  free(v);
-  if (nh < 2) return;
-  int64_t sorted[CLOCK_MAX_HOSTS];
-  memcpy(sorted, med, (size_t)nh * sizeof(*med));
-  qsort(sorted, (size_t)nh, sizeof(*sorted), cmp_i64);
-  int64_t common = sorted[nh / 2];
-  if (nh == 2) common = llabs(sorted[0]) < llabs(sorted[1]) ? sorted[0] : sorted[1];
-  if (llabs(common) > CLOCK_COPIED_NS) return;
+  if (nh < 2) goto out;
+  for (size_t h = 0; h < nh; h++) v[h] = hc[h].med;
+  qsort(v, nh, sizeof(*v), cmp_i64);
+  int64_t common = v[nh / 2];
+  if (nh == 2) common = llabs(v[0]) < llabs(v[1]) ? v[0] : v[1];
+  if (llabs(common) > CLOCK_COPIED_NS) goto out;
   size_t pos = 0;
-  for (int h = 0; h < nh; h++) {
-    int64_t dev = med[h] - common;
-    if (llabs(dev) < CLOCK_FIX_MIN_NS || spread[h] > CLOCK_SPREAD_MAX_NS) continue;
-    for (size_t i = 0; i < set->ndumps; i++)
-      if (set->dumps[i].host == hosts[h]) {
-        set->dumps[i].clock_fix_ns = dev;
-        set->dumps[i].wall_ns -= (uint64_t)dev;
-      }
+  for (size_t h = 0; h < nh; h++) {
+    int64_t dev = hc[h].med - common;
+    if (llabs(dev) < CLOCK_FIX_MIN_NS || hc[h].spread > CLOCK_SPREAD_MAX_NS) continue;
+    hc[h].fix = 1;
     if (pos < sizeof set->clock_note)
       pos += (size_t)snprintf(set->clock_note + pos, sizeof set->clock_note - pos,
                               "%shost %s's clock read %.1f s %s the others' (within %.1f s, from the file "
                               "system's times of its dumps): corrected",
-                              pos ? "; " : "", wd_az_s(hosts[h]), (double)llabs(dev) / 1e9,
-                              dev > 0 ? "ahead of" : "behind", (double)spread[h] / 1e9 + 0.1);
+                              pos ? "; " : "", wd_az_s(hc[h].host), (double)llabs(dev) / 1e9,
+                              dev > 0 ? "ahead of" : "behind", (double)hc[h].spread / 1e9 + 0.1);
   }
+  /* Every dump of a corrected host, its ring files included: hosts found by binary search. */
+  for (size_t i = 0; i < set->ndumps; i++) {
+    size_t lo = 0, hi = nh;
+    while (lo < hi) {
+      size_t mid = (lo + hi) / 2;
+      if (hc[mid].host < set->dumps[i].host) lo = mid + 1;
+      else hi = mid;
+    }
+    if (lo < nh && hc[lo].host == set->dumps[i].host && hc[lo].fix) {
+      int64_t dev = hc[lo].med - common;
+      set->dumps[i].clock_fix_ns = dev;
+      set->dumps[i].wall_ns -= (uint64_t)dev;
+    }
+  }
+out:
+  free(ix);
+  free(v);
+  free(hc);
 }
 
 static int cmp_host_pid(const void *a, const void *b) {
