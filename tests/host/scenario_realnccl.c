@@ -139,32 +139,43 @@ static void *proxy_then_exit(void *arg) {
   return NULL;
 }
 
+/* An AllReduce on c whose proxy part is driven by a thread that stops part way and exits
+ * (proxy.cc, progress loop: a revoke's abort flag or a network error ends it, nothing stopped). */
+static void op_lose_proxy(wdh_comm *c, wdh_op *op) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  cfg.hang_step = 1;
+  wdh_op_enqueue(c, &cfg, op);
+  pthread_t t;
+  WDH_CHECK(pthread_create(&t, NULL, proxy_then_exit, op) == 0, "proxy thread");
+  pthread_join(t, NULL);
+  wdh_op_finish(op);
+}
+
+/* Healthy AllReduces on c for ms milliseconds, 20 ms apart. */
+static void run_for(wdh_comm *c, uint64_t ms) {
+  wdh_op_cfg ok;
+  wdh_op_cfg_default(&ok);
+  uint64_t end = wdh_now_ns() + ms * 1000000ull;
+  while (wdh_now_ns() < end) {
+    wdh_op o;
+    wdh_op_run(c, &ok, &o);
+    wdh_sleep_ms(20);
+  }
+}
+
 static int case_revoke(wdh_plugin *p, const mode *m, expect *e) {
   (void)m;
   (void)e;
   wdh_comm old, fresh;
   init(&old, p, 0x1004, "revoked");
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.hang_channel = 0;
-  cfg.hang_step = 1;
   wdh_op op;
-  wdh_op_enqueue(&old, &cfg, &op);
-  pthread_t t;
-  WDH_CHECK(pthread_create(&t, NULL, proxy_then_exit, &op) == 0, "proxy thread");
-  pthread_join(t, NULL);
-  wdh_op_finish(&op);
+  op_lose_proxy(&old, &op);
   /* Revoke: its kernels exit (the stream drains), its proxy thread is gone, no finalize. */
   wdh_gpu_complete(&old, op.gpu_pos);
   init(&fresh, p, 0x1005, "shrunk");
-  wdh_op_cfg ok;
-  wdh_op_cfg_default(&ok);
-  uint64_t end = wdh_now_ns() + 3ull * TIMEOUT_MS * 1000000ull;
-  while (wdh_now_ns() < end) {
-    wdh_op o;
-    wdh_op_run(&fresh, &ok, &o);
-    wdh_sleep_ms(20);
-  }
+  run_for(&fresh, 3ull * TIMEOUT_MS);
   wdh_comm_finalize(&fresh);
   wdh_comm_finalize(&old); /* at the end of the job */
   return 0;
@@ -181,24 +192,9 @@ static int case_neterr_busy(wdh_plugin *p, const mode *m, expect *e) {
   init(&a, p, 0x1014, "neterr");
   init(&b, p, 0x1015, "busy");
   wdh_sleep_ms(20); /* B is older than the op by more than a tick of the coarse clock */
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.hang_channel = 0;
-  cfg.hang_step = 1;
   static wdh_op op;
-  wdh_op_enqueue(&a, &cfg, &op);
-  pthread_t t;
-  WDH_CHECK(pthread_create(&t, NULL, proxy_then_exit, &op) == 0, "proxy thread");
-  pthread_join(t, NULL);
-  wdh_op_finish(&op);
-  wdh_op_cfg ok;
-  wdh_op_cfg_default(&ok);
-  uint64_t end = wdh_now_ns() + 2ull * TIMEOUT_MS * 1000000ull;
-  while (wdh_now_ns() < end) {
-    wdh_op o;
-    wdh_op_run(&b, &ok, &o);
-    wdh_sleep_ms(20);
-  }
+  op_lose_proxy(&a, &op);
+  run_for(&b, 2ull * TIMEOUT_MS);
   wdh_comm_finalize(&b);
   e->hung = 1;
   e->open = &a;

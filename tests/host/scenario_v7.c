@@ -220,6 +220,22 @@ static void case_mask(const char *dir, int abi) {
             abi, st);
 }
 
+/* A symmetric plan's task (NCCL 2.31, symmetric_sched.cc: isSymColl, NVLS, only the head
+ * announces channels). */
+static void sym_coll(wdh_descr *d, void *group, uint64_t seq, uint8_t nch) {
+  memset(d, 0, sizeof *d);
+  d->type = ncclProfileColl;
+  d->parent_group = group;
+  d->func = "AllReduce";
+  d->count = 4096;
+  d->datatype = "ncclFloat32";
+  d->seq = seq;
+  d->n_channels = nch;
+  d->is_sym_coll = true;
+  d->algo = "NVLS";
+  d->proto = "Simple";
+}
+
 /* A captured symmetric AllReduce replayed 2,000 times (NCCL 2.31: at a replay a symmetric plan's
  * tasks get Group and Coll from the host node, isSymColl, and no KernelCh: issue 40's reading of
  * plugin/profiler.cc and enqueue.cc): nothing may stay in flight, nothing may stall. */
@@ -248,18 +264,8 @@ static void case_symreplay(const char *dir) {
     memset(&d, 0, sizeof d);
     d.type = ncclProfileGroup;
     void *group = wdh_start(&p, c.ctx, &d);
-    memset(&d, 0, sizeof d);
-    d.type = ncclProfileColl;
+    sym_coll(&d, group, (uint64_t)r, 2);
     d.parent = capi; /* the capture-time CollApi, long stopped */
-    d.parent_group = group;
-    d.func = "AllReduce";
-    d.count = 4096;
-    d.datatype = "ncclFloat32";
-    d.seq = (uint64_t)r;
-    d.n_channels = 2;
-    d.is_sym_coll = true;
-    d.algo = "NVLS";
-    d.proto = "Simple";
     wdh_stop(&p, wdh_start(&p, c.ctx, &d));
     wdh_stop(&p, group);
   }
@@ -288,17 +294,7 @@ static void case_sym(const char *dir) {
     void *group = wdh_start(&p, c.ctx, &d);
     void *coll[3];
     for (int t = 0; t < 3; t++) {
-      memset(&d, 0, sizeof d);
-      d.type = ncclProfileColl;
-      d.parent_group = group;
-      d.func = "AllReduce";
-      d.count = 4096;
-      d.datatype = "ncclFloat32";
-      d.seq = (uint64_t)(round * 3 + t);
-      d.n_channels = t == 0 ? 2 : 0; /* only the head */
-      d.is_sym_coll = true;
-      d.algo = "NVLS";
-      d.proto = "Simple";
+      sym_coll(&d, group, (uint64_t)(round * 3 + t), t == 0 ? 2 : 0); /* only the head */
       coll[t] = wdh_start(&p, c.ctx, &d);
       wdh_stop(&p, coll[t]);
     }
