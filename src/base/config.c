@@ -323,7 +323,7 @@ enum {
   K_SIGNAL, K_BT_SIGNAL, K_ACTION, K_MASK, K_BACKTRACE, K_BT_WAIT, K_PEER_DUMPS, K_MAX_DUMPS,
   K_CLOCK, K_GPU_EVENTS, K_RING_DIR, K_KEEP_RINGS, K_TERM_DUMP, K_PYTHON, K_HOSTNAME, K_COMPRESS, K_METRICS, K_METRICS_DIR, K_TRIGGER_POLL, K_PEER_RECORDS, K_MEMORY_BUDGET, K_KERNELCH,
   K_VERDICT, K_ANALYZER, K_VERDICT_WAIT, K_VERDICT_LIMIT, K_VERDICT_MEMORY, K_ON_VERDICT,
-  K_TELEMETRY, K_TELEMETRY_LINKS, K_OTLP_ENDPOINT, K_OTLP_INTERVAL, K_OTLP_TIMEOUT, K_OTLP_HEADERS, K_COUNT
+  K_TELEMETRY, K_TELEMETRY_LINKS, K_GRAPH_LAUNCHES, K_OTLP_ENDPOINT, K_OTLP_INTERVAL, K_OTLP_TIMEOUT, K_OTLP_HEADERS, K_COUNT
 };
 
 static const char *const wd_key_names[K_COUNT] = {
@@ -365,6 +365,7 @@ static const char *const wd_key_names[K_COUNT] = {
     [K_ON_VERDICT] = "NCCL_WATCHDOG_ON_VERDICT",
     [K_TELEMETRY] = "NCCL_WATCHDOG_TELEMETRY",
     [K_TELEMETRY_LINKS] = "NCCL_WATCHDOG_TELEMETRY_LINKS",
+    [K_GRAPH_LAUNCHES] = "NCCL_WATCHDOG_GRAPH_LAUNCHES",
     [K_OTLP_ENDPOINT] = "NCCL_WATCHDOG_OTLP_ENDPOINT",
     [K_OTLP_INTERVAL] = "NCCL_WATCHDOG_OTLP_INTERVAL",
     [K_OTLP_TIMEOUT] = "NCCL_WATCHDOG_OTLP_TIMEOUT",
@@ -417,6 +418,7 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->verdict_memory_mib = 16384;
   cfg->telemetry = 1;
   cfg->telemetry_links = 512;
+  cfg->graph_launches = 1024;
   cfg->otlp_interval_ns = 10 * WD_NS_PER_S;
   cfg->otlp_timeout_ns = 5 * WD_NS_PER_S;
 }
@@ -516,6 +518,7 @@ static const char *const wd_key_expect[K_COUNT] = {
     [K_ON_VERDICT] = "a command and its arguments, no shell",
     [K_TELEMETRY] = "1/0, true/false, yes/no, on/off",
     [K_TELEMETRY_LINKS] = "an integer, 16 to 65536",
+    [K_GRAPH_LAUNCHES] = "an integer, 0 (off) to 65536",
     [K_OTLP_ENDPOINT] = "an http:// or https:// URL, or off",
     [K_OTLP_INTERVAL] = "1s, 10s, 1m",
     [K_OTLP_TIMEOUT] = "500ms, 5s, 30s",
@@ -573,6 +576,7 @@ static void wd_current(const wd_config *cfg, int key, char *buf, size_t len) {
   case K_ON_VERDICT: path_or(cfg->on_verdict, "none", buf, len); break;
   case K_TELEMETRY: snprintf(buf, len, "%d", cfg->telemetry); break;
   case K_TELEMETRY_LINKS: snprintf(buf, len, "%u", cfg->telemetry_links); break;
+  case K_GRAPH_LAUNCHES: snprintf(buf, len, "%u", cfg->graph_launches); break;
   case K_OTLP_ENDPOINT: path_or(cfg->otlp_endpoint, "off", buf, len); break;
   case K_OTLP_INTERVAL: wd_fmt_duration(cfg->otlp_interval_ns, buf, len); break;
   case K_OTLP_TIMEOUT: wd_fmt_duration(cfg->otlp_timeout_ns, buf, len); break;
@@ -742,6 +746,10 @@ static void wd_apply(const wd_load_ctx *lc, wd_config *cfg, int key, const wd_so
     case K_TELEMETRY_LINKS:
       why = wd_check_uint(val, 16, 65536, NULL, &u, reason, sizeof reason);
       if (!why) cfg->telemetry_links = (uint32_t)u;
+      break;
+    case K_GRAPH_LAUNCHES:
+      why = wd_check_uint(val, 0, 65536, NULL, &u, reason, sizeof reason);
+      if (!why) cfg->graph_launches = (uint32_t)u;
       break;
     case K_OTLP_INTERVAL:
     case K_OTLP_TIMEOUT:

@@ -61,6 +61,8 @@ typedef struct wd_config {
   /* Fail-slow telemetry (telemetry/aggregate.h) and its OpenTelemetry export. */
   int telemetry;                 /* NCCL_WATCHDOG_TELEMETRY: aggregates in the metrics, default 1 */
   uint32_t telemetry_links;      /* NCCL_WATCHDOG_TELEMETRY_LINKS: link rows per process, 512 */
+  uint32_t graph_launches;       /* NCCL_WATCHDOG_GRAPH_LAUNCHES: captured launches followed per
+                                    communicator (events/graph.h), 1024; 0 = off */
   char otlp_endpoint[WD_PATH_MAX]; /* NCCL_WATCHDOG_OTLP_ENDPOINT: OTLP/HTTP URL, empty = off */
   uint64_t otlp_interval_ns;     /* NCCL_WATCHDOG_OTLP_INTERVAL: between exports, 10 s */
   uint64_t otlp_timeout_ns;      /* NCCL_WATCHDOG_OTLP_TIMEOUT: one export's limit, 5 s */

@@ -97,6 +97,11 @@ const wd_cuda *wd_cuda_get(void) {
         !wd_cuda_sym(h, &t->event_query, "cuEventQuery", NULL) &&
         !wd_cuda_sym(h, &t->stream_is_capturing, "cuStreamIsCapturing", NULL) &&
         !wd_cuda_sym(h, &t->capture_mode_exchange, "cuThreadExchangeStreamCaptureMode", NULL)) {
+      /* Optional: the captured-launch watch (events/graph.h) is off without the first two. */
+      if (wd_cuda_sym(h, &t->event_record_flags, "cuEventRecordWithFlags", NULL) ||
+          wd_cuda_sym(h, &t->launch_host_func, "cuLaunchHostFunc", NULL))
+        t->event_record_flags = NULL, t->launch_host_func = NULL;
+      if (wd_cuda_sym(h, &t->capture_info, "cuStreamGetCaptureInfo_v2", NULL)) t->capture_info = NULL;
       wd_cuda_dl = h;
       wd_cuda_state = 1;
     } else if (h) {

@@ -2,6 +2,8 @@
 #ifndef WD_GPU_H
 #define WD_GPU_H
 
+#include <stddef.h>
+
 #define WD_UUID_LEN 48
 
 /* Write the current device's UUID ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") into buf, or an
@@ -22,6 +24,14 @@ typedef struct wd_cuda {
   int (*event_query)(void *event);
   int (*stream_is_capturing)(void *stream, int *status);
   int (*capture_mode_exchange)(int *mode); /* cuThreadExchangeStreamCaptureMode */
+  /* For captured launches (events/graph.h); NULL where the driver lacks them. */
+  int (*event_record_flags)(void *event, void *stream, unsigned flags); /* cuEventRecordWithFlags */
+  int (*launch_host_func)(void *stream, void (*fn)(void *), void *arg); /* cuLaunchHostFunc */
+  /* cuStreamGetCaptureInfo_v2: status, capture id (unique per capture in the process), and
+   * graph / dependencies, which are not used (NULL). Optional: without it every captured
+   * launch counts its own replays. */
+  int (*capture_info)(void *stream, int *status, unsigned long long *id, void **graph,
+                      const void **deps, size_t *ndeps);
 } wd_cuda;
 
 #define WD_CUDA_SUCCESS 0
@@ -29,6 +39,8 @@ typedef struct wd_cuda {
 #define WD_CU_EVENT_DISABLE_TIMING 0x2  /* CU_EVENT_DISABLE_TIMING */
 #define WD_CU_CAPTURE_NONE 0            /* CU_STREAM_CAPTURE_STATUS_NONE */
 #define WD_CU_CAPTURE_MODE_RELAXED 2    /* CU_STREAM_CAPTURE_MODE_RELAXED */
+#define WD_CU_CAPTURE_ACTIVE 1          /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
+#define WD_CU_EVENT_RECORD_EXTERNAL 0x1 /* CU_EVENT_RECORD_EXTERNAL: an event node every replay records */
 
 /* The driver's table when libcuda.so.1 is already loaded in the process (NCCL loaded it) and
  * exports every entry point above; NULL otherwise. The first call opens it; wd_cuda_release()

@@ -525,6 +525,35 @@ static int put_python(cJSON *root, const wd_py_result *py) {
   return 0;
 }
 
+static const char *glaunch_state(uint8_t st) {
+  switch (st) {
+  case WD_GL_WAIT: return "notReached";
+  case WD_GL_IN: return "inProgress";
+  case WD_GL_PASSED: return "passed";
+  default: return "notReplayed";
+  }
+}
+
+/* Launches captured into CUDA graphs and the replay the GPU is at (events/graph.h). */
+static int put_glaunch(cJSON *o, const wd_comm_snap *cs) {
+  if (cs->nglaunch == 0 && cs->glaunch_unfollowed == 0) return 0;
+  cJSON *arr = cJSON_AddArrayToObject(o, "graphLaunches");
+  if (!arr || add_num(o, "graphLaunchesUnfollowed", cs->glaunch_unfollowed)) return -1;
+  for (uint32_t i = 0; cs->glaunch && i < cs->nglaunch; i++) {
+    const wd_glaunch_snap *g = &cs->glaunch[i];
+    cJSON *e = cJSON_CreateObject();
+    if (push(arr, e) || add_num(e, "graph", g->graph) || add_num(e, "launch", g->pos) ||
+        add_str(e, "func", g->func ? wd_str(g->func) : "") ||
+        add_str(e, "datatype", g->dtype ? wd_str(g->dtype) : "") ||
+        add_num(e, "count", (double)g->count) || add_num(e, "root", g->root) ||
+        add_num(e, "calls", g->ncalls) || add_num(e, "replays", (double)g->replays) ||
+        add_str(e, "state", glaunch_state(g->state)) || add_ms(e, "forMs", g->for_ns) ||
+        (g->error && add_bool(e, "queryError", 1)))
+      return -1;
+  }
+  return 0;
+}
+
 static int put_stall(cJSON *arr, const wd_stall *s) {
   cJSON *o = cJSON_CreateObject();
   if (push(arr, o)) return -1;
@@ -537,6 +566,12 @@ static int put_stall(cJSON *arr, const wd_stall *s) {
       add_ms(o, "ageMs", s->age_ns) ||
       add_bounded_str(o, "waitingOn", s->waiting_on, sizeof(s->waiting_on)))
     return -1;
+  if (s->graph) {
+    cJSON *g = cJSON_AddObjectToObject(o, "graph");
+    if (!g || add_num(g, "graph", s->graph) || add_num(g, "launch", s->graph_pos) ||
+        add_num(g, "replay", (double)s->replay) || add_str(g, "state", glaunch_state(s->graph_state)))
+      return -1;
+  }
   return 0;
 }
 
@@ -791,6 +826,7 @@ static int put_comm(wd_ctx *c, cJSON *arr, const wd_comm_snap *cs) {
   if (!p2p || add_num(p2p, "enqueued", (double)cs->p2p_enqueued) ||
       add_num(p2p, "completed", (double)cs->p2p_completed))
     return -1;
+  if (put_glaunch(o, cs)) return -1;
   uint32_t nev = cs->events ? cs->nevents : 0;
   if (add_section(c, o, "inflight", (wd_section){SEC_INFLIGHT, NULL, cs->events, nev}) ||
       add_section(c, o, "open", (wd_section){SEC_OPEN, NULL, cs->events, nev}))

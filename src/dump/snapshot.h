@@ -42,6 +42,19 @@ typedef struct wd_link_snap {
   double step_s, busy_s, rate, net_s, net_rate;
 } wd_link_snap;
 
+/* A launch captured into a CUDA graph and where its replays stand (events/graph.h). */
+typedef struct wd_glaunch_snap {
+  uint32_t graph, pos;   /* graph number in the communicator, launch in it (1-based) */
+  uint8_t func, dtype;   /* string ids of its captured call (0 unknown) */
+  uint16_t ncalls;       /* captured calls in its group */
+  int32_t root;
+  uint64_t count;
+  uint64_t replays;      /* replays the GPU has begun */
+  uint8_t state;         /* WD_GL_* at the last poll */
+  uint8_t error;
+  uint64_t for_ns;       /* in that state (this replay) for */
+} wd_glaunch_snap;
+
 typedef struct wd_comm_snap {
   uint64_t comm_id;
   char name[128];
@@ -60,6 +73,8 @@ typedef struct wd_comm_snap {
   wd_seq_snap ce_seq[8]; /* CE collectives: NCCL numbers them apart (ceSeqNum) */
   uint8_t gpu_events;    /* GPU progress from CUDA events around its launches */
   uint32_t launches_unbracketed; /* launches without CUDA events (capturing stream, driver error) */
+  uint32_t nglaunch, glaunch_unfollowed;
+  wd_glaunch_snap *glaunch; /* captured launches followed (oldest capture first) */
   int gpu_error;         /* last CUresult error the driver gave for its events, 0 none */
   int mask_set, mask_now; /* the event mask asked for at init, and NCCL's now (RAS may change it) */
   uint32_t nevents;
@@ -87,6 +102,10 @@ typedef struct wd_stall {
   uint64_t since_progress_ns;
   uint64_t age_ns;
   char waiting_on[256]; /* "ProxyStep 4 (recv from peer 2, channel 0) in RecvWait" */
+  /* A replay of a captured launch (graph > 0): which, and where the GPU stands in it. */
+  uint32_t graph, graph_pos;
+  uint64_t replay;
+  uint8_t graph_state; /* WD_GL_* */
 } wd_stall;
 
 typedef struct wd_dump_input {

@@ -42,6 +42,7 @@ static void wd_context_reset(wd_context *ctx) {
 void wd_context_free(wd_context *ctx) {
   wd_budget_rings(-(int64_t)ctx->ring_bytes);
   wd_launches_close(&ctx->launches);
+  wd_graphs_free(&ctx->graphs);
   wd_ring_destroy(&ctx->ring);
   wd_ring_destroy(&ctx->proxy_ring);
   wd_ringfile_close(&ctx->file, ctx->keep_file);
@@ -220,6 +221,8 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
   ctx->kch_on = kch_on;
   /* KernelLaunch (which carries the stream) and CeColl exist from ABI v5/v6 on. */
   if (gpu_events && abi >= 5) wd_launches_open(&ctx->launches);
+  /* Captured launches need the same driver and KernelLaunch; slots were sized at store level. */
+  if (gpu_events && abi >= 5 && ctx->launches.on) wd_graphs_open(&ctx->graphs);
   wd_rf_header *h = wd_ringfile_header(&ctx->file);
   if (h) {
     h->rank = rank;
@@ -239,6 +242,7 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
 void wd_context_retire(wd_context *ctx, uint64_t now) {
   ctx->magic = 0;
   wd_launches_close(&ctx->launches);
+  wd_graphs_close(&ctx->graphs);
   wd_context_refresh_file(ctx); /* its last counters, marked finalized */
   wd_pool_retire(&ctx->pool);
   wd_pool_retire(&ctx->proxy_pool);

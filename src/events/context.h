@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/gpu.h"
+#include "events/graph.h"
 #include "events/launch.h"
 #include "events/pool.h"
 #include "flightrec/ring.h"
@@ -64,6 +65,7 @@ typedef struct wd_context {
                                     when a poll last saw them move (stall.c, wd_note_calls) */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
   wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
+  wd_graphs graphs;        /* launches captured into CUDA graphs, and their replays */
   wd_ringfile file;        /* the rings' file-backed mapping, when NCCL_WATCHDOG_RING_DIR is on */
   int keep_file;           /* leave the file behind when the context is freed */
   int file_full;           /* watchdog only: the ring file could not be allocated further */

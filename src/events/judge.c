@@ -73,6 +73,14 @@ int wd_judge_release(const wd_slot_view *v, uint64_t now, uint64_t settle_ns) {
   if (v->group_done && v->snap.start.type == WD_T_COLL && v->snap.start.nChannels == 0 &&
       v->snap.children_seen == 0 && !(v->snap.gpu & WD_GPU_KNOWN) && quiet >= settle_ns)
     return 1;
+  /* A replay keyed to a captured launch whose host node never ran in this process (a host that
+   * replays without launching the graph): no ground truth after all, so done once its proxy
+   * work is over and two polls went by, as an operation without CUDA events would be. */
+  if ((v->snap.start.flags & WD_F_GRAPH) && v->snap.start.n > 0 &&
+      (v->snap.start.type == WD_T_COLL || v->snap.start.type == WD_T_P2P) &&
+      !(v->snap.gpu & WD_GPU_KNOWN) && v->snap.kch_expected == 0 && v->snap.children_open == 0 &&
+      v->snap.gpu_wait == 0 && quiet >= settle_ns)
+    return 1;
   return v->superseded && !(v->snap.gpu & (WD_GPU_KNOWN | WD_GPU_NET_ERROR)) &&
          v->snap.gpu_wait == 0 && quiet >= settle_ns;
 }

@@ -62,7 +62,7 @@ uint64_t wd_launch_begin(wd_launches *l, void *stream, uint64_t key) {
   /* Never add a node to a graph being captured: the launch is only recorded, not run. */
   if (cu->stream_is_capturing(stream, &st) != WD_CUDA_SUCCESS || st != WD_CU_CAPTURE_NONE) {
     atomic_fetch_add_explicit(&l->skipped, 1, memory_order_relaxed);
-    return 0;
+    return st == WD_CU_CAPTURE_ACTIVE ? WD_LAUNCH_CAPTURING : 0;
   }
   uint64_t token = atomic_fetch_add_explicit(&l->next, 1, memory_order_relaxed) + 1;
   wd_launch *s = &l->slot[token % WD_LAUNCH_SLOTS];

@@ -52,7 +52,9 @@ int wd_launches_open(wd_launches *l);
 void wd_launches_close(wd_launches *l);
 
 /* Hot path, NCCL's launching thread. Records the start event of a launch on stream and files it
- * under key (the GroupApi handle, 0 for none); returns its token, 0 when nothing was recorded. */
+ * under key (the GroupApi handle, 0 for none); returns its token, 0 when nothing was recorded,
+ * WD_LAUNCH_CAPTURING when the stream is capturing a graph (events/graph.h takes it). */
+#define WD_LAUNCH_CAPTURING UINT64_MAX
 uint64_t wd_launch_begin(wd_launches *l, void *stream, uint64_t key);
 /* Records the end event of the launch `token` (after the kernel was enqueued). */
 void wd_launch_end(wd_launches *l, uint64_t token);

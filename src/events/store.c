@@ -219,6 +219,12 @@ wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes
     ctx = wd_store_alloc_shrinking(cfg, name, rank);
     if (ctx == NULL) return NULL;
   }
+  /* Slots for captured launches (events/graph.h), kept when the context is recycled. Without
+   * them the communicator is profiled as before, its graphs' intra-node replays unseen. */
+  if (ctx->graphs.slot == NULL && cfg->gpu_events && cfg->graph_launches &&
+      wd_graphs_alloc(&ctx->graphs, cfg->graph_launches) != 0)
+    WD_WARN("communicator %s rank %d: no memory for %u captured-launch slots: hangs inside its "
+            "CUDA graphs' replays may go unseen", name ? name : "", rank, cfg->graph_launches);
   wd_context_bind(ctx, abi, comm_id, name, nnodes, nranks, rank,
                   (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0, cfg->gpu_events);
 

@@ -202,7 +202,10 @@ static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t
     }
   } else if (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL) {
     uint64_t token = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed);
-    if (token && ev->ctx) wd_launch_end(&ev->ctx->launches, token);
+    if (token && ev->ctx) {
+      if (wd_is_graph_key(token)) wd_graph_capture_end(&ev->ctx->graphs, wd_graph_key_slot(token) + 1u);
+      else wd_launch_end(&ev->ctx->launches, token);
+    }
   }
   wd_progress(ev, now);
   return wd_event_unref(ev);
@@ -275,7 +278,7 @@ static inline int wd_proxyop_foreign(int32_t pid, uint64_t rank_plus1, const wd_
  * their Coll/P2p starts, so the handle is usually stale by now. The slot is still ours and, freed
  * slots being reused late, still describes the parent unless it was re-initialised meanwhile (odd
  * seq) or is of another type. */
-static void wd_api_parent(wd_start_req *req, wd_event *pslot, uint32_t *parent_slot, uint64_t *gkey) {
+static wd_event *wd_api_parent(wd_start_req *req, wd_event *pslot, uint32_t *parent_slot, uint64_t *gkey) {
   unsigned type = req->rec.type;
   *parent_slot = __atomic_load_n(&pslot->slot_id, __ATOMIC_RELAXED);
   unsigned ptype = wd_event_type(pslot);
@@ -288,8 +291,26 @@ static void wd_api_parent(wd_start_req *req, wd_event *pslot, uint32_t *parent_s
    * (plugin/profiler.cc, ncclProfilerStartKernelLaunchEvent / StartTaskEvents). */
   if (ptype == WD_T_GROUPAPI && (type == WD_T_COLLAPI || type == WD_T_P2PAPI || type == WD_T_KERNELLAUNCH))
     *gkey = (uint64_t)(uintptr_t)req->parent_obj;
-  else if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI) && (type == WD_T_COLL || type == WD_T_P2P))
+  else if (intact && (ptype == WD_T_COLLAPI || ptype == WD_T_P2PAPI) && (type == WD_T_COLL || type == WD_T_P2P)) {
     *gkey = atomic_load_explicit(&pslot->gpu_key, memory_order_relaxed);
+    /* A replay names the captured call's kept slot (refs 2 while its context lives). */
+    if (req->rec.flags & WD_F_GRAPH) return pslot;
+  }
+  return NULL;
+}
+
+/* A replay's Coll/P2p, named by its captured API event `api`: the key of the captured launch
+ * under the same GroupApi and this replay's number (the API slot counts its replays; it caches
+ * the launch's slot in kch_expected, a field API events do not use otherwise). 0 when the
+ * launch is not followed. */
+static uint64_t wd_replay_key(wd_context *ctx, wd_event *api, uint64_t group, wd_record *rec) {
+  uint32_t cached = atomic_load_explicit(&api->kch_expected, memory_order_relaxed);
+  int gi = cached ? (int)cached - 1 : wd_graph_lookup(&ctx->graphs, group);
+  if (gi < 0) return 0;
+  if (!cached) atomic_store_explicit(&api->kch_expected, (uint32_t)gi + 1, memory_order_relaxed);
+  uint64_t r = atomic_fetch_add_explicit(&api->kch_done, 1, memory_order_relaxed) + 1u;
+  rec->n = (int32_t)(r & 0x7fffffff);
+  return wd_graph_key((uint32_t)gi, r);
 }
 
 void *wd_track_start(wd_start_req *req) {
@@ -301,6 +322,7 @@ void *wd_track_start(wd_start_req *req) {
   wd_event *parent = NULL;
   uint32_t parent_slot = WD_SLOT_NONE;
   uint64_t gkey = 0;
+  wd_event *replay_api = NULL;
   int detached;
   rec->raw = 0;
   /* The common case, a proxy-level child of a live event of the same communicator: the parent
@@ -333,19 +355,29 @@ void *wd_track_start(wd_start_req *req) {
         if (parent) parent_slot = parent->slot_id;
         else rec->flags |= WD_F_ORPHAN;
       } else {
-        wd_api_parent(req, pslot, &parent_slot, &gkey);
+        replay_api = wd_api_parent(req, pslot, &parent_slot, &gkey);
       }
     }
   }
   if (type == WD_T_COLLAPI && !detached && ctx->abi < 7) wd_note_api(ctx, req);
+  /* A captured call: what its launch, recorded next, will be named after. */
+  if ((type == WD_T_COLLAPI || type == WD_T_P2PAPI) && (rec->flags & WD_F_GRAPH) && !detached)
+    wd_graph_note_api(&ctx->graphs, gkey, rec->func, rec->dtype, rec->count, rec->peer);
   /* The call's userTag rides in raw, which only a foreign parent uses otherwise. */
   if (req->user_tag && rec->raw == 0 && !detached) {
     rec->raw = req->user_tag;
     rec->flags |= WD_F_TAGGED;
   }
   /* CUDA events around the launch (or the CE collective) on NCCL's stream. */
-  if (!detached && req->stream && (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL))
-    gkey = wd_launch_begin(&ctx->launches, req->stream, type == WD_T_KERNELLAUNCH ? gkey : 0);
+  if (!detached && req->stream && (type == WD_T_KERNELLAUNCH || type == WD_T_CECOLL)) {
+    uint64_t group = type == WD_T_KERNELLAUNCH ? gkey : 0;
+    gkey = wd_launch_begin(&ctx->launches, req->stream, group);
+    /* Into a graph being captured: the replays' own ground truth (graph.h). */
+    if (gkey == WD_LAUNCH_CAPTURING)
+      gkey = type == WD_T_KERNELLAUNCH ? wd_graph_capture_key(&ctx->graphs, req->stream, group) : 0;
+    else if (gkey && type == WD_T_KERNELLAUNCH)
+      wd_graph_note_eager(&ctx->graphs);
+  }
 
   wd_pool *pool = detached ? &wd_store.detached
                            : (wd_type_is_proxy_level(type) ? wd_child_pool(ctx, type) : &ctx->pool);
@@ -403,8 +435,14 @@ void *wd_track_start(wd_start_req *req) {
        * plan's, or a later one of the same group whose end implies its own (stream order). A
        * group of more ops than fit in one plan then never ties plan 1's ops to plan 2's kernel. */
       uint64_t lf, ll;
-      if (type != WD_T_CECOLL)
+      if (type != WD_T_CECOLL) {
+        uint64_t group = gkey;
         gkey = gkey && wd_launch_lookup(&ctx->launches, gkey, &lf, &ll) ? ll : 0;
+        /* A replay of a followed captured launch: held until the GPU has passed it in this
+         * replay, so the proxy work NCCL starts after its stop (enqueue.cc uploadProxyOps, from
+         * the graph's host node) joins it rather than becoming orphans. */
+        if (!gkey && replay_api && ctx->graphs.on) gkey = wd_replay_key(ctx, replay_api, group, rec);
+      }
       if (!ctx->kch_on && not_self && gkey) gpu_hold = 1;
       hold = (uint32_t)(kch_hold || gpu_hold);
       kch_expected = kch_hold ? rec->nChannels : 0;
@@ -420,6 +458,9 @@ void *wd_track_start(wd_start_req *req) {
      * hostStreamPlanCallback): its slot is kept, never reused, so each replay still reads
      * graphCaptured from it (bounded: WD_MAX_PINNED_API per communicator; finalize frees them). */
     refs = 2;
+    /* Its replay count and captured launch (wd_replay_key), fields only roots use otherwise. */
+    atomic_store_explicit(&ev->kch_expected, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
   } else if (type == WD_T_GROUP && !detached) {
     atomic_store_explicit(&ev->order, atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
                           memory_order_relaxed);

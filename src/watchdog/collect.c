@@ -67,6 +67,30 @@ static uint32_t wd_collect_seqs(const _Atomic int64_t *enq, const _Atomic int64_
   return n;
 }
 
+/* The captured launches followed, as the watchdog's last poll left them (its own fields). */
+static void wd_collect_glaunch(wd_graphs *g, uint64_t now, wd_comm_snap *c) {
+  c->glaunch_unfollowed = atomic_load(&g->unfollowed);
+  uint32_t n = g->slot ? atomic_load_explicit(&g->used, memory_order_acquire) : 0;
+  c->glaunch = n ? calloc(n, sizeof *c->glaunch) : NULL;
+  if (c->glaunch == NULL) return;
+  for (uint32_t i = 0; i < n; i++) {
+    const wd_glaunch *s = &g->slot[i];
+    if (atomic_load_explicit(&s->armed, memory_order_acquire) != 2) continue;
+    wd_glaunch_snap *o = &c->glaunch[c->nglaunch++];
+    o->graph = s->graph;
+    o->pos = s->pos;
+    o->func = s->func;
+    o->dtype = s->dtype;
+    o->ncalls = s->ncalls;
+    o->root = s->root;
+    o->count = s->count;
+    o->replays = s->w_replay;
+    o->state = s->w_state;
+    o->error = s->w_error;
+    o->for_ns = s->w_since_ns && now > s->w_since_ns ? now - s->w_since_ns : 0;
+  }
+}
+
 static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now, uint32_t keep,
                             wd_comm_snap *c) {
   memset(c, 0, sizeof(*c));
@@ -90,6 +114,7 @@ static void wd_collect_comm(wd_context *ctx, const wd_config *cfg, uint64_t now,
   c->mask_now = wd_mask_now(ctx);
   c->p2p_enqueued = atomic_load(&ctx->p2p_enq);
   c->p2p_completed = atomic_load(&ctx->p2p_done);
+  wd_collect_glaunch(&ctx->graphs, now, c);
   const wd_pool *pools[WD_CTX_NPOOLS] = {&ctx->pool, &ctx->proxy_pool};
   wd_collect_events(pools, WD_CTX_NPOOLS, ctx, cfg, now, &c->events, &c->nevents);
   wd_collect_ring(&ctx->ring, &c->ring, keep);
@@ -195,6 +220,7 @@ void wd_collect_free(wd_dump_input *in) {
     free(in->comms[i].ring.recs);
     free(in->comms[i].proxy_ring.recs);
     free(in->comms[i].links);
+    free(in->comms[i].glaunch);
   }
   free(in->comms);
   free(in->detached);

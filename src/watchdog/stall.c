@@ -174,7 +174,16 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
   int have = 0;
   /* A CE collective and a Coll/P2p both hold the token of the launch that brackets them. */
   if (type == WD_T_CECOLL || type == WD_T_COLL || type == WD_T_P2P) have = key != 0, first = last = key;
-  if (have) {
+  if (have && wd_is_graph_key(key)) {
+    /* A replay of a captured launch: its graph's counter and event records (graph.h). */
+    wd_graph_truth t;
+    wd_graph_truth_of(&ctx->graphs, wd_graph_key_slot(key), wd_graph_key_replay(key), &t);
+    if (t.known) {
+      gpu |= WD_GPU_KNOWN | (t.done ? WD_GPU_DONE : 0u);
+      uint64_t was = atomic_load_explicit(&ev->wd_reached_ns, memory_order_relaxed);
+      atomic_store_explicit(&ev->wd_reached_ns, t.reached ? (was ? was : now) : 0, memory_order_relaxed);
+    }
+  } else if (have) {
     wd_gpu_truth t;
     wd_launch_truth(&ctx->launches, first, last, now, &t);
     if (t.known) {
@@ -263,11 +272,53 @@ void wd_note_calls(wd_context *ctx, uint64_t now) {
   ctx->calls_seen = t;
 }
 
+/* Captured launches whose replay stopped on the GPU (graph.h): inside one for longer than the
+ * timeout, or not reached for longer than the unreached timeout. NCCL may report nothing of
+ * these replays (no proxy work, no KernelCh: enqueue.cc ncclLaunchPrepare adds no host node), so
+ * they are stalls of their own, named by graph, launch and replay. */
+static uint32_t wd_graph_stalls(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
+                                uint32_t max) {
+  wd_graphs *g = &ctx->graphs;
+  uint32_t n = g->on ? atomic_load_explicit(&g->used, memory_order_acquire) : 0, nst = 0;
+  for (uint32_t i = 0; i < n && nst < max; i++) {
+    const wd_glaunch *l = &g->slot[i];
+    uint64_t for_ns = l->w_since_ns && now > l->w_since_ns ? now - l->w_since_ns : 0;
+    int in = l->w_state == WD_GL_IN && for_ns > cfg->timeout_ns;
+    int wait = l->w_state == WD_GL_WAIT && cfg->unreached_timeout_ns && for_ns > cfg->unreached_timeout_ns;
+    if (!in && !wait) continue;
+    wd_stall *s = &out[nst++];
+    memset(s, 0, sizeof(*s));
+    s->comm_id = ctx->comm_id;
+    snprintf(s->comm_name, sizeof(s->comm_name), "%s", ctx->name);
+    s->rank = ctx->rank;
+    s->nranks = ctx->nranks;
+    s->type = WD_T_COLL;
+    s->func = l->func;
+    s->seq = -1;
+    s->peer = l->root;
+    s->slot = WD_SLOT_NONE;
+    s->since_progress_ns = s->age_ns = for_ns;
+    s->graph = l->graph;
+    s->graph_pos = l->pos;
+    s->replay = in ? l->w_replay : l->w_replay + 1;
+    s->graph_state = l->w_state;
+    snprintf(s->waiting_on, sizeof(s->waiting_on),
+             in ? "in it on the GPU in replay %llu of CUDA graph %u (launch %u): the start record "
+                  "of that replay completed, its end record did not"
+                : "not reached in replay %llu of CUDA graph %u (launch %u): the graph was launched "
+                  "again and the GPU has not got to it",
+             (unsigned long long)s->replay, l->graph, l->pos);
+  }
+  return nst;
+}
+
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max) {
   uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
   wd_tid_cache tids = {0};
+  /* First: a replay's operations read the state this leaves (wd_graph_truth_of). */
+  wd_graphs_poll(&ctx->graphs, now);
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
       wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);
@@ -307,7 +358,7 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
         wd_event_abandon(ev, now);
     }
   }
-  return nst;
+  return nst + wd_graph_stalls(ctx, now, cfg, out + nst, max - nst);
 }
 
 uint32_t wd_context_inflight(wd_context *ctx, uint64_t now, const wd_config *cfg) {

@@ -6,7 +6,27 @@
  * the host never completes.
  *
  * CUresult values as the driver's: 0 success, 600 not ready, 1 invalid value.
+ *
+ * Capture and replay, as the driver API documents them (cuda.h; CUDA C++ Programming Guide,
+ * "Stream Capture"):
+ *  - A capturing stream (cuStreamBeginCapture: "all operations pushed into the stream will not
+ *    be executed, but will instead be captured into a graph") takes nodes instead of work: a
+ *    kernel (wdfake_capture_kernel), an event record, a host function (cuLaunchHostFunc).
+ *  - cuEventRecordWithFlags with CU_EVENT_RECORD_EXTERNAL during capture adds an event record
+ *    node: "Each launch of the graph will record event" (cuGraphAddEventRecordNode); the event
+ *    stays queryable. The flag is invalid outside capture. A plain record during capture makes
+ *    the event a captured one: cuEventQuery returns CUDA_ERROR_CAPTURED_EVENT (907) until it is
+ *    recorded again outside capture.
+ *  - cuLaunchHostFunc during capture adds a host node that runs at every launch, when the GPU
+ *    gets there; work behind it waits for it. Here host functions run on the thread that
+ *    completes the work ahead of them (wdfake_complete): the host playing the GPU.
+ *  - wdfake_graph_launch (cuGraphLaunch) pushes the graph's nodes onto the stream in order:
+ *    each kernel takes a position, each external event is recorded behind the kernels before
+ *    it (at launch: a graph launched again re-targets the record), each host node is queued.
+ *  - cuStreamGetCaptureInfo_v2 gives the capture's id (unique per capture in the process), or
+ *    fails when the host turned ids off (wdfake_capture_ids), as a driver without it would.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,13 +42,64 @@ typedef struct fake_stream {
   _Atomic uint64_t submitted; /* positions taken so far */
   _Atomic uint64_t completed; /* positions the "GPU" finished */
   _Atomic int capturing;
+  int graph;                  /* the graph being captured (under gmu) */
 } fake_stream;
 
 typedef struct fake_event {
   uint32_t magic;
   _Atomic(fake_stream *) stream; /* NULL until recorded */
   _Atomic uint64_t pos;          /* completes when stream->completed >= pos */
+  _Atomic int captured;          /* last recorded plainly in a capturing stream */
 } fake_event;
+
+#define CAPTURED_EVENT 907
+#define MAXGRAPHS 64
+#define MAXNODES 512
+enum { N_KERNEL = 1, N_EVENT, N_HOST };
+typedef struct gnode {
+  int kind;
+  fake_event *ev;
+  void (*fn)(void *);
+  void *arg;
+} gnode;
+typedef struct fgraph {
+  int n;
+  gnode node[MAXNODES];
+} fgraph;
+/* Host functions queued on a stream behind its positions. */
+typedef struct hfn {
+  fake_stream *s;
+  uint64_t after;
+  void (*fn)(void *);
+  void *arg;
+  struct hfn *next;
+} hfn;
+static pthread_mutex_t gmu = PTHREAD_MUTEX_INITIALIZER;
+static fgraph graphs[MAXGRAPHS + 1];
+static int ngraphs;
+static hfn *hhead, *htail;
+static _Atomic int capture_ids = 1;
+static _Atomic long host_runs;
+
+/* Graph 0 is a capture that is never launched: its nodes are accepted and forgotten. */
+static int add_node(fake_stream *s, gnode nd) {
+  fgraph *g = &graphs[s->graph];
+  if (s->graph <= 0) return OK;
+  if (g->n >= MAXNODES) return 2;
+  g->node[g->n++] = nd;
+  return OK;
+}
+static void host_enqueue(fake_stream *s, uint64_t after, void (*fn)(void *), void *arg) {
+  hfn *h = calloc(1, sizeof(*h));
+  if (!h) return;
+  h->s = s;
+  h->after = after;
+  h->fn = fn;
+  h->arg = arg;
+  if (htail) htail->next = h;
+  else hhead = h;
+  htail = h;
+}
 
 #define STREAM_MAGIC 0x5354524du
 #define EVENT_MAGIC 0x4556544eu
@@ -80,13 +151,52 @@ EXPORT int cuEventDestroy_v2(void *ev) {
   return OK;
 }
 
-EXPORT int cuEventRecord(void *ev, void *stream) {
+EXPORT int cuEventRecordWithFlags(void *ev, void *stream, unsigned flags) {
   fake_event *e = ev;
   fake_stream *s = stream;
-  if (!e || e->magic != EVENT_MAGIC || !s || s->magic != STREAM_MAGIC) return INVALID;
-  atomic_store(&e->pos, atomic_load(&s->submitted));
-  atomic_store(&e->stream, s);
-  atomic_fetch_add(&records, 1);
+  if (!e || e->magic != EVENT_MAGIC || !s || s->magic != STREAM_MAGIC || (flags & ~1u)) return INVALID;
+  int rc = OK;
+  pthread_mutex_lock(&gmu);
+  if (atomic_load(&s->capturing)) {
+    if (flags & 1u) rc = add_node(s, (gnode){N_EVENT, e, NULL, NULL});
+    else atomic_store(&e->captured, 1); /* an internal node; the event is now a captured one */
+  } else if (flags & 1u) {
+    rc = INVALID; /* "invalid outside of stream capture" */
+  } else {
+    atomic_store(&e->pos, atomic_load(&s->submitted));
+    atomic_store(&e->stream, s);
+    atomic_store(&e->captured, 0);
+  }
+  pthread_mutex_unlock(&gmu);
+  if (rc == OK) atomic_fetch_add(&records, 1);
+  return rc;
+}
+
+EXPORT int cuEventRecord(void *ev, void *stream) { return cuEventRecordWithFlags(ev, stream, 0); }
+
+EXPORT int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *arg) {
+  fake_stream *s = stream;
+  if (!s || s->magic != STREAM_MAGIC || !fn) return INVALID;
+  pthread_mutex_lock(&gmu);
+  int rc = OK;
+  if (atomic_load(&s->capturing)) rc = add_node(s, (gnode){N_HOST, NULL, fn, arg});
+  else host_enqueue(s, atomic_load(&s->submitted), fn, arg);
+  pthread_mutex_unlock(&gmu);
+  return rc;
+}
+
+EXPORT int cuStreamGetCaptureInfo_v2(void *stream, int *status, unsigned long long *id, void **graph,
+                                     const void **deps, size_t *ndeps) {
+  fake_stream *s = stream;
+  if (!s || s->magic != STREAM_MAGIC || !status) return INVALID;
+  if (!atomic_load(&capture_ids)) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
+  pthread_mutex_lock(&gmu);
+  *status = atomic_load(&s->capturing) ? 1 : 0;
+  if (id) *id = *status ? (unsigned long long)s->graph : 0;
+  pthread_mutex_unlock(&gmu);
+  if (graph) *graph = NULL;
+  if (deps) *deps = NULL;
+  if (ndeps) *ndeps = 0;
   return OK;
 }
 
@@ -96,6 +206,7 @@ EXPORT int cuEventQuery(void *ev) {
   atomic_fetch_add(&queries, 1);
   int err = atomic_load(&sticky_error);
   if (err) return err;
+  if (atomic_load(&e->captured)) return CAPTURED_EVENT;
   fake_stream *s = atomic_load(&e->stream);
   if (!s) return OK;
   return atomic_load(&s->completed) >= atomic_load(&e->pos) ? OK : NOT_READY;
@@ -124,15 +235,106 @@ EXPORT uint64_t wdfake_launch(void *stream) {
   fake_stream *s = stream;
   return atomic_fetch_add(&s->submitted, 1) + 1;
 }
-/* The GPU finished every position up to pos. */
-EXPORT void wdfake_complete(void *stream, uint64_t pos) {
-  fake_stream *s = stream;
+static void advance(fake_stream *s, uint64_t pos) {
   uint64_t cur = atomic_load(&s->completed);
   while (cur < pos && !atomic_compare_exchange_weak(&s->completed, &cur, pos)) {
   }
 }
+/* The GPU finished every position up to pos; host functions queued behind positions up to pos
+ * run first, in order, each once the work ahead of it is done. */
+EXPORT void wdfake_complete(void *stream, uint64_t pos) {
+  fake_stream *s = stream;
+  for (;;) {
+    pthread_mutex_lock(&gmu);
+    hfn *h = NULL, *prev = NULL;
+    for (hfn *x = hhead; x; prev = x, x = x->next)
+      if (x->s == s) {
+        if (x->after <= pos) h = x;
+        break;
+      }
+    if (h) {
+      if (prev) prev->next = h->next;
+      else hhead = h->next;
+      if (htail == h) htail = prev;
+    }
+    pthread_mutex_unlock(&gmu);
+    if (!h) break;
+    advance(s, h->after);
+    h->fn(h->arg);
+    atomic_fetch_add(&host_runs, 1);
+    free(h);
+  }
+  advance(s, pos);
+}
+/* Capture into a new graph; returns its id (1..MAXGRAPHS), 0 (never launched) when there is no room. */
+EXPORT int wdfake_capture_begin(void *stream) {
+  fake_stream *s = stream;
+  pthread_mutex_lock(&gmu);
+  int id = ngraphs < MAXGRAPHS ? ++ngraphs : 0;
+  if (id) graphs[id].n = 0;
+  s->graph = id;
+  atomic_store(&s->capturing, 1);
+  pthread_mutex_unlock(&gmu);
+  return id;
+}
+EXPORT void wdfake_capture_end(void *stream) {
+  fake_stream *s = stream;
+  pthread_mutex_lock(&gmu);
+  atomic_store(&s->capturing, 0);
+  s->graph = 0;
+  pthread_mutex_unlock(&gmu);
+}
+/* A kernel launched into the capturing stream: a node, nothing runs. */
+EXPORT int wdfake_capture_kernel(void *stream) {
+  fake_stream *s = stream;
+  pthread_mutex_lock(&gmu);
+  int rc = atomic_load(&s->capturing) ? add_node(s, (gnode){N_KERNEL, NULL, NULL, NULL}) : INVALID;
+  pthread_mutex_unlock(&gmu);
+  return rc;
+}
+/* cuGraphLaunch of graph id on stream: returns the position before its first kernel (its k-th
+ * kernel takes that + k), or 0 for an unknown graph. */
+EXPORT uint64_t wdfake_graph_launch(void *stream, int id) {
+  fake_stream *s = stream;
+  if (id <= 0 || id > MAXGRAPHS) return 0;
+  pthread_mutex_lock(&gmu);
+  fgraph *g = &graphs[id];
+  uint64_t base = atomic_load(&s->submitted), k = base;
+  for (int i = 0; i < g->n; i++) {
+    gnode *nd = &g->node[i];
+    if (nd->kind == N_KERNEL) k++;
+    else if (nd->kind == N_HOST) host_enqueue(s, k, nd->fn, nd->arg);
+    else {
+      atomic_store(&nd->ev->pos, k);
+      atomic_store(&nd->ev->stream, s);
+      atomic_store(&nd->ev->captured, 0);
+    }
+  }
+  atomic_store(&s->submitted, k);
+  pthread_mutex_unlock(&gmu);
+  return base;
+}
+/* Nodes of graph id (kernels, events, host functions), for tests. */
+EXPORT int wdfake_graph_nodes(int id, int kind) {
+  if (id <= 0 || id > MAXGRAPHS) return -1;
+  pthread_mutex_lock(&gmu);
+  int n = 0;
+  for (int i = 0; i < graphs[id].n; i++) n += kind == 0 || graphs[id].node[i].kind == kind;
+  pthread_mutex_unlock(&gmu);
+  return n;
+}
+/* Whether cuStreamGetCaptureInfo_v2 answers (1, default) or fails as an old driver's would. */
+EXPORT void wdfake_capture_ids(int on) { atomic_store(&capture_ids, on); }
+EXPORT long wdfake_host_runs(void) { return atomic_load(&host_runs); }
 EXPORT uint64_t wdfake_submitted(void *stream) { return atomic_load(&((fake_stream *)stream)->submitted); }
-EXPORT void wdfake_set_capturing(void *stream, int on) { atomic_store(&((fake_stream *)stream)->capturing, on); }
+/* Older hosts: a capture into a graph that is never launched (on), or its end. */
+EXPORT void wdfake_set_capturing(void *stream, int on) {
+  fake_stream *s = stream;
+  pthread_mutex_lock(&gmu);
+  s->graph = 0;
+  atomic_store(&s->capturing, on);
+  pthread_mutex_unlock(&gmu);
+}
 /* Every query fails with this CUresult from now on (0 clears it): a sticky GPU error. */
 EXPORT void wdfake_set_error(int err) { atomic_store(&sticky_error, err); }
 EXPORT long wdfake_events_live(void) { return atomic_load(&events_live); }

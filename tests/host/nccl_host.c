@@ -202,6 +202,14 @@ static struct {
   void (*set_error)(int);
   long (*events_live)(void);
   long (*records)(void);
+  /* Capture and replay (optional: older stand-ins lack them). */
+  int (*capture_begin)(void *);
+  void (*capture_end)(void *);
+  int (*capture_kernel)(void *);
+  uint64_t (*graph_launch)(void *, int);
+  void (*capture_ids)(int);
+  long (*host_runs)(void);
+  int (*graph_nodes)(int, int);
 } g_fake;
 
 static int fake_sym(void *slot, const char *name) {
@@ -228,8 +236,33 @@ int wdh_fake_cuda_load(void) {
     fprintf(stderr, "wdh: cannot load the stand-in driver %s: %s\n", path, dlerror());
     return -1;
   }
+  fake_sym(&g_fake.capture_begin, "wdfake_capture_begin");
+  fake_sym(&g_fake.capture_end, "wdfake_capture_end");
+  fake_sym(&g_fake.capture_kernel, "wdfake_capture_kernel");
+  fake_sym(&g_fake.graph_launch, "wdfake_graph_launch");
+  fake_sym(&g_fake.capture_ids, "wdfake_capture_ids");
+  fake_sym(&g_fake.host_runs, "wdfake_host_runs");
+  fake_sym(&g_fake.graph_nodes, "wdfake_graph_nodes");
   return 0;
 }
+
+int wdh_gpu_capture_begin(wdh_comm *c) {
+  return g_fake.capture_begin ? g_fake.capture_begin(c->stream) : 0;
+}
+void wdh_gpu_capture_end(wdh_comm *c) {
+  if (g_fake.capture_end) g_fake.capture_end(c->stream);
+}
+void wdh_gpu_capture_kernel(wdh_comm *c) {
+  if (g_fake.capture_kernel) g_fake.capture_kernel(c->stream);
+}
+uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph) {
+  return g_fake.graph_launch ? g_fake.graph_launch(c->stream, graph) : 0;
+}
+void wdh_gpu_capture_ids(int on) {
+  if (g_fake.capture_ids) g_fake.capture_ids(on);
+}
+long wdh_gpu_host_runs(void) { return g_fake.host_runs ? g_fake.host_runs() : 0; }
+int wdh_gpu_graph_nodes(int graph, int kind) { return g_fake.graph_nodes ? g_fake.graph_nodes(graph, kind) : -1; }
 
 int wdh_fake_cuda_loaded(void) { return g_fake.dl != NULL; }
 
@@ -648,7 +681,7 @@ void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
   /* ncclLaunchKernel (enqueue.cc): KernelLaunch start, cuLaunchKernelEx on the stream, stop;
    * before the plan's Group (hostStreamPlanTask runs after, ncclLaunchKernelAfter_NoCuda). A
    * launch under capture is only recorded into the graph. */
-  if (cfg->graph_captured) wdh_gpu_set_capturing(c, 1);
+  if (cfg->graph_captured && !cfg->in_capture) wdh_gpu_set_capturing(c, 1);
   if (v5 && has(op->mask, ncclProfileKernelLaunch)) {
     memset(&d, 0, sizeof(d));
     d.type = ncclProfileKernelLaunch;
@@ -658,8 +691,9 @@ void wdh_op_enqueue(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op) {
     op->kernel_launch = wdh_start(p, c->ctx, &d);
   }
   if (!cfg->graph_captured) op->gpu_pos = wdh_gpu_launch(c);
+  else if (cfg->in_capture) wdh_gpu_capture_kernel(c); /* a kernel node of the graph */
   if (v5 && has(op->mask, ncclProfileKernelLaunch)) wdh_stop(p, op->kernel_launch);
-  if (cfg->graph_captured) wdh_gpu_set_capturing(c, 0);
+  if (cfg->graph_captured && !cfg->in_capture) wdh_gpu_set_capturing(c, 0);
   int emit_plan = !cfg->graph_captured || cfg->capture_emits_coll;
   if (emit_plan) emit_group_and_op(op, op->coll_api, cfg->children_first);
   if (cfg->children_first && emit_plan) {

@@ -123,6 +123,15 @@ void wdh_gpu_set_capturing(wdh_comm *c, int on);
 void wdh_gpu_set_error(int err); /* every event query fails with err from now on (0 clears) */
 long wdh_fake_events_live(void); /* events created and not destroyed */
 long wdh_fake_records(void);     /* cuEventRecord calls */
+/* Capture into a new graph of the stand-in (cuStreamBeginCapture); returns its id, 0 without. */
+int wdh_gpu_capture_begin(wdh_comm *c);
+void wdh_gpu_capture_end(wdh_comm *c);
+void wdh_gpu_capture_kernel(wdh_comm *c); /* a kernel of the application captured meanwhile */
+/* cuGraphLaunch: the position before the graph's first kernel (its k-th kernel is that + k). */
+uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
+void wdh_gpu_capture_ids(int on); /* cuStreamGetCaptureInfo answers (1) or fails (0) */
+long wdh_gpu_host_runs(void);     /* host functions the stand-in ran */
+int wdh_gpu_graph_nodes(int graph, int kind); /* 0 all, 1 kernels, 2 event records, 3 host */
 
 /* ---------------------------------------------------------------------------------------------
  * Raw calls, version independent. Return values are checked and counted.
@@ -191,6 +200,8 @@ typedef struct wdh_op_cfg {
   int no_proxy;         /* 1: no ProxyOps at all (intra-node op) */
   int graph_captured;   /* API events flagged graphCaptured (capture time) */
   int capture_emits_coll; /* with graph_captured: also emit Group/Coll (no children) at capture */
+  int in_capture;       /* with graph_captured: into the capture wdh_gpu_capture_begin opened (its
+                           kernel becomes a node of that graph) */
   int children_first;   /* run the proxy part before the Coll/Group/GroupApi stops */
   /* Hang: leave step hang_step of channel hang_channel's recv ProxyOp in RecvWait and stop there:
    * that ProxyOp and that channel's KernelCh never stop. hang_channel -1 (default) = no hang;

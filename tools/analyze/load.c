@@ -594,6 +594,26 @@ static void load_telemetry(wd_az_crank *cr, const cJSON *t) {
   }
 }
 
+/* Captured launches: those in a replay or waiting for one first (a hang), then the others,
+ * newest captures first, up to WD_AZ_GLAUNCH. */
+static void load_glaunch(wd_az_crank *cr, const cJSON *arr) {
+  static const char *const names[] = {"notReplayed", "notReached", "inProgress", "passed"};
+  for (int pass = 0; pass < 2; pass++) {
+    int n = cJSON_GetArraySize(arr);
+    for (int i = n - 1; i >= 0 && cr->nglaunch < WD_AZ_GLAUNCH; i--) {
+      const cJSON *l = cJSON_GetArrayItem(arr, i);
+      const char *st = str(l, "state");
+      int state = -1;
+      for (int k = 0; st && k < 4; k++)
+        if (!strcmp(st, names[k])) state = k;
+      if (state < 0 || (pass == 0) != (state == WD_AZ_GL_IN || state == WD_AZ_GL_WAIT)) continue;
+      cr->glaunch[cr->nglaunch++] = (wd_az_glaunch){inum(l, "graph", 0), inum(l, "launch", 0),
+                                                    istr(l, "func"), lnum(l, "replays", 0), state,
+                                                    num(l, "forMs", 0)};
+    }
+  }
+}
+
 static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t *min_t) {
   uint64_t id;
   int rank = inum(c, "rank", -1), nranks = inum(c, "nranks", 0);
@@ -622,6 +642,7 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   ring_min_t(get(c, "proxyRing"), min_t);
   load_phases(cr, get(c, "ring"), get(c, "proxyRing"));
   load_telemetry(cr, get(c, "telemetry"));
+  load_glaunch(cr, get(c, "graphLaunches"));
   return 0;
 }
 

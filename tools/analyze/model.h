@@ -121,6 +121,18 @@ typedef struct wd_az_tlink {
 } wd_az_tlink;
 #define WD_AZ_TLINKS 64 /* kept per communicator rank, the slowest first */
 
+/* A launch captured into a CUDA graph and where this rank's GPU stands in its replays
+ * (comms[].graphLaunches). */
+enum { WD_AZ_GL_IDLE = 0, WD_AZ_GL_WAIT = 1, WD_AZ_GL_IN = 2, WD_AZ_GL_PASSED = 3 };
+typedef struct wd_az_glaunch {
+  int graph, launch;
+  wd_az_str func;
+  int64_t replays; /* replays its GPU began */
+  int state;       /* WD_AZ_GL_* */
+  double for_ms;   /* in that state for */
+} wd_az_glaunch;
+#define WD_AZ_GLAUNCH 8 /* kept per communicator rank: the ones not passed first */
+
 typedef struct wd_az_crank {
   uint64_t comm_id;
   wd_az_str name;
@@ -148,6 +160,8 @@ typedef struct wd_az_crank {
   wd_az_phase phase[WD_AZ_PHASES]; /* newest first */
   int ntlinks;
   wd_az_tlink tlinks[WD_AZ_TLINKS];
+  int nglaunch;
+  wd_az_glaunch glaunch[WD_AZ_GLAUNCH];
   int t_arrival;       /* the dump had an arrival wait */
   double t_wait_ms;    /* its collectives' mean wait for the peers (telemetry.arrival.waitS) */
   wd_az_str t_measure; /* "initial_sync" or "enqueue_to_completion" */

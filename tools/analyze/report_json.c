@@ -160,6 +160,14 @@ static cJSON *stuck_json(const wd_az_comm *c) {
   cJSON_AddStringToObject(o, "type", wd_az_s(c->stuck_type));
   cJSON_AddStringToObject(o, "func", wd_az_s(c->stuck_func));
   cJSON_AddNumberToObject(o, "seq", (double)c->stuck_seq);
+  if (c->graph) {
+    cJSON *g = cJSON_AddObjectToObject(o, "graph");
+    if (g) {
+      cJSON_AddNumberToObject(g, "graph", c->graph);
+      cJSON_AddNumberToObject(g, "launch", c->graph_launch);
+      cJSON_AddNumberToObject(g, "replay", (double)c->graph_replay);
+    }
+  }
   cJSON_AddItemToObject(o, "ranksWaiting", int_array(c->waiting, c->nwaiting));
   cJSON_AddNumberToObject(o, "stalledMs", c->stalled_ms);
   return o;

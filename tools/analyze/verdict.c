@@ -1362,12 +1362,114 @@ static int seq_contradiction(const wd_az_set *set, wd_az_comm *c) {
   return 0;
 }
 
+/* ---- CUDA graph replays ---- */
+
+static const wd_az_glaunch *glaunch_find(const wd_az_crank *cr, int graph, int launch) {
+  for (int i = 0; i < cr->nglaunch; i++)
+    if (cr->glaunch[i].graph == graph && cr->glaunch[i].launch == launch) return &cr->glaunch[i];
+  return NULL;
+}
+
+/* A hang inside a replayed CUDA graph, from the captured launches' own GPU records (the plugin's
+ * external events and replay counters: the GPU's word, first in the order of trust). NCCL may
+ * fire nothing at a replay, so no sequence number or in-flight operation need show it. Stuck:
+ * the launch and replay the most ranks' GPUs are inside, for the timeout on one of them. The
+ * ranks whose GPU is not in it: not reached within that replay (the graph's work before it has
+ * not finished), or never began that replay (the application did not launch the graph again, or
+ * its stream is blocked before it); a rank past it is no suspect. Returns 1 when it names the
+ * stuck launch. */
+static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  int best_n = 0, bg = 0, bl = 0;
+  int64_t br = 0;
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    double thr = threshold(set, o, cr);
+    for (int k = 0; k < cr->nglaunch; k++) {
+      const wd_az_glaunch *g = &cr->glaunch[k];
+      if (g->state != WD_AZ_GL_IN || g->for_ms < thr) continue;
+      int n = 0;
+      for (int j = 0; j < c->npresent; j++) {
+        const wd_az_glaunch *h = glaunch_find(c->by_rank[c->present[j]], g->graph, g->launch);
+        n += h && h->state == WD_AZ_GL_IN && h->replays == g->replays;
+      }
+      if (n > best_n) best_n = n, bg = g->graph, bl = g->launch, br = g->replays;
+    }
+  }
+  if (!best_n) return 0;
+  c->stuck = 1;
+  c->graph = bg;
+  c->graph_launch = bl;
+  c->graph_replay = br;
+  c->stuck_type = wd_az_intern("Coll");
+  c->stuck_seq = -1;
+  for (int i = 0; i < c->npresent; i++) {
+    const wd_az_crank *cr = c->by_rank[c->present[i]];
+    const wd_az_glaunch *h = glaunch_find(cr, bg, bl);
+    if (h && h->func && !c->stuck_func) c->stuck_func = h->func;
+    if (h && h->state == WD_AZ_GL_IN && h->replays == br) {
+      c->waiting[c->nwaiting++] = cr->rank;
+      if (h->for_ms > c->stalled_ms) c->stalled_ms = h->for_ms;
+      continue;
+    }
+    if (h && h->replays >= br && h->state == WD_AZ_GL_PASSED) continue; /* past it */
+    wd_az_suspect *s = add_suspect(c, cr->rank, WD_AZ_NOT_ENTERED, cr);
+    if (!s) continue;
+    if (!h)
+      wd_az_fmt(s->detail, sizeof s->detail, "its dump lists no launch %d of CUDA graph %d", bl, bg);
+    else if (h->state == WD_AZ_GL_WAIT && h->replays >= br)
+      wd_az_fmt(s->detail, sizeof s->detail,
+                "its GPU is in that replay, short of it, for %.1f s: the graph's work ahead of it "
+                "has not finished", h->for_ms / 1e3);
+    else if (h->state == WD_AZ_GL_WAIT)
+      wd_az_fmt(s->detail, sizeof s->detail,
+                "that replay was launched and its GPU has not got to it for %.1f s: work ahead of "
+                "it (in the graph or on the stream) has not finished", h->for_ms / 1e3);
+    else
+      wd_az_fmt(s->detail, sizeof s->detail,
+                "its GPU never began that replay (replay %" PRId64 " passed it): the application has "
+                "not launched the graph again, or its stream is blocked before it", h->replays);
+  }
+  return 1;
+}
+
+static void graph_summary(const wd_az_set *set, wd_az_comm *c) {
+  (void)set;
+  char h[256], who[300], wait[300], secs[32], what[160];
+  int none = -1;
+  int *r = calloc((size_t)c->nsus + 1, sizeof(int));
+  int n = r ? culprit_ranks(c, WD_AZ_NOT_ENTERED, r) : 0;
+  rank_list(r ? r : &none, n, who, sizeof who);
+  rank_list(c->waiting, c->nwaiting, wait, sizeof wait);
+  wd_az_secs(c->stalled_ms, secs, sizeof secs);
+  wd_az_fmt(what, sizeof what, "%s (replay %" PRId64 " of CUDA graph %d, launch %d)",
+            wd_az_s(c->stuck_func), c->graph_replay, c->graph, c->graph_launch);
+  const char *are = c->nwaiting == 1 ? "is" : "are";
+  if (c->verdict == WD_AZ_HANG && n == 1) {
+    head(c, "HANG", h, sizeof h);
+    const wd_az_suspect *s = r ? find_suspect(c, r[0]) : NULL;
+    wd_az_fmt(c->summary, sizeof c->summary, "%s: %s's GPU never reached %s: %s; %s %s inside it (stalled %s s).",
+              h, who, what, s ? s->detail : "", wait, are, secs);
+  } else if (c->verdict == WD_AZ_HANG) {
+    head(c, "HANG", h, sizeof h);
+    wd_az_fmt(c->summary, sizeof c->summary, "%s: %s: their GPUs never reached %s; %s %s inside it (stalled %s s).",
+              h, who, what, wait, are, secs);
+  } else {
+    head(c, "NO VERDICT", h, sizeof h);
+    wd_az_fmt(c->summary, sizeof c->summary, "%s: %s %s inside %s (stalled %s s); %s.", h, wait, are, what, secs,
+              c->note[0] ? c->note : "every rank's GPU got there: the evidence names no rank");
+  }
+  free(r);
+}
+
 /* ---- driver ---- */
 
 static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   func_table(c);
   history_check(c);
-  if (pick_stuck(set, o, c)) {
+  if (graph_check(set, o, c)) {
+    missing_check(c);
+    died_check(set, c);
+  } else if (pick_stuck(set, o, c)) {
     collect_waiting(set, o, c);
     for (int i = 0; i < c->npresent; i++) classify_outside(c, c->by_rank[c->present[i]]);
     args_check(c);
@@ -1386,7 +1488,8 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
   qsort(c->sus, (size_t)c->nsus, sizeof(*c->sus), cmp_suspect);
   if (!c->stuck) c->verdict = WD_AZ_NO_HANG;
   else c->verdict = has_culprit(c) ? WD_AZ_HANG : WD_AZ_NO_VERDICT;
-  summarize(set, c);
+  if (c->graph) graph_summary(set, c);
+  else summarize(set, c);
   if (c->stuck && c->stuck_seq >= 0) tag_summary(c);
 }
 

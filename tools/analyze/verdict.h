@@ -78,6 +78,10 @@ typedef struct wd_az_comm {
   wd_az_straggler *strag;
   char summary[1024];
   char note[512]; /* why no verdict, or what a healthy communicator shows */
+  /* The stuck operation is a replay of a launch captured into a CUDA graph (graph > 0): which
+   * launch of which graph, and which replay the waiting ranks' GPUs are in. */
+  int graph, graph_launch;
+  int64_t graph_replay;
   /* NCCL 2.31+ KernelPhase: the rank that arrived last at the recent collectives, when one does
    * consistently (its kernels wait least in initial_sync); empty otherwise. */
   char arrival[384];

@@ -1,0 +1,241 @@
+/* Captured launches and their replays (graph.h). */
+#include "events/graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static _Atomic uint64_t wd_replay_count[WD_REPLAY_COUNTERS];
+static _Atomic uint32_t wd_replay_next;
+
+/* The host node: runs on CUDA's callback thread at every replay, when the GPU gets there. One
+ * relaxed increment, no lock, no CUDA call (CUDA forbids driver calls in a host function). */
+static void wd_replay_tick(void *arg) {
+  uintptr_t i = (uintptr_t)arg;
+  if (i < WD_REPLAY_COUNTERS) atomic_fetch_add_explicit(&wd_replay_count[i], 1, memory_order_release);
+}
+
+uint64_t wd_graph_counter(uint32_t index) {
+  return index < WD_REPLAY_COUNTERS ? atomic_load_explicit(&wd_replay_count[index], memory_order_acquire) : 0;
+}
+
+int wd_graphs_alloc(wd_graphs *g, uint32_t cap) {
+  memset(g, 0, sizeof(*g));
+  if (cap == 0) return 0;
+  g->slot = calloc(cap, sizeof(*g->slot));
+  if (g->slot == NULL) return -1;
+  g->cap = cap;
+  return 0;
+}
+
+int wd_graphs_open(wd_graphs *g) {
+  g->on = 0;
+  atomic_store(&g->used, 0);
+  atomic_store(&g->unfollowed, 0);
+  g->cap_id = 0;
+  g->cap_stream = NULL;
+  g->cap_graph = g->cap_pos = g->cap_counter = g->ngraphs = 0;
+  g->api_group = 0;
+  g->api_calls = 0;
+  if (g->slot == NULL) return 0;
+  memset(g->slot, 0, (size_t)g->cap * sizeof(*g->slot));
+  const wd_cuda *cu = wd_cuda_get();
+  void *cur = NULL;
+  if (!cu || !cu->event_record_flags || !cu->launch_host_func) return 0;
+  if (cu->ctx_get_current(&cur) != WD_CUDA_SUCCESS || cur == NULL) return 0;
+  g->cu = cu;
+  g->cu_ctx = cur;
+  g->on = 1;
+  return 1;
+}
+
+void wd_graphs_close(wd_graphs *g) {
+  const wd_cuda *cu = g->on ? g->cu : NULL;
+  g->on = 0;
+  if (!cu) return;
+  int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
+  for (uint32_t i = 0; i < g->cap; i++) {
+    wd_glaunch *s = &g->slot[i];
+    if (s->start) cu->event_destroy(s->start);
+    if (s->end) cu->event_destroy(s->end);
+    s->start = s->end = NULL;
+  }
+  void *popped;
+  if (pushed) cu->ctx_pop(&popped);
+}
+
+void wd_graphs_free(wd_graphs *g) {
+  wd_graphs_close(g);
+  free(g->slot);
+  g->slot = NULL;
+  g->cap = 0;
+}
+
+void wd_graph_note_api(wd_graphs *g, uint64_t group, uint8_t func, uint8_t dtype, uint64_t count,
+                       int32_t root) {
+  if (!g->on) return;
+  if (group != g->api_group) {
+    g->api_group = group;
+    g->api_calls = 0;
+  }
+  if (g->api_calls < UINT16_MAX) g->api_calls++;
+  g->api_func = func;
+  g->api_dtype = dtype;
+  g->api_count = count;
+  g->api_root = root;
+}
+
+/* The launching thread (one per communicator at a time: NCCL launches a communicator's plans in
+ * order, group.cc doLaunches). Every call here is legal during capture; relaxed mode so that
+ * none can invalidate a capture of the application's in global mode. */
+uint64_t wd_graph_capture_begin(wd_graphs *g, void *stream, uint64_t group) {
+  if (!g->on) return 0;
+  const wd_cuda *cu = g->cu;
+  uint32_t i = atomic_load_explicit(&g->used, memory_order_relaxed);
+  if (i >= g->cap) {
+    atomic_fetch_add_explicit(&g->unfollowed, 1, memory_order_relaxed);
+    return 0;
+  }
+  int mode = WD_CU_CAPTURE_MODE_RELAXED;
+  cu->capture_mode_exchange(&mode);
+  uint64_t token = 0;
+  wd_glaunch *s = &g->slot[i];
+  unsigned long long id = 0;
+  int st = 0;
+  int have_id = cu->capture_info && cu->capture_info(stream, &st, &id, NULL, NULL, NULL) == WD_CUDA_SUCCESS &&
+                st == WD_CU_CAPTURE_ACTIVE;
+  /* A new graph: another capture id, or without ids another stream or an eager launch since. */
+  int new_graph = g->ngraphs == 0 || (have_id ? id != g->cap_id : stream != g->cap_stream);
+  /* Without capture ids every launch counts its own replays: a graph it shares with the
+   * previous launch cannot be proven. */
+  int own_counter = new_graph || !have_id;
+  uint32_t counter = g->cap_counter;
+  if ((s->start == NULL && cu->event_create(&s->start, WD_CU_EVENT_DISABLE_TIMING) != WD_CUDA_SUCCESS) ||
+      (s->end == NULL && cu->event_create(&s->end, WD_CU_EVENT_DISABLE_TIMING) != WD_CUDA_SUCCESS))
+    goto fail;
+  if (own_counter) {
+    counter = atomic_fetch_add_explicit(&wd_replay_next, 1, memory_order_relaxed);
+    if (counter >= WD_REPLAY_COUNTERS) goto fail;
+    atomic_store_explicit(&wd_replay_count[counter], 0, memory_order_relaxed);
+    if (cu->launch_host_func(stream, wd_replay_tick, (void *)(uintptr_t)counter) != WD_CUDA_SUCCESS) goto fail;
+  }
+  if (new_graph) {
+    g->ngraphs++;
+    g->cap_graph = g->ngraphs;
+    g->cap_pos = 0;
+  }
+  g->cap_stream = stream;
+  g->cap_id = id;
+  g->cap_counter = counter;
+  if (cu->event_record_flags(s->start, stream, WD_CU_EVENT_RECORD_EXTERNAL) != WD_CUDA_SUCCESS) goto fail;
+  s->counter = counter;
+  s->graph = g->cap_graph;
+  s->pos = ++g->cap_pos;
+  int api = g->api_group == group && group != 0;
+  s->func = api ? g->api_func : 0;
+  s->dtype = api ? g->api_dtype : 0;
+  s->ncalls = api ? g->api_calls : 0;
+  s->count = api ? g->api_count : 0;
+  s->root = api ? g->api_root : -1;
+  s->gkey = group;
+  s->w_replay = 0;
+  s->w_state = WD_GL_IDLE;
+  s->w_since_ns = 0;
+  s->w_error = 0;
+  s->stream = stream;
+  atomic_store_explicit(&s->armed, 1, memory_order_relaxed);
+  atomic_store_explicit(&g->used, i + 1, memory_order_release);
+  token = (uint64_t)i + 1;
+  goto out;
+fail:
+  atomic_fetch_add_explicit(&g->unfollowed, 1, memory_order_relaxed);
+out:
+  cu->capture_mode_exchange(&mode);
+  return token;
+}
+
+void wd_graph_capture_end(wd_graphs *g, uint64_t token) {
+  if (!g->on || token == 0 || token > g->cap) return;
+  wd_glaunch *s = &g->slot[token - 1];
+  if (atomic_load_explicit(&s->armed, memory_order_relaxed) != 1) return;
+  const wd_cuda *cu = g->cu;
+  int mode = WD_CU_CAPTURE_MODE_RELAXED;
+  cu->capture_mode_exchange(&mode);
+  if (cu->event_record_flags(s->end, s->stream, WD_CU_EVENT_RECORD_EXTERNAL) == WD_CUDA_SUCCESS)
+    atomic_store_explicit(&s->armed, 2, memory_order_release);
+  cu->capture_mode_exchange(&mode);
+}
+
+int wd_graph_lookup(const wd_graphs *g, uint64_t group) {
+  if (!g->on || group == 0) return -1;
+  uint32_t n = atomic_load_explicit(&g->used, memory_order_acquire);
+  for (uint32_t i = n; i-- > 0;)
+    if (g->slot[i].gkey == group) return (int)i;
+  return -1;
+}
+
+uint64_t wd_graph_replays(const wd_graphs *g, uint32_t i) {
+  if (i >= atomic_load_explicit(&g->used, memory_order_acquire)) return 0;
+  return wd_graph_counter(g->slot[i].counter);
+}
+
+/* 1 complete, 0 not yet, -1 an error. */
+static int wd_gq(const wd_cuda *cu, void *ev) {
+  int rc = cu->event_query(ev);
+  return rc == WD_CUDA_SUCCESS ? 1 : rc == WD_CUDA_NOT_READY ? 0 : -1;
+}
+
+void wd_graph_truth_of(wd_graphs *g, uint32_t i, uint64_t r, wd_graph_truth *t) {
+  memset(t, 0, sizeof(*t));
+  if (!g->on || r == 0 || i >= atomic_load_explicit(&g->used, memory_order_acquire)) return;
+  wd_glaunch *s = &g->slot[i];
+  if (atomic_load_explicit(&s->armed, memory_order_acquire) != 2) return;
+  uint64_t c = wd_graph_counter(s->counter);
+  /* Until its host node has run once, nothing says this process's replays are the graph's. */
+  if (c == 0) return;
+  t->known = 1;
+  if (c > r) { /* a later replay got past the host node: this one is over (stream order) */
+    t->reached = t->done = 1;
+    return;
+  }
+  if (c < r) return; /* the GPU has not begun this replay */
+  /* The watchdog's state of this replay, from its last poll (wd_graphs_poll). */
+  if (s->w_replay == c) {
+    t->reached = s->w_state == WD_GL_IN || s->w_state == WD_GL_PASSED;
+    t->done = s->w_state == WD_GL_PASSED;
+  }
+}
+
+void wd_graphs_poll(wd_graphs *g, uint64_t now) {
+  if (!g->on) return;
+  uint32_t n = atomic_load_explicit(&g->used, memory_order_acquire);
+  if (n == 0) return;
+  const wd_cuda *cu = g->cu;
+  int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
+  for (uint32_t i = 0; i < n; i++) {
+    wd_glaunch *s = &g->slot[i];
+    if (atomic_load_explicit(&s->armed, memory_order_acquire) != 2) continue;
+    uint64_t c = wd_graph_counter(s->counter);
+    uint8_t state;
+    if (c == 0) {
+      state = WD_GL_IDLE; /* never replayed */
+    } else {
+      int en = wd_gq(cu, s->end), st = en == 1 ? 1 : wd_gq(cu, s->start);
+      if (en < 0 || st < 0) {
+        s->w_error = 1;
+        continue;
+      }
+      if (en == 1) state = WD_GL_PASSED;
+      else if (st == 1) state = WD_GL_IN;
+      /* Both pending. The host launched the graph again and its records now describe the next
+       * replay; while no later replay began (the counter), the GPU is still in this one, in
+       * this launch or after it. */
+      else if (s->w_state == WD_GL_IN && c == s->w_replay) state = WD_GL_IN;
+      else state = WD_GL_WAIT;
+    }
+    if (state != s->w_state || c != s->w_replay) s->w_since_ns = now;
+    s->w_state = state;
+    s->w_replay = c;
+  }
+  void *popped;
+  if (pushed) cu->ctx_pop(&popped);
+}

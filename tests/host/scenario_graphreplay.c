@@ -1,0 +1,293 @@
+/*
+ * A hang inside a replayed CUDA graph, with the plugin's defaults, played in NCCL 2.31's order
+ * (ABI v7; v6 for 2.30) against the stand-in driver's capture and replay (tests/fakecuda).
+ *
+ * A 4-rank job warms up eagerly, then captures one graph: AllReduce, a compute kernel of its
+ * own, AllGather (enqueue.cc ncclLaunchKernel: KernelLaunch around each captured launch; the
+ * API events carry graphCaptured). It replays the graph 500 times; in replay 501 rank 2's
+ * compute kernel never ends, so its GPU never reaches the AllGather while ranks 0, 1 and 3 wait
+ * inside it. On one node with KernelCh off (2.31's default where CUDA events bracket launches)
+ * NCCL fires nothing at a replay (enqueue.cc ncclLaunchPrepare: no host node without proxy work
+ * or profiler ops); PyTorch's watchdog never times captured work out (ProcessGroupNCCL
+ * enqueueWork / collective(): captured work is not queued). Only the plugin can see it.
+ *
+ *   hang       one node: stall dumps from the waiting ranks, naming replay 501 of graph 1, and
+ *              the analyzer's first line names rank 2, AllGather and the replay.
+ *   healthy    the twin: all 501 replays complete, then the job idles: no stall dump; a
+ *              snapshot shows the graph's launches passed in replay 501.
+ *   noids      as hang, on a driver without cuStreamGetCaptureInfo: one host node per launch.
+ *   net        two nodes: every replay fires Group, Coll (parent: the captured CollApi) and the
+ *              AllGather's ProxyOps after the Coll's stop (enqueue.cc hostStreamPlanCallback,
+ *              uploadProxyOps); they join their replay (no orphans), and the hang is named.
+ *   netok      its twin: no stall, and no replay left in flight.
+ *   notlaunched  rank 2's host never launches replay 501: the others wait inside its AllReduce,
+ *              and the analyzer says rank 2's GPU never began that replay.
+ *   million    one rank replays a one-launch graph 1,000,000 times: memory stays flat and the
+ *              replays are counted.
+ */
+#include <cjson/cJSON.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "nccl_host.h"
+
+#define COMM 0x6a6a5151c0de0001ull
+#define NR 4
+#define REPLAYS 500
+
+enum { C_HANG, C_HEALTHY, C_NOIDS, C_NET, C_NETOK, C_MILLION, C_NOTLAUNCHED };
+static int g_case;
+static wdh_plugin g_p;
+static wdh_comm g_c;
+
+static int is_net(void) { return g_case == C_NET || g_case == C_NETOK; }
+static int hangs(void) { return g_case == C_HANG || g_case == C_NOIDS || g_case == C_NET || g_case == C_NOTLAUNCHED; }
+
+/* NCCL's events of one replay of captured op `cap` (network plans only), from the graph's
+ * host node: Group, Coll, its ProxyOps after the Coll's stop. */
+static void replay_events(const wdh_op *cap, int hang, int rank) {
+  wdh_op tmp = *cap, rep;
+  if (hang) {
+    tmp.cfg.hang_channel = 0;
+    /* Rank 2's kernel never posts its data; the others wait for rank 2's. */
+    tmp.cfg.hang_dirs = rank == 2 ? WDH_HANG_SEND_GPU : WDH_HANG_RECV;
+  }
+  wdh_op_replay(&tmp, &rep);
+}
+
+static void rank_main(int rank, int fd) {
+  if (wdh_fake_cuda_load() != 0) _exit(1);
+  if (g_case == C_NOIDS) wdh_gpu_capture_ids(0);
+  if (wdh_load(&g_p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm_init(&g_c, &g_p, COMM, "tp", is_net() ? 2 : 1, NR, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = !is_net();
+  wdh_run_ops(&g_c, NULL, &cfg, 3); /* warm-up, eager */
+
+  /* torch.cuda.graph(): the capture. */
+  int gid = wdh_gpu_capture_begin(&g_c);
+  wdh_op cap[2];
+  wdh_op_cfg cc = cfg;
+  cc.graph_captured = 1;
+  cc.in_capture = 1;
+  cc.no_proxy = 1; /* the AllReduce is intra-node, also on two nodes (a TP group's) */
+  wdh_op_enqueue(&g_c, &cc, &cap[0]);
+  wdh_gpu_capture_kernel(&g_c); /* the application's own kernel */
+  cc.func = "AllGather";
+  cc.no_proxy = !is_net();
+  wdh_op_enqueue(&g_c, &cc, &cap[1]);
+  wdh_gpu_capture_end(&g_c);
+  if (gid <= 0 || wdh_gpu_graph_nodes(gid, 1) != 3) _exit(3);
+
+  for (int r = 1; r <= REPLAYS + 1; r++) {
+    int last = r == REPLAYS + 1;
+    /* notlaunched: rank 2's host never launches replay 501 (stuck in Python); the others' GPUs
+     * wait inside its first collective. */
+    if (last && g_case == C_NOTLAUNCHED) {
+      if (rank != 2) wdh_gpu_complete(&g_c, wdh_gpu_graph_launch(&g_c, gid));
+      break;
+    }
+    uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
+    if (is_net()) replay_events(&cap[1], last && hangs(), rank);
+    if (!last || !hangs()) wdh_gpu_complete(&g_c, base + 3);
+    else if (rank == 2) wdh_gpu_complete(&g_c, base + 1); /* its compute kernel never ends */
+    else wdh_gpu_complete(&g_c, base + 2);                /* inside the AllGather */
+  }
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (;;) pause(); /* the host waits (cudaStreamSynchronize) */
+}
+
+/* The analyzer's first line for dir (every line on stderr). */
+static void first_line(const char *dir, char *out, size_t len) {
+  out[0] = '\0';
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return;
+  char cmd[2048], line[4096];
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
+  FILE *p = popen(cmd, "r");
+  while (p && fgets(line, sizeof line, p)) {
+    fputs(line, stderr);
+    if (!out[0]) snprintf(out, len, "%s", line);
+  }
+  if (p) pclose(p);
+}
+
+/* Whether some stall dump names replay `replay` of graph 1's launch 2 in its trigger. */
+static int stall_names_replay(const char *dir, const char *want, int launch, int replay) {
+  char *paths[8];
+  int n = wdh_list_dumps(dir, "stall", paths, 8), found = 0;
+  for (int i = 0; i < n && i < 8; i++) {
+    WDH_CHECK(wdh_validate_dump(paths[i]) == 0, "%s does not validate", paths[i]);
+    cJSON *j = wdh_json_load(paths[i]);
+    cJSON *s;
+    cJSON_ArrayForEach(s, (cJSON *)wdh_jpath(j, "trigger.stalls")) {
+      const char *func = wdh_jstr(s, "func");
+      if (func && !strcmp(func, want) && wdh_jnum(s, "graph.graph", -1) == 1 &&
+          wdh_jnum(s, "graph.launch", -1) == launch && wdh_jnum(s, "graph.replay", -1) == replay)
+        found++;
+    }
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n < 8 ? n : 8);
+  return found;
+}
+
+/* In a dump of rank `rank`, the state of the launch of g_func: its replays and state. */
+static const char *g_func = "AllGather";
+static int launch_state(const char *dir, const char *reason, int rank, double *replays, char *state, size_t len) {
+  char *paths[16];
+  int n = wdh_list_dumps(dir, reason, paths, 16), found = 0;
+  for (int i = 0; i < n && i < 16 && !found; i++) {
+    cJSON *j = wdh_json_load(paths[i]);
+    if (wdh_jnum(j, "comms.0.rank", -1) == rank) {
+      cJSON *l;
+      cJSON_ArrayForEach(l, (cJSON *)wdh_jpath(j, "comms.0.graphLaunches")) {
+        const char *f = wdh_jstr(l, "func"), *st = wdh_jstr(l, "state");
+        if (f && !strcmp(f, g_func) && st) {
+          *replays = wdh_jnum(l, "replays", -1);
+          snprintf(state, len, "%s", st);
+          found = 1;
+        }
+      }
+    }
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n < 16 ? n : 16);
+  return found;
+}
+
+static void case_job(const char *dir) {
+  pid_t pids[NR];
+  int n = wdh_fork_ranks(NR, rank_main, pids);
+  WDH_CHECK(n == NR, "%d of %d ranks ready", n, NR);
+  if (hangs()) {
+    int got = wdh_wait_dumps(dir, "stall", 1, 10000);
+    WDH_CHECK(got >= 1, "no stall dump for a hang inside a replay (%d)", got);
+    wdh_wait_dumps(dir, "peer", 1, 8000); /* rank 2's, answering the episode */
+    wdh_sleep_ms(1500);
+    const char *func = g_case == C_NOTLAUNCHED ? "AllReduce" : "AllGather";
+    WDH_CHECK(stall_names_replay(dir, func, g_case == C_NOTLAUNCHED ? 1 : 2, REPLAYS + 1) >= 1,
+              "no stall dump names %s replay %d of graph 1", func, REPLAYS + 1);
+    double rep = -1;
+    char st[32] = "";
+    g_func = func;
+    WDH_CHECK(launch_state(dir, NULL, 2, &rep, st, sizeof st), "no dump of rank 2 lists its %s launch", func);
+    /* Rank 2's GPU: in replay 501 (its graph's host node ran) but before the AllGather, or (one
+     * host node per launch) the AllGather's own node not yet run: replay 500 passed. */
+    WDH_CHECK(g_case == C_NOTLAUNCHED ? !strcmp(st, "passed") && rep == REPLAYS
+                                      : !strcmp(st, "notReached") || (!strcmp(st, "passed") && rep == REPLAYS),
+              "rank 2's %s: %s at replay %g", func, st, rep);
+    for (int r = 0; r < NR; r++) {
+      if (r == 2) continue;
+      st[0] = '\0';
+      WDH_CHECK(launch_state(dir, NULL, r, &rep, st, sizeof st) && !strcmp(st, "inProgress") && rep == REPLAYS + 1,
+                "rank %d's %s: %s at replay %g", r, func, st, rep);
+    }
+    char line[4096];
+    first_line(dir, line, sizeof line);
+    if (getenv("WDH_ANALYZER") && access(getenv("WDH_ANALYZER"), X_OK) == 0)
+      WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 2's GPU never reached") && strstr(line, func) &&
+                    strstr(line, "replay 501") && (g_case != C_NOTLAUNCHED || strstr(line, "never began")),
+                "first line \"%s\" does not name rank 2, %s and replay 501", line, func);
+  } else {
+    wdh_sleep_ms(3000); /* over twice the timeout, idle after the last replay */
+    int stalls = wdh_list_dumps(dir, "stall", NULL, 0);
+    WDH_CHECK(stalls == 0, "%d stall dumps for a healthy graph", stalls);
+    kill(pids[1], SIGUSR1);
+    wdh_wait_dumps(dir, "signal", 1, 5000);
+    double rep = -1;
+    char st[32] = "";
+    WDH_CHECK(launch_state(dir, "signal", 1, &rep, st, sizeof st) && !strcmp(st, "passed") && rep == REPLAYS + 1,
+              "healthy rank 1's AllGather: %s at replay %g", st, rep);
+    char *paths[1];
+    if (wdh_list_dumps(dir, "signal", paths, 1) == 1) {
+      cJSON *j = wdh_json_load(paths[0]);
+      int open = 0, orphans = 0;
+      cJSON *e;
+      cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.inflight")) open++;
+      cJSON_ArrayForEach(e, (cJSON *)wdh_jpath(j, "comms.0.proxyRing.records")) {
+        const char *t = wdh_jstr(e, "type");
+        orphans += t && !strcmp(t, "ProxyOp") && cJSON_IsTrue(cJSON_GetObjectItem(e, "orphan"));
+      }
+      WDH_CHECK(open == 0, "%d operations still in flight after the replays ended", open);
+      WDH_CHECK(orphans == 0, "%d ProxyOps of replays recorded as orphans", orphans);
+      wdh_json_free(j);
+      wdh_free_paths(paths, 1);
+    }
+  }
+  wdh_kill_ranks(pids, NR);
+}
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, res = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+    fclose(f);
+  }
+  return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void case_million(const char *dir) {
+  if (wdh_fake_cuda_load() != 0) return;
+  if (wdh_load(&g_p, wdh_plugin_path(), 0) != 0) return;
+  wdh_comm_init(&g_c, &g_p, COMM, "decode", 1, 1, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  wdh_run_ops(&g_c, NULL, &cfg, 2);
+  int gid = wdh_gpu_capture_begin(&g_c);
+  wdh_op cap;
+  cfg.graph_captured = 1;
+  cfg.in_capture = 1;
+  wdh_op_enqueue(&g_c, &cfg, &cap);
+  wdh_gpu_capture_end(&g_c);
+  long before = 0;
+  const long total = 1000000;
+  for (long r = 1; r <= total; r++) {
+    uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
+    wdh_gpu_complete(&g_c, base + 1);
+    if (r == 20000) before = rss_kib();
+  }
+  long after = rss_kib();
+  WDH_CHECK(after - before < 2048, "memory grew by %ld KiB over %ld replays", after - before, total - 20000);
+  wdh_sleep_ms(400);
+  cJSON *j = wdh_signal_snapshot(dir);
+  WDH_CHECK(j != NULL, "no snapshot");
+  if (j) {
+    WDH_CHECK(wdh_jnum(j, "comms.0.graphLaunches.0.replays", -1) == total, "replays counted: %g",
+              wdh_jnum(j, "comms.0.graphLaunches.0.replays", -1));
+    const char *st = wdh_jstr(j, "comms.0.graphLaunches.0.state");
+    WDH_CHECK(st && !strcmp(st, "passed"), "state %s", st ? st : "(none)");
+    wdh_json_free(j);
+  }
+  WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for healthy replays");
+  wdh_comm_finalize(&g_c);
+  wdh_unload(&g_p);
+}
+
+int main(int argc, char **argv) {
+  const char *which = argc > 1 ? argv[1] : "hang";
+  static const char *names[] = {"hang", "healthy", "noids", "net", "netok", "million", "notlaunched"};
+  g_case = -1;
+  for (int i = 0; i < 7; i++)
+    if (!strcmp(which, names[i])) g_case = i;
+  if (g_case < 0) {
+    fprintf(stderr, "unknown case %s\n", which);
+    return 2;
+  }
+  if (!wdh_plugin_path() || !getenv("WDH_FAKE_CUDA")) return 77;
+  char *dir = wdh_scenario_dir("graphreplay", "1s", "100ms");
+  setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
+  if (g_case == C_MILLION) case_million(dir);
+  else case_job(dir);
+  char name[64];
+  snprintf(name, sizeof name, "scenario_graphreplay %s", which);
+  return wdh_scenario_end(name, dir);
+}
