@@ -19,6 +19,12 @@
  *                       v7 table, once the proxy thread is done with the op (a channel's kernel
  *                       cannot finish before its data moved), at its own pace against the proxy
  *                       thread's work on later ops.
+ * -g plays CUDA-graph replays instead of eager ops: the AllReduce is captured once (GroupApi and
+ * CollApi with graphCaptured, KernelLaunch on a capturing stream: with the stand-in driver loaded
+ * from WDH_FAKE_CUDA the plugin adds its host node and event records), and each op is a replay
+ * of a network plan as 2.31 reports it from the graph's host node (enqueue.cc,
+ * hostStreamPlanCallback): Group, Coll (parent: the captured CollApi), their stops, then the
+ * proxy and Profiler Thread parts as above. 4 application callbacks instead of 10.
  * -k proxy with -m 231 plays 2.31's table with KernelCh on the proxy thread (what the third
  * thread costs, apart from the ABI). Each thread measures its own CPU time over batches of work (CLOCK_THREAD_CPUTIME_ID, a
  * system call per batch of 32 ops, the same for every plugin), so waiting for another thread
@@ -44,6 +50,8 @@
 
 typedef struct mix {
   int mode;  /* 230 or 231 */
+  int graph; /* -g: each op a replay of the captured AllReduce */
+  void *capi; /* -g: the captured CollApi */
   int kch_on_proxy; /* KernelCh from the proxy thread (2.30's order; -k proxy with -m 231) */
   int steps; /* ProxySteps per ProxyOp */
   wdh_plugin *p;
@@ -98,7 +106,62 @@ static inline void d_init(const mix *m, descr *d, uint64_t type, void *parent) {
 static uint64_t g_seq;
 static int g_stream;
 
+static void coll_descr(const mix *m, descr *d, void *parent, void *group) {
+  d_init(m, d, ncclProfileColl, parent);
+  D_SET(m, d, coll.seqNumber, g_seq++);
+  D_SET(m, d, coll.func, "AllReduce");
+  D_SET(m, d, coll.sendBuff, &g_stream);
+  D_SET(m, d, coll.recvBuff, &g_stream);
+  D_SET(m, d, coll.count, 1 << 18);
+  D_SET(m, d, coll.datatype, "ncclFloat32");
+  D_SET(m, d, coll.nChannels, CHANNELS);
+  D_SET(m, d, coll.nWarps, 16);
+  D_SET(m, d, coll.algo, "RING");
+  D_SET(m, d, coll.proto, "SIMPLE");
+  D_SET(m, d, coll.parentGroup, group);
+}
+
+/* One replay's operation-level events, from the graph's host node. */
+static void *replay_part(const mix *m) {
+  descr d;
+  d_init(m, &d, ncclProfileGroup, NULL);
+  void *group = mx_start(m, &d);
+  coll_descr(m, &d, m->capi, group);
+  void *coll = mx_start(m, &d);
+  mx_stop(m, coll);
+  mx_stop(m, group);
+  return coll;
+}
+
+/* The capture: API events with graphCaptured, the launch into the capturing stream. */
+static void capture(mix *m, wdh_comm *c) {
+  wdh_gpu_capture_begin(c);
+  descr d;
+  d_init(m, &d, ncclProfileGroupApi, NULL);
+  D_SET(m, &d, groupApi.groupDepth, 1);
+  D_SET(m, &d, groupApi.graphCaptured, true);
+  void *gapi = mx_start(m, &d);
+  mx_state(m, gapi, ncclProfilerGroupStartApiStop, 0);
+  d_init(m, &d, ncclProfileCollApi, gapi);
+  D_SET(m, &d, collApi.func, "AllReduce");
+  D_SET(m, &d, collApi.count, 1 << 18);
+  D_SET(m, &d, collApi.datatype, "ncclFloat32");
+  D_SET(m, &d, collApi.stream, c->stream);
+  D_SET(m, &d, collApi.graphCaptured, true);
+  m->capi = mx_start(m, &d);
+  mx_stop(m, m->capi);
+  mx_state(m, gapi, ncclProfilerGroupEndApiStart, 0);
+  d_init(m, &d, ncclProfileKernelLaunch, gapi);
+  D_SET(m, &d, kernelLaunch.stream, c->stream);
+  void *kl = mx_start(m, &d);
+  wdh_gpu_capture_kernel(c);
+  mx_stop(m, kl);
+  mx_stop(m, gapi);
+  wdh_gpu_capture_end(c);
+}
+
 static void *app_part(const mix *m) {
+  if (m->graph) return replay_part(m);
   descr d;
   d_init(m, &d, ncclProfileGroupApi, NULL);
   D_SET(m, &d, groupApi.groupDepth, 1);
@@ -114,18 +177,7 @@ static void *app_part(const mix *m) {
   mx_state(m, gapi, ncclProfilerGroupEndApiStart, 0);
   d_init(m, &d, ncclProfileGroup, NULL);
   void *group = mx_start(m, &d);
-  d_init(m, &d, ncclProfileColl, capi);
-  D_SET(m, &d, coll.seqNumber, g_seq++);
-  D_SET(m, &d, coll.func, "AllReduce");
-  D_SET(m, &d, coll.sendBuff, &g_stream);
-  D_SET(m, &d, coll.recvBuff, &g_stream);
-  D_SET(m, &d, coll.count, 1 << 18);
-  D_SET(m, &d, coll.datatype, "ncclFloat32");
-  D_SET(m, &d, coll.nChannels, CHANNELS);
-  D_SET(m, &d, coll.nWarps, 16);
-  D_SET(m, &d, coll.algo, "RING");
-  D_SET(m, &d, coll.proto, "SIMPLE");
-  D_SET(m, &d, coll.parentGroup, group);
+  coll_descr(m, &d, capi, group);
   void *coll = mx_start(m, &d);
   mx_stop(m, coll);
   mx_stop(m, group);
@@ -204,7 +256,7 @@ static void profiler_part(const mix *m, void *coll) {
 }
 
 static int callbacks_per_op(const mix *m) {
-  return 10 + OPS_PER_COLL * 3 + OPS_PER_COLL * m->steps * 5 + CHANNELS * 3;
+  return (m->graph ? 4 : 10) + OPS_PER_COLL * 3 + OPS_PER_COLL * m->steps * 5 + CHANNELS * 3;
 }
 
 /* ---- threads ------------------------------------------------------------------------------- */
@@ -285,7 +337,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_mix PLUGIN.so -m 230|231 [-k proxy|thread] [-n ops] [-r runs] "
+  fprintf(stderr, "usage: bench_mix PLUGIN.so -m 230|231 [-k proxy|thread] [-g] [-n ops] [-r runs] "
                   "[-w warmup] [-s steps]\n");
   exit(2);
 }
@@ -294,10 +346,11 @@ int main(int argc, char **argv) {
   if (argc < 2 || argv[1][0] == '-') usage();
   const char *path = argv[1];
   long n = 50000, warm = 10000;
-  int runs = 7, steps = 8, mode = 230, kch = -1, opt;
+  int runs = 7, steps = 8, mode = 230, kch = -1, graph = 0, opt;
   optind = 2;
-  while ((opt = getopt(argc, argv, "m:k:n:r:w:s:")) != -1) {
+  while ((opt = getopt(argc, argv, "gm:k:n:r:w:s:")) != -1) {
     switch (opt) {
+    case 'g': graph = 1; break;
     case 'm': mode = atoi(optarg); break;
     case 'k': kch = !strcmp(optarg, "proxy") ? 1 : !strcmp(optarg, "thread") ? 0 : -2; break;
     case 'n': n = atol(optarg); break;
@@ -310,6 +363,8 @@ int main(int argc, char **argv) {
   if (kch == -1) kch = mode == 230;
   if ((mode != 230 && mode != 231) || kch < 0 || (mode == 230 && !kch) || n < 1 || runs < 1 || runs > 99 || warm < 0 || steps < 1) usage();
 
+  /* The stand-in driver, where given, before the plugin (NCCL has the driver loaded by then). */
+  if (graph && getenv("WDH_FAKE_CUDA") && wdh_fake_cuda_load() != 0) return 1;
   wdh_plugin plugin;
   if (wdh_load(&plugin, path, mode == 231 ? 7 : 0) != 0) return 1;
   if ((mode == 231 && !plugin.v7) || (mode == 230 && !plugin.v6)) {
@@ -320,6 +375,8 @@ int main(int argc, char **argv) {
   wdh_comm_init(&comm, &plugin, 0x2310, "mix", 2, 2, 0);
   mix m = {.mode = mode, .kch_on_proxy = kch, .steps = steps, .p = &plugin, .ctx = comm.ctx,
            .mask = __atomic_load_n(&wdh_activation_mask, __ATOMIC_RELAXED)};
+  if (graph) capture(&m, &comm);
+  m.graph = graph;
 
   /* As bench_hotpath: one op, then more than a watchdog poll, so every run sees whole rings. */
   proxy_part(&m, app_part(&m));
@@ -360,8 +417,9 @@ int main(int argc, char **argv) {
   snprintf(name, sizeof name, "%s", plugin.name ? plugin.name : "?");
   wdh_unload(&plugin);
   qsort(per_cb, (size_t)runs, sizeof(double), cmp_double);
-  printf("mix plugin=%s nccl=%d kernelch=%s ops=%ld callbacks=%d runs=%d ns_per_cb=%.2f min=%.2f "
+  printf("mix plugin=%s nccl=%d kernelch=%s%s ops=%ld callbacks=%d runs=%d ns_per_cb=%.2f min=%.2f "
          "max=%.2f mask=0x%x\n",
-         name, mode, kch ? "proxy" : "thread", n, cb, runs, per_cb[runs / 2], per_cb[0], per_cb[runs - 1], m.mask);
+         name, mode, kch ? "proxy" : "thread", graph ? " replays=1" : "", n, cb, runs, per_cb[runs / 2],
+         per_cb[0], per_cb[runs - 1], m.mask);
   return wdh_failures() ? 1 : 0;
 }

@@ -220,6 +220,9 @@ static void put_type_fields(wd_ctx *c, wd_sb *b, const wd_record *r, const wd_ev
     wd_sb_hex(b, r->raw);
   }
   if (r->type == WD_T_COLL && (r->flags & WD_F_SYMCOLL)) WD_SB_LIT(b, ",\"isSymColl\":true");
+  /* A replay NCCL reported, keyed to its captured launch (events/graph.h): which replay. */
+  if ((r->type == WD_T_COLL || r->type == WD_T_P2P) && (r->flags & WD_F_GRAPH) && r->n > 0)
+    PUT_INT(b, "replay", r->n);
   int is_op = r->type == WD_T_COLL || r->type == WD_T_P2P || r->type == WD_T_CECOLL;
   if (ev && is_op)
     wd_sb_bool(b, ",\"graphCaptured\":", r->flags & WD_F_GRAPH);
@@ -629,24 +632,34 @@ static int put_memory(cJSON *root, const wd_dump_input *in) {
 }
 
 static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *in) {
-  int cuda = 0, nccl = 0;
+  int cuda = 0, nccl = 0, graphs = 0, unwatched = 0;
   for (uint32_t i = 0; in->comms && i < in->ncomms; i++) {
     if (in->comms[i].gpu_events) cuda = 1;
     else nccl = 1;
+    if (in->comms[i].graph_watch) graphs = 1;
+    else if (in->comms[i].gpu_events) unwatched = 1;
   }
   cJSON *a = cJSON_AddArrayToObject(o, "blindSpots");
   if (!a) return -1;
   const char *spots[10];
   int n = 0;
   spots[n++] = "RMA operations: NCCL reports no profiler events for them";
-  spots[n++] = "Broadcast on the AllGatherV path and symmetric-memory kernels: API events only, "
-               "never judged; a captured symmetric kernel's replays get no KernelCh: completed at "
-               "their Coll's stop";
+  spots[n++] = graphs && !unwatched
+                  ? "Broadcast on the AllGatherV path and symmetric-memory kernels: API events "
+                    "only, never judged (a captured one's replays are, by its graph's records)"
+                  : "Broadcast on the AllGatherV path and symmetric-memory kernels: API events only, "
+                    "never judged; a captured symmetric kernel's replays get no KernelCh: completed at "
+                    "their Coll's stop";
   if (nccl || !cuda)
     spots[n++] = "without CUDA events: CE collectives are not followed past enqueue, and an "
                  "intra-node op's completion rests on NCCL's KernelCh counters, which can pair "
                  "with another op";
-  if (cuda) spots[n++] = "graph replays launch no kernel the plugin sees: judged on NCCL's events";
+  if (unwatched)
+    spots[n++] = "graph replays launch no kernel the plugin sees (NCCL_WATCHDOG_GRAPH_LAUNCHES=0, or "
+                 "a driver without cuEventRecordWithFlags / cuLaunchHostFunc): judged on NCCL's events";
+  if (graphs)
+    spots[n++] = "captured launches beyond NCCL_WATCHDOG_GRAPH_LAUNCHES per communicator, or made "
+                 "while the driver refused a node, are not followed (comms[].graphLaunchesUnfollowed)";
   int set = 0, lost = 0;
   for (uint32_t i = 0; in->comms && i < in->ncomms; i++) {
     set |= in->comms[i].mask_set;
@@ -657,8 +670,11 @@ static int put_blind_spots(cJSON *o, const wd_config *cfg, const wd_dump_input *
     spots[n++] = "NCCL's event mask was changed under the plugin (NCCL RAS PROFILER_MASK?): "
                  "event types it needs are off; see comms[].eventMaskNow";
   if (!(set & (1 << WD_T_KERNELCH)))
-    spots[n++] = cuda ? "KernelCh is off (CUDA events give completion): intra-node work replayed "
-                        "from a CUDA graph is not seen to complete"
+    spots[n++] = cuda ? (unwatched ? "KernelCh is off (CUDA events give completion): intra-node work "
+                                     "replayed from a CUDA graph is not seen to complete"
+                                   : "KernelCh is off (CUDA events give completion): intra-node work "
+                                     "replayed from a CUDA graph is followed by its captured "
+                                     "launch's records only (comms[].graphLaunches)")
                       : "KernelCh is off: an op without network work is not seen past enqueue";
   if (!(cfg->event_mask & (1 << WD_T_PROXYSTEP)))
     spots[n++] = "ProxyStep is off: network progress is seen per ProxyOp only";

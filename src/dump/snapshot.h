@@ -73,6 +73,7 @@ typedef struct wd_comm_snap {
   wd_seq_snap ce_seq[8]; /* CE collectives: NCCL numbers them apart (ceSeqNum) */
   uint8_t gpu_events;    /* GPU progress from CUDA events around its launches */
   uint32_t launches_unbracketed; /* launches without CUDA events (capturing stream, driver error) */
+  uint8_t graph_watch; /* captured launches are followed (events/graph.h) */
   uint32_t nglaunch, glaunch_unfollowed;
   wd_glaunch_snap *glaunch; /* captured launches followed (oldest capture first) */
   int gpu_error;         /* last CUresult error the driver gave for its events, 0 none */

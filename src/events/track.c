@@ -313,6 +313,22 @@ static uint64_t wd_replay_key(wd_context *ctx, wd_event *api, uint64_t group, wd
   return wd_graph_key((uint32_t)gi, r);
 }
 
+/* A replay's events come from its graph's host node, which runs only once the graph's previous
+ * launch finished on the GPU (cuGraphLaunch orders one graph's launches): the previous replay
+ * of the same captured call is past its kernel, so its hold goes now, not a poll later, and the
+ * replays held at once stay one per captured call, whatever the replay rate. The captured API
+ * slot remembers its latest replay's handle in wd_reached_ns, a root-only field. */
+static void wd_replay_supersede(wd_event *api, wd_event *ev, uint64_t key) {
+  void *prev = (void *)(uintptr_t)atomic_exchange_explicit(
+      &api->wd_reached_ns, (uint64_t)(uintptr_t)wd_event_handle(ev), memory_order_acq_rel);
+  wd_event *p = wd_event_from_handle(prev);
+  if (!p || p == ev || atomic_load_explicit(&p->kind, memory_order_relaxed) != WD_KIND_ROOT) return;
+  uint64_t pk = atomic_load_explicit(&p->gpu_key, memory_order_relaxed);
+  if (wd_is_graph_key(pk) && wd_graph_key_slot(pk) == wd_graph_key_slot(key) &&
+      wd_graph_key_replay(pk) < wd_graph_key_replay(key))
+    wd_event_release_hold(p);
+}
+
 void *wd_track_start(wd_start_req *req) {
   wd_record *rec = &req->rec;
   unsigned type = rec->type;
@@ -458,9 +474,11 @@ void *wd_track_start(wd_start_req *req) {
      * hostStreamPlanCallback): its slot is kept, never reused, so each replay still reads
      * graphCaptured from it (bounded: WD_MAX_PINNED_API per communicator; finalize frees them). */
     refs = 2;
-    /* Its replay count and captured launch (wd_replay_key), fields only roots use otherwise. */
+    /* Its replay count, captured launch and latest replay (wd_replay_key, wd_replay_supersede),
+     * fields only roots use otherwise. */
     atomic_store_explicit(&ev->kch_expected, 0, memory_order_relaxed);
     atomic_store_explicit(&ev->kch_done, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->wd_reached_ns, 0, memory_order_relaxed);
   } else if (type == WD_T_GROUP && !detached) {
     atomic_store_explicit(&ev->order, atomic_fetch_add_explicit(&ctx->order_next, 1, memory_order_relaxed),
                           memory_order_relaxed);
@@ -481,6 +499,7 @@ void *wd_track_start(wd_start_req *req) {
     atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
   }
   wd_slot_open(ev, refs + hold);
+  if (replay_api && hold && wd_is_graph_key(gkey)) wd_replay_supersede(replay_api, ev, gkey);
   uint64_t v[WD_RECORD_WORDS];
   const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
 #pragma GCC unroll 16

@@ -69,6 +69,7 @@ static uint32_t wd_collect_seqs(const _Atomic int64_t *enq, const _Atomic int64_
 
 /* The captured launches followed, as the watchdog's last poll left them (its own fields). */
 static void wd_collect_glaunch(wd_graphs *g, uint64_t now, wd_comm_snap *c) {
+  c->graph_watch = (uint8_t)g->on;
   c->glaunch_unfollowed = atomic_load(&g->unfollowed);
   uint32_t n = g->slot ? atomic_load_explicit(&g->used, memory_order_acquire) : 0;
   c->glaunch = n ? calloc(n, sizeof *c->glaunch) : NULL;

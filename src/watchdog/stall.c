@@ -112,6 +112,16 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
     if (n < sizeof(s->waiting_on))
       wd_describe_wait(ctx, v->ev, s->waiting_on + n, (unsigned)(sizeof(s->waiting_on) - n));
   }
+  /* A replay keyed to its captured launch: which one, as a captured launch's own stall says. */
+  uint64_t key = atomic_load_explicit(&v->ev->gpu_key, memory_order_relaxed);
+  if (wd_is_graph_key(key) && (r->type == WD_T_COLL || r->type == WD_T_P2P) &&
+      wd_graph_key_slot(key) < atomic_load_explicit(&ctx->graphs.used, memory_order_acquire)) {
+    const wd_glaunch *l = &ctx->graphs.slot[wd_graph_key_slot(key)];
+    s->graph = l->graph;
+    s->graph_pos = l->pos;
+    s->replay = wd_graph_key_replay(key);
+    s->graph_state = v->snap.reached_ns ? WD_GL_IN : WD_GL_WAIT;
+  }
   const wd_context *newer = wd_newer_comm(ctx, r->ts_ns, v->snap.last_ns);
   size_t n = strlen(s->waiting_on);
   if (newer && n < sizeof(s->waiting_on))

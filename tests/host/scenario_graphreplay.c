@@ -22,10 +22,20 @@
  *   netok      its twin: no stall, and no replay left in flight.
  *   notlaunched  rank 2's host never launches replay 501: the others wait inside its AllReduce,
  *              and the analyzer says rank 2's GPU never began that replay.
+ *   v6         hang in NCCL 2.30's order (ABI v6, KernelCh on by default): every replay fires
+ *              Group, Coll and KernelCh (the plans have profiler ops); rank 2's AllGather gets its
+ *              Coll at the graph's start and no KernelCh. Same verdict. Twin v6ok.
+ *   sym        a symmetric-memory AllReduce captured after a compute kernel; every replay gives
+ *              Group and Coll (isSymColl) and never KernelCh (2.31 symmetric_sched.cc); rank 2's
+ *              compute never ends in replay 501. Twin symok: 501 replays leave nothing in flight.
+ *   teardown   hang, with PyTorch's nccl2 watchdog timing out the eager AllReduce queued behind
+ *              the graph on ranks 0, 1, 3 (abort: sigabrt dumps) before the plugin's timeout,
+ *              and torchrun's SIGTERM to rank 2: the analyzer still names rank 2 and the replay.
  *   million    one rank replays a one-launch graph 1,000,000 times: memory stays flat and the
  *              replays are counted.
  */
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,13 +49,58 @@
 #define NR 4
 #define REPLAYS 500
 
-enum { C_HANG, C_HEALTHY, C_NOIDS, C_NET, C_NETOK, C_MILLION, C_NOTLAUNCHED };
+enum { C_HANG, C_HEALTHY, C_NOIDS, C_NET, C_NETOK, C_MILLION, C_NOTLAUNCHED, C_V6, C_V6OK, C_SYM,
+       C_SYMOK, C_TEARDOWN, C_NCASES };
+static const char *const g_names[C_NCASES] = {"hang", "healthy", "noids", "net", "netok", "million",
+                                              "notlaunched", "v6", "v6ok", "sym", "symok", "teardown"};
 static int g_case;
 static wdh_plugin g_p;
 static wdh_comm g_c;
 
 static int is_net(void) { return g_case == C_NET || g_case == C_NETOK; }
-static int hangs(void) { return g_case == C_HANG || g_case == C_NOIDS || g_case == C_NET || g_case == C_NOTLAUNCHED; }
+static int is_v6(void) { return g_case == C_V6 || g_case == C_V6OK; }
+static int is_sym(void) { return g_case == C_SYM || g_case == C_SYMOK; }
+static int hangs(void) {
+  return g_case == C_HANG || g_case == C_NOIDS || g_case == C_NET || g_case == C_NOTLAUNCHED ||
+         g_case == C_V6 || g_case == C_SYM || g_case == C_TEARDOWN;
+}
+
+/* Group and Coll of a replay, without children: a symmetric kernel's (2.31,
+ * scheduler/symmetric_sched.cc: "Under capture we launch the clean kernel and keep only host-side
+ * group/coll events"), or, on 2.30, a plan whose host node ran at the graph's start while its
+ * kernel has not (the host nodes of one graph all run first). */
+static void coll_only(const wdh_op *cap, int sym) {
+  wdh_descr d;
+  memset(&d, 0, sizeof d);
+  d.type = ncclProfileGroup;
+  d.rank = g_c.rank;
+  void *group = wdh_start(&g_p, g_c.ctx, &d);
+  memset(&d, 0, sizeof d);
+  d.type = ncclProfileColl;
+  d.rank = g_c.rank;
+  d.parent = cap->coll_api;
+  d.parent_group = group;
+  d.func = cap->cfg.func;
+  d.count = cap->cfg.count;
+  d.datatype = cap->cfg.datatype;
+  d.seq = sym ? cap->seq : g_c.seq[wdh_func_index(cap->cfg.func)]++;
+  d.n_channels = sym ? 0 : (uint8_t)cap->cfg.n_channels;
+  d.algo = "Ring";
+  d.proto = "Simple";
+  d.is_sym_coll = sym != 0;
+  void *coll = wdh_start(&g_p, g_c.ctx, &d);
+  wdh_stop(&g_p, coll);
+  wdh_stop(&g_p, group);
+}
+
+/* PyTorch's watchdog on a rank with eager work queued behind the graph: that work times out
+ * (captured work is never queued: ProcessGroupNCCL.cpp collective(), capture_status), and the
+ * nccl2 backend aborts (ProcessGroupNCCL watchdog: std::abort). */
+static void *pt_watchdog(void *arg) {
+  (void)arg;
+  wdh_sleep_ms(1500);
+  abort();
+}
 
 /* NCCL's events of one replay of captured op `cap` (network plans only), from the graph's
  * host node: Group, Coll, its ProxyOps after the Coll's stop. */
@@ -62,7 +117,8 @@ static void replay_events(const wdh_op *cap, int hang, int rank) {
 static void rank_main(int rank, int fd) {
   if (wdh_fake_cuda_load() != 0) _exit(1);
   if (g_case == C_NOIDS) wdh_gpu_capture_ids(0);
-  if (wdh_load(&g_p, wdh_plugin_path(), 0) != 0) _exit(1);
+  /* NCCL 2.31 (v7) unless the case plays 2.30 (v6, KernelCh on by default there). */
+  if (wdh_load(&g_p, wdh_plugin_path(), is_v6() ? 0 : 7) != 0) _exit(1);
   wdh_comm_init(&g_c, &g_p, COMM, "tp", is_net() ? 2 : 1, NR, rank);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
@@ -76,13 +132,19 @@ static void rank_main(int rank, int fd) {
   cc.graph_captured = 1;
   cc.in_capture = 1;
   cc.no_proxy = 1; /* the AllReduce is intra-node, also on two nodes (a TP group's) */
-  wdh_op_enqueue(&g_c, &cc, &cap[0]);
-  wdh_gpu_capture_kernel(&g_c); /* the application's own kernel */
-  cc.func = "AllGather";
-  cc.no_proxy = !is_net();
-  wdh_op_enqueue(&g_c, &cc, &cap[1]);
+  if (is_sym()) {
+    /* The application's kernel, then a symmetric-memory AllReduce (its launch is recorded). */
+    wdh_gpu_capture_kernel(&g_c);
+    wdh_op_enqueue(&g_c, &cc, &cap[0]);
+  } else {
+    wdh_op_enqueue(&g_c, &cc, &cap[0]);
+    wdh_gpu_capture_kernel(&g_c); /* the application's own kernel */
+    cc.func = "AllGather";
+    cc.no_proxy = !is_net();
+    wdh_op_enqueue(&g_c, &cc, &cap[1]);
+  }
   wdh_gpu_capture_end(&g_c);
-  if (gid <= 0 || wdh_gpu_graph_nodes(gid, 1) != 3) _exit(3);
+  if (gid <= 0 || wdh_gpu_graph_nodes(gid, 1) != (is_sym() ? 2 : 3)) _exit(3);
 
   for (int r = 1; r <= REPLAYS + 1; r++) {
     int last = r == REPLAYS + 1;
@@ -93,10 +155,41 @@ static void rank_main(int rank, int fd) {
       break;
     }
     uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
-    if (is_net()) replay_events(&cap[1], last && hangs(), rank);
-    if (!last || !hangs()) wdh_gpu_complete(&g_c, base + 3);
+    int stuck = last && hangs();
+    if (is_sym()) {
+      /* Every replay: Group and Coll (isSymColl) from the graph's host node, no KernelCh. */
+      coll_only(&cap[0], 1);
+      if (!stuck) wdh_gpu_complete(&g_c, base + 2);
+      else if (rank != 2) wdh_gpu_complete(&g_c, base + 1); /* inside the AllReduce */
+      continue;                                             /* rank 2: its kernel never ends */
+    }
+    if (is_v6()) {
+      /* 2.30, KernelCh on: every plan has profiler ops, so a host node fires its events at every
+       * replay (enqueue.cc ncclLaunchPrepare, hostStreamPlanCallback), all at the graph's start;
+       * the KernelCh as the kernels run (transport/profiler.cc). */
+      wdh_op rep;
+      wdh_op_replay(&cap[0], &rep);
+      if (!stuck) {
+        wdh_op_replay(&cap[1], &rep);
+      } else if (rank == 2) {
+        coll_only(&cap[1], 0); /* its AllGather kernel never starts: no KernelCh */
+      } else {
+        wdh_op tmp = cap[1];
+        tmp.cfg.hang_channel = 0;
+        wdh_op_replay(&tmp, &rep);
+      }
+    }
+    if (is_net()) replay_events(&cap[1], stuck, rank);
+    if (!stuck) wdh_gpu_complete(&g_c, base + 3);
     else if (rank == 2) wdh_gpu_complete(&g_c, base + 1); /* its compute kernel never ends */
     else wdh_gpu_complete(&g_c, base + 2);                /* inside the AllGather */
+  }
+  if (g_case == C_TEARDOWN && rank != 2) {
+    /* The next step's eager AllReduce, queued behind the graph: PyTorch times it out. */
+    wdh_op eager;
+    wdh_op_enqueue(&g_c, &cfg, &eager);
+    pthread_t t;
+    pthread_create(&t, NULL, pt_watchdog, NULL);
   }
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
@@ -138,9 +231,17 @@ static int stall_names_replay(const char *dir, const char *want, int launch, int
   return found;
 }
 
-/* In a dump of rank `rank`, the state of the launch of g_func: its replays and state. */
+/* In a dump of rank `rank` (of any reason for NULL, teardown ones included), the state of the
+ * launch of g_func: its replays and state. */
 static const char *g_func = "AllGather";
+static int launch_state1(const char *dir, const char *reason, int rank, double *replays, char *state, size_t len);
 static int launch_state(const char *dir, const char *reason, int rank, double *replays, char *state, size_t len) {
+  if (reason) return launch_state1(dir, reason, rank, replays, state, len);
+  return launch_state1(dir, NULL, rank, replays, state, len) ||
+         launch_state1(dir, "sigabrt", rank, replays, state, len) ||
+         launch_state1(dir, "term", rank, replays, state, len);
+}
+static int launch_state1(const char *dir, const char *reason, int rank, double *replays, char *state, size_t len) {
   char *paths[16];
   int n = wdh_list_dumps(dir, reason, paths, 16), found = 0;
   for (int i = 0; i < n && i < 16 && !found; i++) {
@@ -166,14 +267,33 @@ static void case_job(const char *dir) {
   pid_t pids[NR];
   int n = wdh_fork_ranks(NR, rank_main, pids);
   WDH_CHECK(n == NR, "%d of %d ranks ready", n, NR);
+  const char *func = g_case == C_NOTLAUNCHED || is_sym() ? "AllReduce" : "AllGather";
+  int launch = g_case == C_NOTLAUNCHED || is_sym() ? 1 : 2;
+  if (g_case == C_TEARDOWN) {
+    /* torchrun: the aborted ranks end, then SIGTERM to the survivor (rank 2). */
+    for (int r = 0; r < NR; r++) {
+      if (r == 2) continue;
+      int st = 0;
+      WDH_CHECK(wdh_wait_child(pids[r], 15000, &st), "rank %d did not end by itself", r);
+      pids[r] = 0;
+    }
+    kill(pids[2], SIGTERM);
+    int st = 0;
+    wdh_wait_child(pids[2], 5000, &st);
+    pids[2] = 0;
+    int n3 = wdh_list_dumps(dir, "sigabrt", NULL, 0);
+    WDH_CHECK(n3 == 3, "%d sigabrt dumps from the 3 aborted ranks", n3);
+    WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump although PyTorch fired first");
+  }
   if (hangs()) {
-    int got = wdh_wait_dumps(dir, "stall", 1, 10000);
-    WDH_CHECK(got >= 1, "no stall dump for a hang inside a replay (%d)", got);
-    wdh_wait_dumps(dir, "peer", 1, 8000); /* rank 2's, answering the episode */
-    wdh_sleep_ms(1500);
-    const char *func = g_case == C_NOTLAUNCHED ? "AllReduce" : "AllGather";
-    WDH_CHECK(stall_names_replay(dir, func, g_case == C_NOTLAUNCHED ? 1 : 2, REPLAYS + 1) >= 1,
-              "no stall dump names %s replay %d of graph 1", func, REPLAYS + 1);
+    if (g_case != C_TEARDOWN) {
+      int got = wdh_wait_dumps(dir, "stall", 1, 10000);
+      WDH_CHECK(got >= 1, "no stall dump for a hang inside a replay (%d)", got);
+      wdh_wait_dumps(dir, "peer", 1, 8000); /* rank 2's, answering the episode */
+      wdh_sleep_ms(1500);
+      WDH_CHECK(stall_names_replay(dir, func, launch, REPLAYS + 1) >= 1,
+                "no stall dump names %s replay %d of graph 1", func, REPLAYS + 1);
+    }
     double rep = -1;
     char st[32] = "";
     g_func = func;
@@ -191,10 +311,12 @@ static void case_job(const char *dir) {
     }
     char line[4096];
     first_line(dir, line, sizeof line);
+    char want[96];
+    snprintf(want, sizeof want, "%s (replay 501 of CUDA graph 1, launch %d)", func, launch);
     if (getenv("WDH_ANALYZER") && access(getenv("WDH_ANALYZER"), X_OK) == 0)
-      WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 2's GPU never reached") && strstr(line, func) &&
-                    strstr(line, "replay 501") && (g_case != C_NOTLAUNCHED || strstr(line, "never began")),
-                "first line \"%s\" does not name rank 2, %s and replay 501", line, func);
+      WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 2's GPU never reached") && strstr(line, want) &&
+                    (g_case != C_NOTLAUNCHED || strstr(line, "never began")),
+                "first line \"%s\" does not name rank 2 and %s", line, want);
   } else {
     wdh_sleep_ms(3000); /* over twice the timeout, idle after the last replay */
     int stalls = wdh_list_dumps(dir, "stall", NULL, 0);
@@ -203,8 +325,9 @@ static void case_job(const char *dir) {
     wdh_wait_dumps(dir, "signal", 1, 5000);
     double rep = -1;
     char st[32] = "";
+    g_func = func;
     WDH_CHECK(launch_state(dir, "signal", 1, &rep, st, sizeof st) && !strcmp(st, "passed") && rep == REPLAYS + 1,
-              "healthy rank 1's AllGather: %s at replay %g", st, rep);
+              "healthy rank 1's %s: %s at replay %g", func, st, rep);
     char *paths[1];
     if (wdh_list_dumps(dir, "signal", paths, 1) == 1) {
       cJSON *j = wdh_json_load(paths[0]);
@@ -236,7 +359,7 @@ static long rss_kib(void) {
 
 static void case_million(const char *dir) {
   if (wdh_fake_cuda_load() != 0) return;
-  if (wdh_load(&g_p, wdh_plugin_path(), 0) != 0) return;
+  if (wdh_load(&g_p, wdh_plugin_path(), 7) != 0) return;
   wdh_comm_init(&g_c, &g_p, COMM, "decode", 1, 1, 0);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
@@ -274,16 +397,16 @@ static void case_million(const char *dir) {
 
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "hang";
-  static const char *names[] = {"hang", "healthy", "noids", "net", "netok", "million", "notlaunched"};
   g_case = -1;
-  for (int i = 0; i < 7; i++)
-    if (!strcmp(which, names[i])) g_case = i;
+  for (int i = 0; i < C_NCASES; i++)
+    if (!strcmp(which, g_names[i])) g_case = i;
   if (g_case < 0) {
     fprintf(stderr, "unknown case %s\n", which);
     return 2;
   }
   if (!wdh_plugin_path() || !getenv("WDH_FAKE_CUDA")) return 77;
-  char *dir = wdh_scenario_dir("graphreplay", "1s", "100ms");
+  /* teardown: PyTorch's watchdog fires first, well within the plugin's timeout. */
+  char *dir = wdh_scenario_dir("graphreplay", g_case == C_TEARDOWN ? "20s" : "1s", "100ms");
   setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
   if (g_case == C_MILLION) case_million(dir);
   else case_job(dir);

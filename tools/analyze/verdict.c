@@ -1383,7 +1383,10 @@ static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c)
   int64_t br = 0;
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
-    double thr = threshold(set, o, cr);
+    /* A process that ended (PyTorch's abort, the launcher's SIGTERM) waited no timeout of ours:
+     * inside it for two of its polls is stuck, as for its operations (op_stuck_in). */
+    const wd_az_dump *d = wd_az_dump_of(set, cr);
+    double thr = wd_az_is_teardown(d) && o->stall_ms <= 0 ? teardown_quiet(d) : threshold(set, o, cr);
     for (int k = 0; k < cr->nglaunch; k++) {
       const wd_az_glaunch *g = &cr->glaunch[k];
       if (g->state != WD_AZ_GL_IN || g->for_ms < thr) continue;
