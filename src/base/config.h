@@ -16,7 +16,8 @@ enum { WD_BACKTRACE_ALL = 2 };
 enum { WD_COMPRESS_OFF = 0, WD_COMPRESS_ALL = 1, WD_COMPRESS_PEER = 2 };
 /* Whether KernelCh is asked for. auto: not where CUDA events bracket the launches and NCCL charges
  * the GPU for KernelCh (2.31+, ABI v7: NCCL issue 2355); on: always (coverage over cost); off:
- * never (then intra-node operations of graph replays are not seen to complete). */
+ * never (then graph replays of intra-node work are followed only by the captured-launch watch:
+ * NCCL_WATCHDOG_GRAPH_LAUNCHES). */
 enum { WD_KCH_AUTO = 0, WD_KCH_ON = 1, WD_KCH_OFF = 2 };
 
 typedef struct wd_config {

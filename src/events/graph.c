@@ -224,13 +224,12 @@ void wd_graphs_poll(wd_graphs *g, uint64_t now) {
         s->w_error = 1;
         continue;
       }
+      /* Both pending after in progress: the host launched the graph again and its records now
+       * describe the next replay; while no later replay began (the counter), the GPU is still in
+       * this one, in this launch or after it. */
+      int still_in = s->w_state == WD_GL_IN && c == s->w_replay;
       if (en == 1) state = WD_GL_PASSED;
-      else if (st == 1) state = WD_GL_IN;
-      /* Both pending. The host launched the graph again and its records now describe the next
-       * replay; while no later replay began (the counter), the GPU is still in this one, in
-       * this launch or after it. */
-      else if (s->w_state == WD_GL_IN && c == s->w_replay) state = WD_GL_IN;
-      else state = WD_GL_WAIT;
+      else state = st == 1 || still_in ? WD_GL_IN : WD_GL_WAIT;
     }
     if (state != s->w_state || c != s->w_replay) s->w_since_ns = now;
     s->w_state = state;

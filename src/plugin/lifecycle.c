@@ -109,12 +109,22 @@ static int wd_choose_mask(wd_context *ctx, int abi, const char **why) {
     *why = "not in NCCL_WATCHDOG_EVENT_MASK";
   } else if (ctx->launches.on && costly) {
     m &= ~(kch | phase);
-    *why = ver ? "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
-                 "(ncclGetVersion); graph replays of intra-node work are then not seen to "
-                 "complete (NCCL_WATCHDOG_KERNELCH=on for that)"
-               : "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
-                 "(profiler ABI v7; ncclGetVersion not found); graph replays of intra-node work "
-                 "are then not seen to complete (NCCL_WATCHDOG_KERNELCH=on for that)";
+    /* Replays of intra-node graph work: the captured launches' own records (events/graph.h). */
+    *why = ctx->graphs.on
+               ? (ver ? "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
+                        "(ncclGetVersion); graph replays are followed by their captured launches' "
+                        "own records"
+                      : "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
+                        "(profiler ABI v7; ncclGetVersion not found); graph replays are followed by "
+                        "their captured launches' own records")
+               : (ver ? "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
+                        "(ncclGetVersion); graph replays of intra-node work are then not seen to "
+                        "complete (NCCL_WATCHDOG_GRAPH_LAUNCHES=0 or the driver lacks what the "
+                        "watch needs; NCCL_WATCHDOG_KERNELCH=on for that)"
+                      : "CUDA events bracket every launch, and KernelCh costs the GPU on NCCL 2.31+ "
+                        "(profiler ABI v7; ncclGetVersion not found); graph replays of intra-node "
+                        "work are then not seen to complete (NCCL_WATCHDOG_GRAPH_LAUNCHES=0 or the "
+                        "driver lacks what the watch needs; NCCL_WATCHDOG_KERNELCH=on for that)");
   } else {
     *why = ctx->launches.on ? "kept: NCCL before 2.31 charges little for it"
                             : "kept: without CUDA events it is the completion of intra-node work";
