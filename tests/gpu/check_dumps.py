@@ -269,6 +269,33 @@ class Checker:
                         self.fail(f"rank {r}: the reloaded plugin still reports the destroyed "
                                   f"communicators {sorted(before & after)}")
 
+    def check_graph_launches(self):
+        """The captured launch is followed (the plugin's host node and external event records in
+        the graph): every rank's dump lists it, replayed, and a replaying rank's GPU is inside it
+        at the last replay while the skipping rank's replays stop one short."""
+        replays = {}
+        for r in range(self.n):
+            docs = [d[5] for d in self.dumps if self.rank_of_pid.get(d[2]) == r]
+            ls = [l for d in docs for c in d.get("comms", []) for l in c.get("graphLaunches", [])]
+            if not ls:
+                self.fail(f"rank {r}: no dump lists the captured launch (comms[].graphLaunches)")
+                continue
+            replays[r] = max(ls, key=lambda l: l.get("replays", 0))
+        others = [r for r in replays if r != self.skip]
+        inside = [r for r in others if replays[r].get("state") == "inProgress"]
+        if others and not inside:
+            self.fail(f"no replaying rank's GPU is inside the captured launch: "
+                      f"{ {r: replays[r].get('state') for r in others} }")
+        if self.skip in replays and others:
+            top = max(replays[r].get("replays", 0) for r in others)
+            if replays[self.skip].get("replays", 0) >= top:
+                self.fail(f"the skipping rank {self.skip} shows {replays[self.skip].get('replays')} "
+                          f"replays, the others {top}")
+        if replays:
+            self.note("captured launch: " + ", ".join(
+                f"rank {r} {replays[r].get('state')} at replay {replays[r].get('replays')}"
+                for r in sorted(replays)))
+
     def run(self):
         sc = self.m["scenario"]
         self.load()
@@ -281,6 +308,7 @@ class Checker:
             if self.m.get("dumpsBeforeStall"):
                 self.fail("dumps appeared during healthy graph replays")
             self.check_stall(check_seq=False)
+            self.check_graph_launches()
             self.run_analyzer(required=False)
         elif sc == "signal":
             self.check_signal(1, [1])
