@@ -198,9 +198,11 @@ EXPORT int cuEventRecordWithFlags(void *ev, void *stream, unsigned flags) {
 
 EXPORT int cuEventRecord(void *ev, void *stream) { return cuEventRecordWithFlags(ev, stream, 0); }
 
+static _Atomic int refuse_nodes;
 EXPORT int cuLaunchHostFunc(void *stream, void (*fn)(void *), void *arg) {
   fake_stream *s = stream;
   if (!s || s->magic != STREAM_MAGIC || !fn) return INVALID;
+  if (atomic_load(&refuse_nodes)) return 2; /* CUDA_ERROR_OUT_OF_MEMORY */
   pthread_mutex_lock(&gmu);
   int rc = OK;
   if (atomic_load(&s->capturing)) rc = add_node(s, (gnode){N_HOST, NULL, fn, arg});
@@ -358,6 +360,8 @@ EXPORT int wdfake_graph_nodes(int id, int kind) {
 /* Whether cuStreamGetCaptureInfo_v2 answers (1, default) or fails as an old driver's would. */
 EXPORT void wdfake_capture_ids(int on) { atomic_store(&capture_ids, on); }
 EXPORT long wdfake_host_runs(void) { return atomic_load(&host_runs); }
+/* The driver refuses host functions from now on (1) or accepts them again (0). */
+EXPORT void wdfake_refuse_nodes(int on) { atomic_store(&refuse_nodes, on); }
 EXPORT uint64_t wdfake_submitted(void *stream) { return atomic_load(&((fake_stream *)stream)->submitted); }
 /* Older hosts: a capture into a graph that is never launched (on), or its end. */
 EXPORT void wdfake_set_capturing(void *stream, int on) {

@@ -210,6 +210,7 @@ static struct {
   void (*capture_ids)(int);
   long (*host_runs)(void);
   int (*graph_nodes)(int, int);
+  void (*refuse_nodes)(int);
 } g_fake;
 
 static int fake_sym(void *slot, const char *name) {
@@ -243,7 +244,12 @@ int wdh_fake_cuda_load(void) {
   fake_sym(&g_fake.capture_ids, "wdfake_capture_ids");
   fake_sym(&g_fake.host_runs, "wdfake_host_runs");
   fake_sym(&g_fake.graph_nodes, "wdfake_graph_nodes");
+  fake_sym(&g_fake.refuse_nodes, "wdfake_refuse_nodes");
   return 0;
+}
+
+void wdh_gpu_refuse_nodes(int on) {
+  if (g_fake.refuse_nodes) g_fake.refuse_nodes(on);
 }
 
 int wdh_gpu_capture_begin(wdh_comm *c) {

@@ -132,6 +132,7 @@ uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
 void wdh_gpu_capture_ids(int on); /* cuStreamGetCaptureInfo answers (1) or fails (0) */
 long wdh_gpu_host_runs(void);     /* host functions the stand-in ran */
 int wdh_gpu_graph_nodes(int graph, int kind); /* 0 all, 1 kernels, 2 event records, 3 host */
+void wdh_gpu_refuse_nodes(int on);            /* cuLaunchHostFunc fails (out of memory) while on */
 
 /* ---------------------------------------------------------------------------------------------
  * Raw calls, version independent. Return values are checked and counted.

@@ -31,6 +31,8 @@
  *   teardown   hang, with PyTorch's nccl2 watchdog timing out the eager AllReduce queued behind
  *              the graph on ranks 0, 1, 3 (abort: sigabrt dumps) before the plugin's timeout,
  *              and torchrun's SIGTERM to rank 2: the analyzer still names rank 2 and the replay.
+ *   refused    million's graph on a driver that refuses the host node: not followed, counted in
+ *              graphLaunchesUnfollowed, no stall, every callback succeeds.
  *   million    one rank replays a one-launch graph 1,000,000 times: memory stays flat and the
  *              replays are counted.
  */
@@ -50,9 +52,10 @@
 #define REPLAYS 500
 
 enum { C_HANG, C_HEALTHY, C_NOIDS, C_NET, C_NETOK, C_MILLION, C_NOTLAUNCHED, C_V6, C_V6OK, C_SYM,
-       C_SYMOK, C_TEARDOWN, C_NCASES };
+       C_SYMOK, C_TEARDOWN, C_REFUSED, C_NCASES };
 static const char *const g_names[C_NCASES] = {"hang", "healthy", "noids", "net", "netok", "million",
-                                              "notlaunched", "v6", "v6ok", "sym", "symok", "teardown"};
+                                              "notlaunched", "v6", "v6ok", "sym", "symok", "teardown",
+                                              "refused"};
 static int g_case;
 static wdh_plugin g_p;
 static wdh_comm g_c;
@@ -359,6 +362,9 @@ static long rss_kib(void) {
 
 static void case_million(const char *dir) {
   if (wdh_fake_cuda_load() != 0) return;
+  /* refused: the driver refuses the host node (out of memory): the launch is not followed,
+   * counted, and nothing else changes (no stall, callbacks succeed). */
+  if (g_case == C_REFUSED) wdh_gpu_refuse_nodes(1);
   if (wdh_load(&g_p, wdh_plugin_path(), 7) != 0) return;
   wdh_comm_init(&g_c, &g_p, COMM, "decode", 1, 1, 0);
   wdh_op_cfg cfg;
@@ -372,7 +378,7 @@ static void case_million(const char *dir) {
   wdh_op_enqueue(&g_c, &cfg, &cap);
   wdh_gpu_capture_end(&g_c);
   long before = 0;
-  const long total = 1000000;
+  const long total = g_case == C_REFUSED ? 30000 : 1000000;
   for (long r = 1; r <= total; r++) {
     uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
     wdh_gpu_complete(&g_c, base + 1);
@@ -383,7 +389,12 @@ static void case_million(const char *dir) {
   wdh_sleep_ms(400);
   cJSON *j = wdh_signal_snapshot(dir);
   WDH_CHECK(j != NULL, "no snapshot");
-  if (j) {
+  if (j && g_case == C_REFUSED) {
+    WDH_CHECK(wdh_jnum(j, "comms.0.graphLaunchesUnfollowed", -1) == 1, "unfollowed launches: %g",
+              wdh_jnum(j, "comms.0.graphLaunchesUnfollowed", -1));
+    WDH_CHECK(wdh_jpath(j, "comms.0.graphLaunches.0") == NULL, "a refused launch is listed as followed");
+    wdh_json_free(j);
+  } else if (j) {
     WDH_CHECK(wdh_jnum(j, "comms.0.graphLaunches.0.replays", -1) == total, "replays counted: %g",
               wdh_jnum(j, "comms.0.graphLaunches.0.replays", -1));
     const char *st = wdh_jstr(j, "comms.0.graphLaunches.0.state");
@@ -408,7 +419,7 @@ int main(int argc, char **argv) {
   /* teardown: PyTorch's watchdog fires first, well within the plugin's timeout. */
   char *dir = wdh_scenario_dir("graphreplay", g_case == C_TEARDOWN ? "20s" : "1s", "100ms");
   setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
-  if (g_case == C_MILLION) case_million(dir);
+  if (g_case == C_MILLION || g_case == C_REFUSED) case_million(dir);
   else case_job(dir);
   char name[64];
   snprintf(name, sizeof name, "scenario_graphreplay %s", which);

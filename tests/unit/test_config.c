@@ -619,6 +619,21 @@ static void test_describe(void) {
   CU_ASSERT_STRING_EQUAL(c.otlp_headers, "authorization=Bearer x,x-scope=a");
   CU_ASSERT_EQUAL(c.telemetry_links, 4096);
   CU_ASSERT_EQUAL(nwarn, 0);
+  /* Captured launches followed per communicator: 0 turns the watch off; beyond the range, one
+   * warning and the default. */
+  CU_ASSERT_EQUAL(c.graph_launches, 1024);
+  reset();
+  put("NCCL_WATCHDOG_GRAPH_LAUNCHES", "0");
+  wd_config_defaults(&c);
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_EQUAL(c.graph_launches, 0);
+  CU_ASSERT_EQUAL(nwarn, 0);
+  reset();
+  put("NCCL_WATCHDOG_GRAPH_LAUNCHES", "70000");
+  wd_config_defaults(&c);
+  wd_config_load(&c, fake_getenv, capture_warn);
+  CU_ASSERT_EQUAL(c.graph_launches, 1024);
+  CU_ASSERT_EQUAL(nwarn, 1);
   /* Ring files can be turned off. */
   reset();
   put("NCCL_WATCHDOG_RING_DIR", " off ");

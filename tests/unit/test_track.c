@@ -1493,6 +1493,29 @@ static void test_threads(void) {
 
 /* ---------------------------------------------------------------- main */
 
+/* A replay's GPU key names its captured launch's slot and its replay, and never collides with a
+ * CUDA-event token; without a usable driver the watch stays off and follows nothing. */
+static void test_graph_keys(void) {
+  uint64_t k = wd_graph_key(1023, 501);
+  CU_ASSERT_TRUE(wd_is_graph_key(k));
+  CU_ASSERT_EQUAL(wd_graph_key_slot(k), 1023);
+  CU_ASSERT_EQUAL(wd_graph_key_replay(k), 501);
+  CU_ASSERT_FALSE(wd_is_graph_key(12345));
+  CU_ASSERT_EQUAL(wd_graph_key_replay(wd_graph_key(7, 0)), 0);
+  wd_graphs g;
+  CU_ASSERT_EQUAL(wd_graphs_alloc(&g, 16), 0);
+  CU_ASSERT_EQUAL(wd_graphs_open(&g), 0); /* no CUDA driver in the unit tests */
+  CU_ASSERT_EQUAL(wd_graph_capture_begin(&g, (void *)0x10, 0x20), 0);
+  CU_ASSERT_EQUAL(wd_graph_lookup(&g, 0x20), -1);
+  wd_graph_truth t;
+  wd_graph_truth_of(&g, 0, 1, &t);
+  CU_ASSERT_FALSE(t.known);
+  wd_graphs_poll(&g, 1);
+  wd_graphs_free(&g);
+  CU_ASSERT_PTR_NULL(g.slot);
+  CU_ASSERT_EQUAL(wd_graph_counter(WD_REPLAY_COUNTERS), 0);
+}
+
 int main(void) {
   if (wd_test_mkdtemp(tmpdir, sizeof tmpdir, "track") != 0) return 2;
   wd_test_quiet_env(tmpdir);
@@ -1527,6 +1550,7 @@ int main(void) {
   CU_add_test(s, "ops of one group never supersede each other", test_group_members_not_superseded);
   CU_add_test(s, "an older group is superseded", test_older_group_superseded);
   CU_add_test(s, "API parent and graph flag", test_api_parent_graph_flag);
+  CU_add_test(s, "graph keys, watch without a driver", test_graph_keys);
   CU_add_test(s, "v4 descriptors", test_v4);
   CU_add_test(s, "threads", test_threads);
   int rc = wd_test_run();

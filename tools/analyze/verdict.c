@@ -1380,6 +1380,8 @@ static const wd_az_glaunch *glaunch_find(const wd_az_crank *cr, int graph, int l
  * stuck launch. */
 static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   int best_n = 0, bg = 0, bl = 0;
+  c->ninflight_ops = 0;
+  for (int i = 0; i < c->npresent; i++) c->ninflight_ops += c->by_rank[c->present[i]]->nops > 0;
   int64_t br = 0;
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
@@ -1469,7 +1471,19 @@ static void graph_summary(const wd_az_set *set, wd_az_comm *c) {
 static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   func_table(c);
   history_check(c);
-  if (graph_check(set, o, c)) {
+  /* Every rank's GPU inside the captured launch: no rank stands out by the graph's records; a
+   * replay NCCL reported (proxy work) may still name a link or a peer by its steps, so the
+   * operations decide, and the graph's finding stays only when they find nothing stuck. */
+  int graph = graph_check(set, o, c);
+  if (graph && !has_culprit(c) && c->ninflight_ops) {
+    c->stuck = c->graph = c->graph_launch = 0;
+    c->graph_replay = 0;
+    c->stuck_func = 0;
+    c->nwaiting = c->nsus = 0;
+    c->stalled_ms = 0;
+    graph = 0;
+  }
+  if (graph) {
     missing_check(c);
     died_check(set, c);
   } else if (pick_stuck(set, o, c)) {
@@ -1484,6 +1498,9 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
     died_check(set, c);
   } else if (seq_contradiction(set, c)) {
     for (int i = 0; i < c->npresent; i++) classify_outside(c, c->by_rank[c->present[i]]);
+    missing_check(c);
+    died_check(set, c);
+  } else if (graph_check(set, o, c)) {
     missing_check(c);
     died_check(set, c);
   }
