@@ -1265,10 +1265,11 @@ static int64_t attempt_of(const wd_az_dump *d) {
 }
 
 /* A verdict is about one attempt of the job (restarted attempts share the dump directory):
- * the latest, or --attempt's; dumps of the others are set aside and said so. A dump that states
- * no attempt (a ring file, an older format) goes with the judged attempt unless its host's
- * clock shows it older than that attempt there: written before the attempt's first process on
- * the same host started (one host, one clock). */
+ * the latest, or --attempt's; dumps of the others are set aside and said so. A ring file takes
+ * the attempt its process's own dumps state (adopt_identity). One that still states none (its
+ * process wrote no dump; an older format) goes with the judged attempt unless its host's clock
+ * shows it older than that attempt there: written before the attempt's first process on the
+ * same host started (one host, one clock). */
 static void select_attempt(wd_az_set *set) {
   int64_t keys[64];
   int nk = 0;
@@ -1427,7 +1428,11 @@ static void adopt_identity(wd_az_set *set) {
     if (!first || several) continue;
     for (size_t k = a; k < b; k++) {
       wd_az_dump *d = &set->dumps[ix[k]];
-      if (!d->proc_start_ns && !d->boot_id) d->proc_start_ns = first->proc_start_ns, d->boot_id = first->boot_id;
+      if (d->proc_start_ns || d->boot_id) continue;
+      d->proc_start_ns = first->proc_start_ns, d->boot_id = first->boot_id;
+      /* Its attempt too: the process's own dumps state it (a ring file does not). */
+      if (d->slurm_restart < -1 && first->slurm_restart >= -1)
+        d->slurm_restart = first->slurm_restart, d->te_restart = first->te_restart;
     }
   }
   free(ix);
