@@ -13,6 +13,12 @@
  *             attempt 0's verdict, rank 3 never entered AllReduce seq 5.
  *   hang      attempt 1 hangs on rank 1 instead: the first line names rank 1 (attempt 1), never
  *             rank 3; --attempt=0 names rank 3.
+ *   slurm     Slurm's requeue instead of torchrun (scontrol requeue: the batch script runs again
+ *             with the same SLURM_JOB_ID and SLURM_RESTART_COUNT set, unset in the first attempt);
+ *             attempt 1 healthy, as `healthy`.
+ *   scaledown an elastic restart with fewer nodes (torchrun's new rendezvous admits 2 of the 4
+ *             workers: WORLD_SIZE 2, a 2-rank default_pg); attempt 1 healthy: OK, judged on 2 ranks,
+ *             attempt 0's 4-rank communicator set aside.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -28,19 +34,28 @@
 #define COMM1 0xa77e0000000000a1ull
 
 static int g_attempt, g_victim; /* g_victim -1: healthy */
+static int g_slurm, g_world = NR;
 
 static void rank_main(int rank, int fd) {
   char n[16];
   snprintf(n, sizeof n, "%d", g_attempt);
-  setenv("TORCHELASTIC_RESTART_COUNT", n, 1);
-  setenv("TORCHELASTIC_RUN_ID", "restart-job", 1);
+  if (g_slurm) {
+    setenv("SLURM_JOB_ID", "4242", 1);
+    if (g_attempt) setenv("SLURM_RESTART_COUNT", n, 1); /* unset in the first attempt */
+    else unsetenv("SLURM_RESTART_COUNT");
+    unsetenv("TORCHELASTIC_RESTART_COUNT");
+  } else {
+    setenv("TORCHELASTIC_RESTART_COUNT", n, 1);
+    setenv("TORCHELASTIC_RUN_ID", "restart-job", 1);
+  }
   snprintf(n, sizeof n, "%d", rank);
   setenv("RANK", n, 1);
-  setenv("WORLD_SIZE", "4", 1);
+  snprintf(n, sizeof n, "%d", g_world);
+  setenv("WORLD_SIZE", n, 1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm c;
-  wdh_comm_init(&c, &p, g_attempt ? COMM1 : COMM0, "default_pg", 1, NR, rank);
+  wdh_comm_init(&c, &p, g_attempt ? COMM1 : COMM0, "default_pg", 1, g_world, rank);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
   wdh_run_ops(&c, NULL, &cfg, 5); /* AllReduce seq 0..4 */
@@ -71,7 +86,9 @@ static void first_line(const char *dir, const char *extra, char *out, size_t len
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "healthy";
   int hang = !strcmp(which, "hang");
-  if (!hang && strcmp(which, "healthy")) return 2;
+  g_slurm = !strcmp(which, "slurm");
+  int scaledown = !strcmp(which, "scaledown");
+  if (!hang && !g_slurm && !scaledown && strcmp(which, "healthy")) return 2;
   const char *az = getenv("WDH_ANALYZER");
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   char *dir = wdh_scenario_dir("restart", "1s", "100ms");
@@ -91,9 +108,10 @@ int main(int argc, char **argv) {
   /* Attempt 1: new processes, a new communicator hash, the same name. */
   g_attempt = 1;
   g_victim = hang ? 1 : -1;
+  if (scaledown) g_world = 2;
   int before = wdh_list_dumps(dir, NULL, NULL, 0);
-  n = wdh_fork_ranks(NR, rank_main, pids);
-  WDH_CHECK(n == NR, "attempt 1: %d of %d ranks ready", n, NR);
+  n = wdh_fork_ranks(g_world, rank_main, pids);
+  WDH_CHECK(n == g_world, "attempt 1: %d of %d ranks ready", n, g_world);
   if (hang) {
     uint64_t end = wdh_now_ns() + 10000000000ull;
     while (wdh_list_dumps(dir, "stall", NULL, 0) + wdh_list_dumps(dir, "peer", NULL, 0) < 2 * NR &&
@@ -102,12 +120,12 @@ int main(int argc, char **argv) {
     wdh_sleep_ms(1500);
   } else {
     wdh_sleep_ms(300);
-    for (int r = 0; r < NR; r++) kill(pids[r], SIGUSR1);
-    wdh_wait_dumps(dir, "signal", NR, 8000);
+    for (int r = 0; r < g_world; r++) kill(pids[r], SIGUSR1);
+    wdh_wait_dumps(dir, "signal", g_world, 8000);
     wdh_sleep_ms(300);
   }
   WDH_CHECK(wdh_list_dumps(dir, NULL, NULL, 0) > before, "attempt 1 wrote no dump");
-  wdh_kill_ranks(pids, NR);
+  wdh_kill_ranks(pids, g_world);
 
   char line[4096];
   first_line(dir, "", line, sizeof line);
@@ -116,7 +134,8 @@ int main(int argc, char **argv) {
                   strstr(line, "attempt"),
               "latest attempt: first line \"%s\" should name rank 1 and the attempt", line);
   else
-    WDH_CHECK(!strncmp(line, "OK", 2) && strstr(line, "attempt"),
+    WDH_CHECK(!strncmp(line, "OK", 2) && strstr(line, "attempt") &&
+                  strstr(line, g_slurm ? "SLURM_RESTART_COUNT=1" : "TORCHELASTIC_RESTART_COUNT=1"),
               "latest attempt: first line \"%s\" should be OK and say which attempt", line);
   first_line(dir, "--attempt=0", line, sizeof line);
   WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 3 never entered AllReduce seq 5"),
