@@ -133,24 +133,32 @@ static void *replay_part(const mix *m) {
   return coll;
 }
 
-/* The capture: API events with graphCaptured, the launch into the capturing stream. */
-static void capture(mix *m, wdh_comm *c) {
-  wdh_gpu_capture_begin(c);
+/* ncclEnqueueCheck's API events (enqueue.cc): GroupApi and its start state, the CollApi around
+ * the append, GroupEndApiStart; returns the GroupApi, *capi the CollApi (already stopped). */
+static void *api_part(const mix *m, void *stream, bool captured, void **capi) {
   descr d;
   d_init(m, &d, ncclProfileGroupApi, NULL);
   D_SET(m, &d, groupApi.groupDepth, 1);
-  D_SET(m, &d, groupApi.graphCaptured, true);
+  D_SET(m, &d, groupApi.graphCaptured, captured);
   void *gapi = mx_start(m, &d);
   mx_state(m, gapi, ncclProfilerGroupStartApiStop, 0);
   d_init(m, &d, ncclProfileCollApi, gapi);
   D_SET(m, &d, collApi.func, "AllReduce");
   D_SET(m, &d, collApi.count, 1 << 18);
   D_SET(m, &d, collApi.datatype, "ncclFloat32");
-  D_SET(m, &d, collApi.stream, c->stream);
-  D_SET(m, &d, collApi.graphCaptured, true);
-  m->capi = mx_start(m, &d);
-  mx_stop(m, m->capi);
+  D_SET(m, &d, collApi.stream, stream);
+  D_SET(m, &d, collApi.graphCaptured, captured);
+  *capi = mx_start(m, &d);
+  mx_stop(m, *capi);
   mx_state(m, gapi, ncclProfilerGroupEndApiStart, 0);
+  return gapi;
+}
+
+/* The capture: API events with graphCaptured, the launch into the capturing stream. */
+static void capture(mix *m, wdh_comm *c) {
+  wdh_gpu_capture_begin(c);
+  descr d;
+  void *gapi = api_part(m, c->stream, true, &m->capi);
   d_init(m, &d, ncclProfileKernelLaunch, gapi);
   D_SET(m, &d, kernelLaunch.stream, c->stream);
   void *kl = mx_start(m, &d);
@@ -163,18 +171,8 @@ static void capture(mix *m, wdh_comm *c) {
 static void *app_part(const mix *m) {
   if (m->graph) return replay_part(m);
   descr d;
-  d_init(m, &d, ncclProfileGroupApi, NULL);
-  D_SET(m, &d, groupApi.groupDepth, 1);
-  void *gapi = mx_start(m, &d);
-  mx_state(m, gapi, ncclProfilerGroupStartApiStop, 0);
-  d_init(m, &d, ncclProfileCollApi, gapi);
-  D_SET(m, &d, collApi.func, "AllReduce");
-  D_SET(m, &d, collApi.count, 1 << 18);
-  D_SET(m, &d, collApi.datatype, "ncclFloat32");
-  D_SET(m, &d, collApi.stream, &g_stream);
-  void *capi = mx_start(m, &d);
-  mx_stop(m, capi);
-  mx_state(m, gapi, ncclProfilerGroupEndApiStart, 0);
+  void *capi;
+  void *gapi = api_part(m, &g_stream, false, &capi);
   d_init(m, &d, ncclProfileGroup, NULL);
   void *group = mx_start(m, &d);
   coll_descr(m, &d, capi, group);

@@ -173,11 +173,6 @@ int wd_graph_lookup(const wd_graphs *g, uint64_t group) {
   return -1;
 }
 
-uint64_t wd_graph_replays(const wd_graphs *g, uint32_t i) {
-  if (i >= atomic_load_explicit(&g->used, memory_order_acquire)) return 0;
-  return wd_graph_counter(g->slot[i].counter);
-}
-
 /* 1 complete, 0 not yet, -1 an error. */
 static int wd_gq(const wd_cuda *cu, void *ev) {
   int rc = cu->event_query(ev);

@@ -93,8 +93,6 @@ void wd_graph_capture_end(wd_graphs *g, uint64_t token);
 static inline void wd_graph_note_eager(wd_graphs *g) { g->cap_stream = NULL; }
 /* The slot a launch under GroupApi `group` took, -1 when none (the latest such launch). */
 int wd_graph_lookup(const wd_graphs *g, uint64_t group);
-/* Replays the GPU has begun of slot i's graph (its host node ran). */
-uint64_t wd_graph_replays(const wd_graphs *g, uint32_t i);
 
 /* What the GPU says about replay r of slot i (a replay that NCCL's events also describe). */
 typedef struct wd_graph_truth {

@@ -434,8 +434,9 @@ void *wd_track_start(wd_start_req *req) {
                      !(type == WD_T_P2P && rec->peer == ctx->rank && ctx->abi < 7);
       /* A captured symmetric kernel's replay gets Group and Coll from the graph's host node and
        * no KernelCh (NCCL 2.31, plugin/profiler.cc: a symmetric plan's channels are not posted
-       * at a replay): nothing would ever release it, so it is not held (completed at its stop,
-       * like an op without KernelCh; a replay's hang there is a blind spot, config.blindSpots). */
+       * at a replay): no KernelCh hold. Keyed to its captured launch (below) it is held until the
+       * launch's records say the GPU passed that replay; without the watch it completes at its
+       * stop, like an op without KernelCh (config.blindSpots). */
       int sym_replay = ctx->abi >= 7 && type == WD_T_COLL && (rec->flags & WD_F_SYMCOLL) &&
                        (rec->flags & WD_F_GRAPH);
       int kch_hold = ctx->kch_on && not_self && !sym_replay;

@@ -79,7 +79,6 @@ static fgraph graphs[MAXGRAPHS + 1];
 static int ngraphs;
 static hfn *hhead, *htail;
 static _Atomic int capture_ids = 1;
-static _Atomic long host_runs;
 
 /* Graph 0 is a capture that is never launched: its nodes are accepted and forgotten. */
 static int add_node(fake_stream *s, gnode nd) {
@@ -295,7 +294,6 @@ EXPORT void wdfake_complete(void *stream, uint64_t pos) {
     if (!h) break;
     advance(s, h->after);
     h->fn(h->arg);
-    atomic_fetch_add(&host_runs, 1);
     hfn_put(h);
   }
   advance(s, pos);
@@ -359,7 +357,6 @@ EXPORT int wdfake_graph_nodes(int id, int kind) {
 }
 /* Whether cuStreamGetCaptureInfo_v2 answers (1, default) or fails as an old driver's would. */
 EXPORT void wdfake_capture_ids(int on) { atomic_store(&capture_ids, on); }
-EXPORT long wdfake_host_runs(void) { return atomic_load(&host_runs); }
 /* The driver refuses host functions from now on (1) or accepts them again (0). */
 EXPORT void wdfake_refuse_nodes(int on) { atomic_store(&refuse_nodes, on); }
 EXPORT uint64_t wdfake_submitted(void *stream) { return atomic_load(&((fake_stream *)stream)->submitted); }

@@ -208,7 +208,6 @@ static struct {
   int (*capture_kernel)(void *);
   uint64_t (*graph_launch)(void *, int);
   void (*capture_ids)(int);
-  long (*host_runs)(void);
   int (*graph_nodes)(int, int);
   void (*refuse_nodes)(int);
 } g_fake;
@@ -242,7 +241,6 @@ int wdh_fake_cuda_load(void) {
   fake_sym(&g_fake.capture_kernel, "wdfake_capture_kernel");
   fake_sym(&g_fake.graph_launch, "wdfake_graph_launch");
   fake_sym(&g_fake.capture_ids, "wdfake_capture_ids");
-  fake_sym(&g_fake.host_runs, "wdfake_host_runs");
   fake_sym(&g_fake.graph_nodes, "wdfake_graph_nodes");
   fake_sym(&g_fake.refuse_nodes, "wdfake_refuse_nodes");
   return 0;
@@ -267,7 +265,6 @@ uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph) {
 void wdh_gpu_capture_ids(int on) {
   if (g_fake.capture_ids) g_fake.capture_ids(on);
 }
-long wdh_gpu_host_runs(void) { return g_fake.host_runs ? g_fake.host_runs() : 0; }
 int wdh_gpu_graph_nodes(int graph, int kind) { return g_fake.graph_nodes ? g_fake.graph_nodes(graph, kind) : -1; }
 
 int wdh_fake_cuda_loaded(void) { return g_fake.dl != NULL; }
@@ -1740,6 +1737,21 @@ int wdh_scenario_end(const char *name, char *dir) {
   }
   free(dir);
   return rc;
+}
+
+int wdh_analyzer_first_line(const char *dir, const char *extra, char *out, size_t len) {
+  out[0] = '\0';
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return 0;
+  char cmd[2048], line[4096];
+  snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", az, extra ? extra : "", dir);
+  FILE *p = popen(cmd, "r");
+  while (p && fgets(line, sizeof line, p)) {
+    fputs(line, stderr);
+    if (!out[0]) snprintf(out, len, "%s", line);
+  }
+  if (p) pclose(p);
+  return 1;
 }
 
 void *wdh_signal_snapshot(const char *dir) {

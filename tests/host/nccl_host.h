@@ -130,7 +130,6 @@ void wdh_gpu_capture_kernel(wdh_comm *c); /* a kernel of the application capture
 /* cuGraphLaunch: the position before the graph's first kernel (its k-th kernel is that + k). */
 uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
 void wdh_gpu_capture_ids(int on); /* cuStreamGetCaptureInfo answers (1) or fails (0) */
-long wdh_gpu_host_runs(void);     /* host functions the stand-in ran */
 int wdh_gpu_graph_nodes(int graph, int kind); /* 0 all, 1 kernels, 2 event records, 3 host */
 void wdh_gpu_refuse_nodes(int on);            /* cuLaunchHostFunc fails (out of memory) while on */
 
@@ -428,6 +427,9 @@ int wdh_scenario_end(const char *name, char *dir);
  * one appears within 5 s, that it validates and parses. Returns the parsed dump (wdh_json_free)
  * or NULL after a failed check. */
 void *wdh_signal_snapshot(const char *dir);
+/* The analyzer (WDH_ANALYZER) run on dir with extra arguments (may be ""): its first line into
+ * out, every line echoed on stderr. Returns 0 when the analyzer is not built (out empty). */
+int wdh_analyzer_first_line(const char *dir, const char *extra, char *out, size_t len);
 #define WDH_CHECK(cond, ...)                                                                     \
   do {                                                                                           \
     if (!(cond)) wdh_check_fail(__FILE__, __LINE__, #cond, __VA_ARGS__);                         \

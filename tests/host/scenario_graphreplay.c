@@ -199,21 +199,6 @@ static void rank_main(int rank, int fd) {
   for (;;) pause(); /* the host waits (cudaStreamSynchronize) */
 }
 
-/* The analyzer's first line for dir (every line on stderr). */
-static void first_line(const char *dir, char *out, size_t len) {
-  out[0] = '\0';
-  const char *az = getenv("WDH_ANALYZER");
-  if (!az || access(az, X_OK) != 0) return;
-  char cmd[2048], line[4096];
-  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
-  FILE *p = popen(cmd, "r");
-  while (p && fgets(line, sizeof line, p)) {
-    fputs(line, stderr);
-    if (!out[0]) snprintf(out, len, "%s", line);
-  }
-  if (p) pclose(p);
-}
-
 /* Whether some stall dump names replay `replay` of graph 1's launch 2 in its trigger. */
 static int stall_names_replay(const char *dir, const char *want, int launch, int replay) {
   char *paths[8];
@@ -313,10 +298,10 @@ static void case_job(const char *dir) {
                 "rank %d's %s: %s at replay %g", r, func, st, rep);
     }
     char line[4096];
-    first_line(dir, line, sizeof line);
+    int have_az = wdh_analyzer_first_line(dir, "", line, sizeof line);
     char want[96];
     snprintf(want, sizeof want, "%s (replay 501 of CUDA graph 1, launch %d)", func, launch);
-    if (getenv("WDH_ANALYZER") && access(getenv("WDH_ANALYZER"), X_OK) == 0)
+    if (have_az)
       WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 2's GPU never reached") && strstr(line, want) &&
                     (g_case != C_NOTLAUNCHED || strstr(line, "never began")),
                 "first line \"%s\" does not name rank 2 and %s", line, want);

@@ -70,19 +70,6 @@ static void rank_main(int rank, int fd) {
   for (;;) pause();
 }
 
-static void first_line(const char *dir, const char *extra, char *out, size_t len) {
-  out[0] = '\0';
-  const char *az = getenv("WDH_ANALYZER");
-  char cmd[2048], line[4096];
-  snprintf(cmd, sizeof cmd, "'%s' %s '%s' 2>&1", az, extra, dir);
-  FILE *f = popen(cmd, "r");
-  while (f && fgets(line, sizeof line, f)) {
-    fputs(line, stderr);
-    if (!out[0]) snprintf(out, len, "%s", line);
-  }
-  if (f) pclose(f);
-}
-
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "healthy";
   int hang = !strcmp(which, "hang");
@@ -128,7 +115,7 @@ int main(int argc, char **argv) {
   wdh_kill_ranks(pids, g_world);
 
   char line[4096];
-  first_line(dir, "", line, sizeof line);
+  wdh_analyzer_first_line(dir, "", line, sizeof line);
   if (hang)
     WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 1") && !strstr(line, "rank 3 never") &&
                   strstr(line, "attempt"),
@@ -137,7 +124,7 @@ int main(int argc, char **argv) {
     WDH_CHECK(!strncmp(line, "OK", 2) && strstr(line, "attempt") &&
                   strstr(line, g_slurm ? "SLURM_RESTART_COUNT=1" : "TORCHELASTIC_RESTART_COUNT=1"),
               "latest attempt: first line \"%s\" should be OK and say which attempt", line);
-  first_line(dir, "--attempt=0", line, sizeof line);
+  wdh_analyzer_first_line(dir, "--attempt=0", line, sizeof line);
   WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 3 never entered AllReduce seq 5"),
             "--attempt=0: first line \"%s\" should name rank 3", line);
   char name[64];

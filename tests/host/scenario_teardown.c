@@ -178,24 +178,9 @@ static int run_job(pid_t *pids) {
   return n == NR;
 }
 
-/* The analyzer's first line for dir (and every line on stderr). */
-static void first_line(const char *dir, char *out, size_t len) {
-  out[0] = '\0';
-  const char *az = getenv("WDH_ANALYZER");
-  if (!az || access(az, X_OK) != 0) return;
-  char cmd[2048], line[4096];
-  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
-  FILE *p = popen(cmd, "r");
-  while (p && fgets(line, sizeof line, p)) {
-    fputs(line, stderr);
-    if (!out[0]) snprintf(out, len, "%s", line);
-  }
-  if (p) pclose(p);
-}
-
 static void expect_first(const char *dir, const char *a, const char *b, const char *what) {
   char line[4096];
-  first_line(dir, line, sizeof line);
+  wdh_analyzer_first_line(dir, "", line, sizeof line);
   WDH_CHECK(strstr(line, a) && (!b || strstr(line, b)), "%s: first line \"%s\" lacks \"%s\" / \"%s\"",
             what, line, a, b ? b : "");
 }

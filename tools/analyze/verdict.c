@@ -1380,8 +1380,6 @@ static const wd_az_glaunch *glaunch_find(const wd_az_crank *cr, int graph, int l
  * stuck launch. */
 static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
   int best_n = 0, bg = 0, bl = 0;
-  c->ninflight_ops = 0;
-  for (int i = 0; i < c->npresent; i++) c->ninflight_ops += c->by_rank[c->present[i]]->nops > 0;
   int64_t br = 0;
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
@@ -1475,7 +1473,9 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
    * replay NCCL reported (proxy work) may still name a link or a peer by its steps, so the
    * operations decide, and the graph's finding stays only when they find nothing stuck. */
   int graph = graph_check(set, o, c);
-  if (graph && !has_culprit(c) && c->ninflight_ops) {
+  int ops = 0;
+  for (int i = 0; i < c->npresent && !ops; i++) ops = c->by_rank[c->present[i]]->nops > 0;
+  if (graph && !has_culprit(c) && ops) {
     c->stuck = c->graph = c->graph_launch = 0;
     c->graph_replay = 0;
     c->stuck_func = 0;

@@ -82,7 +82,6 @@ typedef struct wd_az_comm {
    * launch of which graph, and which replay the waiting ranks' GPUs are in. */
   int graph, graph_launch;
   int64_t graph_replay;
-  int ninflight_ops; /* present ranks with an operation in flight (graph_check) */
   /* NCCL 2.31+ KernelPhase: the rank that arrived last at the recent collectives, when one does
    * consistently (its kernels wait least in initial_sync); empty otherwise. */
   char arrival[384];
