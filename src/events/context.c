@@ -64,8 +64,8 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   /* A part that failed, or was not tried, is left empty: freeing the whole context is safe. */
   /* No slot until the first event: a communicator that never carries traffic costs no chunk
    * (its first event grows the pool, warm-up; the watchdog keeps a quarter free after that). */
-  if (wd_pool_init(&ctx->pool, 0, op_max, 0, ctx) != 0 ||
-      wd_pool_init(&ctx->proxy_pool, 0, max_events, WD_SLOT_PROXY_BIT, ctx) != 0) {
+  if (wd_pool_init(&ctx->pool, 0, op_max, 0, ctx, 0) != 0 ||
+      wd_pool_init(&ctx->proxy_pool, 0, max_events, WD_SLOT_PROXY_BIT, ctx, 1) != 0) {
     wd_context_free(ctx);
     return NULL;
   }

@@ -85,6 +85,7 @@ typedef struct wd_event {
   _Atomic uint8_t grouped;   /* root op whose order came from its Group event */
   _Atomic uint8_t kch_trust; /* root ops: WD_KCH_* (how far its kernel channels can be believed) */
   _Atomic uint32_t kch_seen;  /* root ops: kernel channels started */
+  _Atomic uint8_t type;       /* the start record's type, where stop and state look first */
   _Atomic uint64_t reached_ns; /* root ops: first sign from NCCL that the GPU got there, 0 none;
                                   ProxyStep: when it entered SendWait (its network part) */
   /* CollApi/P2pApi: the GroupApi handle it was issued under (its launches' key); Coll/P2p: the

@@ -107,8 +107,9 @@ static int wd_pool_add_chunk(wd_pool *p) {
 }
 
 int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
-                 struct wd_context *ctx) {
+                 struct wd_context *ctx, int owned) {
   memset(p, 0, sizeof(*p));
+  atomic_store_explicit(&p->owner, owned ? 0 : WD_POOL_NO_OWNER, memory_order_relaxed);
   if (max < WD_CHUNK_SLOTS) max = WD_CHUNK_SLOTS;
   if (initial && initial < WD_CHUNK_SLOTS) initial = WD_CHUNK_SLOTS; /* 0: on the first event */
   if (initial > max) initial = max;
@@ -200,12 +201,19 @@ wd_event *wd_pool_alloc_slow(wd_pool *p) {
 
 void wd_pool_free_slow(wd_pool *p, wd_event *ev) { wd_q_push(p, ev->slot_id & ~p->id_base); }
 
+int wd_pool_claim(wd_pool *p, uint32_t tid) {
+  uint32_t none = 0;
+  return atomic_compare_exchange_strong_explicit(&p->owner, &none, tid, memory_order_relaxed,
+                                                 memory_order_relaxed);
+}
+
 void wd_pool_retire(wd_pool *p) {
   uint32_t n = wd_pool_nslots(p);
   for (uint32_t i = 0; i < n; i++) {
     wd_event *ev = wd_pool_at(p, i);
     atomic_store_explicit(&ev->live, 0, memory_order_release);
     atomic_store_explicit(&ev->open, 0, memory_order_relaxed);
+    atomic_store_explicit(&ev->hold, 0, memory_order_relaxed); /* a free slot holds nothing */
     atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
   }
 }
@@ -220,6 +228,10 @@ void wd_pool_recycle(wd_pool *p) {
   atomic_store_explicit(&p->qhead, 0, memory_order_relaxed);
   atomic_store_explicit(&p->qtail, 0, memory_order_relaxed);
   for (uint32_t i = 0; i < n; i++) wd_q_push(p, i);
+  /* The stack's slots are in the queue again: nobody keeps any. */
+  atomic_store_explicit(&p->nstack, 0, memory_order_relaxed);
+  if (atomic_load_explicit(&p->owner, memory_order_relaxed) != WD_POOL_NO_OWNER)
+    atomic_store_explicit(&p->owner, 0, memory_order_relaxed);
   atomic_store_explicit(&p->exhausted, 0, memory_order_relaxed);
 }
 

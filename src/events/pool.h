@@ -15,6 +15,8 @@
 #include "events/event.h"
 
 #define WD_CHUNK_SLOTS 1024u
+#define WD_POOL_STACK 14u      /* free slots an owner thread keeps at hand (wd_pool.stack) */
+#define WD_POOL_NO_OWNER 0xffffffffu
 
 struct wd_blacklist;
 
@@ -32,6 +34,14 @@ typedef struct wd_pool {
   uint32_t qmask;
   _Alignas(64) _Atomic uint32_t qhead; /* consumers and producers on separate cache lines */
   _Alignas(64) _Atomic uint32_t qtail;
+  /* The owner's stack: the thread that frees the pool's slots most (NCCL's proxy thread, for a
+   * proxy pool) keeps the last few it freed and takes them back without the queue's atomics.
+   * Only that thread touches the stack; the owner is claimed once (wd_pool_free) and given up
+   * only by wd_pool_recycle. WD_POOL_NO_OWNER for a pool whose freed slots must wait their turn
+   * (an operation pool: wd_track_start reads an API parent's freed slot). */
+  _Alignas(64) _Atomic uint32_t owner;
+  _Atomic uint32_t nstack;
+  wd_event *_Atomic stack[WD_POOL_STACK];
   _Alignas(64) char qpad;
   pthread_mutex_t grow_lock;
   struct wd_context *ctx;
@@ -40,9 +50,10 @@ typedef struct wd_pool {
   _Atomic int short_why;          /* WD_SHORT_*: why it last could not grow (arena.h) */
 } wd_pool;
 
-/* initial and max are slot counts (rounded up to whole chunks). 0 or -1. */
+/* initial and max are slot counts (rounded up to whole chunks). owned: whether a thread may
+ * keep a stack of its freed slots (wd_pool.owner). 0 or -1. */
 int wd_pool_init(wd_pool *p, uint32_t initial, uint32_t max, uint32_t id_base,
-                 struct wd_context *ctx);
+                 struct wd_context *ctx, int owned);
 void wd_pool_destroy(wd_pool *p);
 /* The general allocation and free (wd_pool_alloc and wd_pool_free below try the common case
  * inline first). */
@@ -74,7 +85,17 @@ static inline wd_event *wd_pool_at(const wd_pool *p, uint32_t idx) {
 /* A slot with live=1, refs=0, seq odd (the caller initialises it and calls wd_event_publish),
  * or NULL when the pool is at its maximum. Inline: the head cell is ready and nobody races for
  * it, in a pool without a blacklist (the queue is pool.c's; the slow path does everything). */
-static inline wd_event *wd_pool_alloc(wd_pool *p) {
+static inline __attribute__((always_inline)) wd_event *wd_pool_alloc(wd_pool *p, uint32_t tid) {
+  uint32_t n = atomic_load_explicit(&p->nstack, memory_order_relaxed);
+  if (atomic_load_explicit(&p->owner, memory_order_relaxed) == tid && n) {
+    atomic_store_explicit(&p->nstack, n - 1, memory_order_relaxed);
+    wd_event *ev = atomic_load_explicit(&p->stack[n - 1], memory_order_relaxed);
+    if (ev == NULL) __builtin_unreachable(); /* the stack holds slots */
+    atomic_store_explicit(&ev->seq, atomic_load_explicit(&ev->seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_store_explicit(&ev->live, 1, memory_order_release);
+    return ev;
+  }
   uint32_t pos = atomic_load_explicit(&p->qhead, memory_order_relaxed);
   wd_pool_cell *c = &p->cells[pos & p->qmask];
   if (__builtin_expect(p->blacklist != NULL ||
@@ -95,11 +116,23 @@ static inline wd_event *wd_pool_alloc(wd_pool *p) {
   return ev;
 }
 
-/* Return a slot whose refs reached zero. */
-static inline void wd_pool_free(wd_pool *p, wd_event *ev) {
+/* Whether thread tid keeps p's freed slots (claiming an unowned pool). */
+int wd_pool_claim(wd_pool *p, uint32_t tid);
+
+/* Return a slot whose refs reached zero; tid: the calling thread (wd_tid). */
+static inline __attribute__((always_inline)) void wd_pool_free(wd_pool *p, wd_event *ev,
+                                                            uint32_t tid) {
   atomic_store_explicit(&ev->live, 0, memory_order_release);
   atomic_store_explicit(&ev->tag, atomic_load_explicit(&ev->tag, memory_order_relaxed) + 1,
                         memory_order_release);
+  uint32_t n = atomic_load_explicit(&p->nstack, memory_order_relaxed);
+  uint32_t owner = atomic_load_explicit(&p->owner, memory_order_relaxed);
+  if ((owner == tid || (__builtin_expect(owner == 0, 0) && wd_pool_claim(p, tid))) &&
+      n < WD_POOL_STACK) {
+    atomic_store_explicit(&p->stack[n], ev, memory_order_relaxed);
+    atomic_store_explicit(&p->nstack, n + 1, memory_order_relaxed);
+    return;
+  }
   uint32_t pos = atomic_load_explicit(&p->qtail, memory_order_relaxed);
   wd_pool_cell *c = &p->cells[pos & p->qmask];
   uint32_t seq = atomic_load_explicit(&c->seq, memory_order_acquire);

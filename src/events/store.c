@@ -78,7 +78,7 @@ int wd_store_open(const wd_config *cfg) {
   wd_store.abi_max = 0;
   wd_store.detached_bl = wd_blacklist_create(65536);
   if (wd_store.detached_bl == NULL ||
-      wd_pool_init(&wd_store.detached, WD_CHUNK_SLOTS, 16 * WD_CHUNK_SLOTS, WD_SLOT_DETACHED_BIT, NULL) != 0) {
+      wd_pool_init(&wd_store.detached, WD_CHUNK_SLOTS, 16 * WD_CHUNK_SLOTS, WD_SLOT_DETACHED_BIT, NULL, 0) != 0) {
     if (wd_store.detached_bl) wd_blacklist_destroy(wd_store.detached_bl);
     wd_store.detached_bl = NULL;
     WD_WARN("cannot allocate the detach pool; nccl-watchdog disabled for this process");

@@ -59,17 +59,18 @@ static inline wd_event *wd_child_started(wd_event *parent, unsigned type, uint64
   return root;
 }
 
-/* The fields every start sets (a root's own come after, then wd_slot_open). */
-static inline void wd_slot_fill(wd_event *ev, wd_event *parent, wd_ring *ring, wd_event *root,
-                                uint32_t kind, uint32_t hold, uint64_t gkey, uint64_t now) {
+/* The fields every start sets (a root's own come after, then wd_slot_open). Not hold and
+ * gpu_key: a free slot's hold is 0 (released before its last reference, reset by a pool's
+ * retire) and no reader looks at a child's key, so the fast child start leaves both. */
+static inline void wd_slot_fill(wd_event *ev, unsigned type, wd_event *parent, wd_ring *ring,
+                                wd_event *root, uint32_t kind, uint64_t now) {
   ev->parent = parent;
   atomic_store_explicit(&ev->ring, ring, memory_order_relaxed);
   atomic_store_explicit(&ev->root, root, memory_order_relaxed);
   atomic_store_explicit(&ev->kind, (uint8_t)kind, memory_order_relaxed);
-  atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
+  atomic_store_explicit(&ev->type, (uint8_t)type, memory_order_relaxed);
   atomic_store_explicit(&ev->children_seen, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->steps_done, 0, memory_order_relaxed);
-  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
   atomic_store_explicit(&ev->state, 0xff, memory_order_relaxed);
   atomic_store_explicit(&ev->last_trans, 0, memory_order_relaxed);
   atomic_store_explicit(&ev->wd_seen, WD_SIG_NONE, memory_order_relaxed);
@@ -124,18 +125,41 @@ static void wd_complete_root(wd_event *ev) {
     wd_max_u64(&ctx->completed_order, atomic_load_explicit(&ev->order, memory_order_relaxed));
 }
 
-int wd_event_unref(wd_event *ev) {
-  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return 0;
-  if (atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT) wd_complete_root(ev);
+static int wd_event_gone(wd_event *ev);
+
+/* One reference less on a parent: the decrement inline, the rest (rare on the hot path: a
+ * parent outlives its children) out of line. */
+static inline __attribute__((always_inline)) int wd_unref_parent(wd_event *parent) {
+  if (atomic_fetch_sub_explicit(&parent->refs, 1, memory_order_acq_rel) != 1) return 0;
+  return wd_event_gone(parent);
+}
+
+/* What the last reference's drop does: complete a root, return the slot, drop the parent's
+ * reference. Inlined where the caller knows the event is never a root (a ProxyStep:
+ * wd_close_step_now). */
+static inline __attribute__((always_inline)) int wd_release(wd_event *ev, int may_be_root, uint32_t tid) {
+  if (may_be_root && atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT)
+    wd_complete_root(ev);
   if (ev->ctx == NULL) {
     uint64_t raw = wd_event_raw(ev);
     if (raw) wd_blacklist_unref(wd_store.detached_bl, (uintptr_t)raw);
   }
+  /* parent and root stay as they were: nothing follows them in a slot that is not live. */
   wd_event *parent = ev->parent;
-  ev->parent = NULL;
-  atomic_store_explicit(&ev->root, NULL, memory_order_relaxed);
-  wd_pool_free(ev->pool, ev);
-  return parent ? wd_event_unref(parent) : 0;
+  wd_pool_free(ev->pool, ev, tid);
+  return parent ? wd_unref_parent(parent) : 0;
+}
+
+static __attribute__((noinline)) int wd_event_gone(wd_event *ev) { return wd_release(ev, 1, (uint32_t)wd_tid()); }
+
+static inline __attribute__((always_inline)) int wd_unref(wd_event *ev, int may_be_root, uint32_t tid) {
+  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return 0;
+  return wd_release(ev, may_be_root, tid);
+}
+
+int wd_event_unref(wd_event *ev) {
+  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return 0;
+  return wd_event_gone(ev);
 }
 
 void wd_event_release_hold(wd_event *ev) {
@@ -145,7 +169,27 @@ void wd_event_release_hold(wd_event *ev) {
 /* The stop record: the start record with phase, time, thread, last state and flags. Returns the
  * event's type. */
 static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev, uint64_t now,
-                                                                    uint8_t extra_flags) {
+                                                                    uint8_t extra_flags,
+                                                                    unsigned known, uint32_t tid) {
+  if (known == WD_T_PROXYSTEP) {
+    /* Word by word, as wd_ring_put would write them (below). */
+    uint64_t tags = __atomic_load_n(&ev->startw[WD_RECW_TAGS], __ATOMIC_RELAXED) | ((uint64_t)extra_flags << 24);
+    uint64_t start = __atomic_load_n(&ev->startw[WD_RECW_TS], __ATOMIC_RELAXED);
+    int span = (wd_recw_flags(tags) & WD_F_SPAN) != 0;
+    wd_ring_w w = wd_ring_begin(atomic_load_explicit(&ev->ring, memory_order_relaxed));
+    wd_ring_word(&w, WD_RECW_TS, now);
+    wd_ring_word(&w, WD_RECW_A, atomic_load_explicit(&ev->reached_ns, memory_order_relaxed));
+    wd_ring_word(&w, WD_RECW_COUNT, atomic_load_explicit(&ev->last_trans, memory_order_relaxed));
+    wd_ring_word(&w, WD_RECW_RAW, span ? start : __atomic_load_n(&ev->startw[WD_RECW_RAW], __ATOMIC_RELAXED));
+    wd_ring_word(&w, WD_RECW_SLOT, __atomic_load_n(&ev->startw[WD_RECW_SLOT], __ATOMIC_RELAXED));
+    wd_ring_word(&w, WD_RECW_TID, wd_recw_low32(__atomic_load_n(&ev->startw[WD_RECW_TID], __ATOMIC_RELAXED), tid));
+    wd_ring_word(&w, WD_RECW_N, __atomic_load_n(&ev->startw[WD_RECW_N], __ATOMIC_RELAXED));
+    wd_ring_word(&w, WD_RECW_TAGS, wd_recw_retag(tags, span ? WD_PH_SPAN : WD_PH_STOP,
+                                                  atomic_load_explicit(&ev->state, memory_order_relaxed)));
+    _Static_assert(WD_RECW_CHAN == WD_RECORD_WORDS - 1, "the channel word is the last");
+    wd_ring_end(&w, (uint32_t)__atomic_load_n(&ev->startw[WD_RECW_CHAN], __ATOMIC_RELAXED));
+    return WD_T_PROXYSTEP;
+  }
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
   uint64_t tags = v[WD_RECW_TAGS] | ((uint64_t)extra_flags << 24);
@@ -157,8 +201,8 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
   }
   v[WD_RECW_TAGS] = wd_recw_retag(tags, phase, atomic_load_explicit(&ev->state, memory_order_relaxed));
   v[WD_RECW_TS] = now;
-  v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], (uint32_t)wd_tid());
-  unsigned type = wd_recw_type(tags);
+  v[WD_RECW_TID] = wd_recw_low32(v[WD_RECW_TID], tid);
+  unsigned type = known != WD_T_UNKNOWN ? known : wd_recw_type(tags);
   if (type == WD_T_PROXYSTEP || type == WD_T_KERNELCH || type == WD_T_KERNELPHASE)
     v[WD_RECW_COUNT] = atomic_load_explicit(&ev->last_trans, memory_order_relaxed);
   /* A step's SendWait time (wd_track_state); a reader takes it only inside the step's span, so
@@ -178,19 +222,23 @@ static inline void wd_release_if_done(wd_event *op) {
     wd_event_release_hold(op);
 }
 
-/* What a child's stop means for its parent. Returns 0 (a tail call for the entry points). */
+/* What a child's stop means for its parent. Returns 0 (a tail call for the entry points).
+ * known: the event's type where the caller has read it (its branches then fold), else
+ * WD_T_UNKNOWN. */
 static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t now,
-                                                          uint8_t extra_flags) {
-  unsigned type = wd_write_stop(ev, now, extra_flags);
+                                                          uint8_t extra_flags, unsigned known) {
+  uint32_t tid = (uint32_t)wd_tid();
+  unsigned type = wd_write_stop(ev, now, extra_flags, known, tid);
+  wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
   wd_event *parent = ev->parent;
   if (parent) {
     if (type == WD_T_PROXYSTEP) {
       wd_bump(&parent->steps_done);
       /* A send step ends once the network took data the kernel posted; a recv step once the
        * kernel consumed it (transport/net.cc, sendProxyProgress / recvProxyProgress). */
-      if (!extra_flags) wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
+      if (!extra_flags) wd_mark_reached(root, now);
     } else if (type == WD_T_PROXYOP) {
-      if (!extra_flags) wd_mark_reached(atomic_load_explicit(&ev->root, memory_order_relaxed), now);
+      if (!extra_flags) wd_mark_reached(root, now);
       /* The last proxy work after every kernel channel stopped: the op is done. */
       wd_release_if_done(parent);
     } else if (type == WD_T_KERNELCH) {
@@ -207,13 +255,26 @@ static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t
       else wd_launch_end(&ev->ctx->launches, token);
     }
   }
-  wd_progress(ev, now);
-  return wd_event_unref(ev);
+  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  if (root && root != ev) atomic_store_explicit(&root->last_ns, now, memory_order_relaxed);
+  /* A ProxyStep is never a root (wd_track_start). */
+  return known == WD_T_PROXYSTEP ? wd_unref(ev, 0, tid) : wd_unref(ev, 1, tid);
 }
 
-/* NCCL's stop, once claimed: out of line, so the entry point needs no stack frame. */
+/* NCCL's stop, once claimed: out of line, so the entry point needs no stack frame. A ProxyStep
+ * (half of all stops) has a copy of the close made for its type, a function of its own so that
+ * its registers are its own too. */
 static __attribute__((noinline)) int wd_close_now(wd_event *ev) {
-  return wd_close(ev, wd_now_ns(), 0);
+  return wd_close(ev, wd_now_ns(), 0, WD_T_UNKNOWN);
+}
+static __attribute__((noinline)) int wd_close_step_now(wd_event *ev) {
+  return wd_close(ev, wd_now_ns(), 0, WD_T_PROXYSTEP);
+}
+static __attribute__((noinline)) int wd_close_proxyop_now(wd_event *ev) {
+  return wd_close(ev, wd_now_ns(), 0, WD_T_PROXYOP);
+}
+static __attribute__((noinline)) int wd_close_kch_now(wd_event *ev) {
+  return wd_close(ev, wd_now_ns(), 0, WD_T_KERNELCH);
 }
 
 int wd_event_abandon(wd_event *ev, uint64_t now) {
@@ -221,7 +282,7 @@ int wd_event_abandon(wd_event *ev, uint64_t now) {
   if (o == 0 || !atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
                                                          memory_order_relaxed))
     return 0;
-  wd_close(ev, now, WD_F_ABANDONED);
+  wd_close(ev, now, WD_F_ABANDONED, WD_T_UNKNOWN);
   return 1;
 }
 
@@ -329,9 +390,9 @@ static void wd_replay_supersede(wd_event *api, wd_event *ev, uint64_t key) {
     wd_event_release_hold(p);
 }
 
-void *wd_track_start(wd_start_req *req) {
+/* The general start; type is rec->type, a constant where the caller knows it (wd_track_start). */
+static inline __attribute__((always_inline)) void *wd_start_typed(wd_start_req *req, unsigned type) {
   wd_record *rec = &req->rec;
-  unsigned type = rec->type;
   if (type >= WD_T_COUNT) return NULL;
   wd_context *ctx = (wd_context *)req->context;
   wd_event *pslot = req->parent_obj ? wd_event_slot_of(req->parent_obj) : NULL;
@@ -397,7 +458,7 @@ void *wd_track_start(wd_start_req *req) {
 
   wd_pool *pool = detached ? &wd_store.detached
                            : (wd_type_is_proxy_level(type) ? wd_child_pool(ctx, type) : &ctx->pool);
-  wd_event *ev = wd_pool_alloc(pool);
+  wd_event *ev = wd_pool_alloc(pool, (uint32_t)wd_tid());
   if (ev == NULL) {
     if (!detached) atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
     if (parent) wd_event_unref(parent);
@@ -487,7 +548,9 @@ void *wd_track_start(wd_start_req *req) {
     root = wd_child_started(parent, type, now);
   }
 
-  wd_slot_fill(ev, parent, wd_ring_for(ev->ctx, type), root, kind, hold, gkey, now);
+  wd_slot_fill(ev, type, parent, wd_ring_for(ev->ctx, type), root, kind, now);
+  atomic_store_explicit(&ev->hold, hold, memory_order_relaxed);
+  atomic_store_explicit(&ev->gpu_key, gkey, memory_order_relaxed);
   if (kind == WD_KIND_ROOT) {
     atomic_store_explicit(&ev->kch_expected, kch_expected, memory_order_relaxed);
     atomic_store_explicit(&ev->kch_trust, (uint8_t)kch_trust, memory_order_relaxed);
@@ -503,8 +566,9 @@ void *wd_track_start(wd_start_req *req) {
   if (replay_api && hold && wd_is_graph_key(gkey)) wd_replay_supersede(replay_api, ev, gkey);
   uint64_t v[WD_RECORD_WORDS];
   const wd_recw *src = (const wd_recw *)rec; /* rec is the r member of req's wd_recw */
+  v[0] = 0;
 #pragma GCC unroll 16
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) {
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) {
     v[i] = src->w[i];
     __atomic_store_n(&ev->startw[i], v[i], __ATOMIC_RELAXED);
   }
@@ -516,9 +580,27 @@ void *wd_track_start(wd_start_req *req) {
   return wd_event_handle(ev);
 }
 
+/* The application thread's common types get copies of the general start made for them. */
+void *wd_track_start(wd_start_req *req) {
+  switch (req->rec.type) {
+  case WD_T_GROUP: return wd_start_typed(req, WD_T_GROUP);
+  case WD_T_COLLAPI: return wd_start_typed(req, WD_T_COLLAPI);
+  case WD_T_COLL: return wd_start_typed(req, WD_T_COLL);
+  case WD_T_P2PAPI: return wd_start_typed(req, WD_T_P2PAPI);
+  case WD_T_P2P: return wd_start_typed(req, WD_T_P2P);
+  default: return wd_start_typed(req, req->rec.type);
+  }
+}
+
 /* The generic start for what wd_track_child_start could not take (no live parent of ctx). */
 static __attribute__((noinline)) int wd_child_start_slow(void *context, void **out, void *parent_obj,
                                                          uint64_t val, uint64_t n_pid, uint64_t meta) {
+  /* The entry points leave the plugin's state to the fast path (a live parent of ctx proves it
+   * running: stopping retires every slot, a fork disowns the arena); the general start needs it. */
+  if (!atomic_load_explicit(&wd_store_active, memory_order_acquire)) {
+    *out = NULL;
+    return 0;
+  }
   wd_start_req req;
   memset(&req, 0, sizeof req);
   req.context = context;
@@ -540,8 +622,11 @@ static __attribute__((noinline)) int wd_child_start_slow(void *context, void **o
   return 0;
 }
 
-int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
-                         uint64_t meta) {
+/* The fast start, inlined into its two entry points so that a ProxyStep's (half of all starts)
+ * constant type, flags, channel and peer fold away. */
+static inline __attribute__((always_inline)) int wd_child_start_fast(void *context, void **out,
+                                                                     void *parent_obj, uint64_t val,
+                                                                     uint64_t n_pid, uint64_t meta) {
   wd_context *ctx = (wd_context *)context;
   wd_event *pslot;
   unsigned type = (uint8_t)meta;
@@ -553,7 +638,8 @@ int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t v
       __builtin_expect(!wd_ref_matched(pslot, parent_obj), 0))
     return wd_child_start_slow(context, out, parent_obj, val, n_pid, meta);
   wd_event *parent = pslot;
-  wd_event *ev = wd_pool_alloc(wd_child_pool(ctx, type));
+  uint32_t tid = (uint32_t)wd_tid();
+  wd_event *ev = wd_pool_alloc(wd_child_pool(ctx, type), tid);
   if (__builtin_expect(ev == NULL, 0)) {
     atomic_fetch_add_explicit(&ctx->dropped, 1, memory_order_relaxed);
     wd_event_unref(parent);
@@ -562,24 +648,45 @@ int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t v
   }
   uint64_t now = wd_now_ns();
   wd_event *root = wd_child_started(parent, type, now);
-  wd_slot_fill(ev, parent, &ctx->proxy_ring, root, WD_KIND_CHILD, 0, 0, now);
-  wd_slot_open(ev, 1);
+  wd_slot_fill(ev, type, parent, &ctx->proxy_ring, root, WD_KIND_CHILD, now);
+  uint32_t tag = atomic_load_explicit(&ev->tag, memory_order_relaxed); /* ours until freed */
+  atomic_store_explicit(&ev->open, WD_OPEN(tag), memory_order_release);
+  atomic_store_explicit(&ev->refs, 1, memory_order_release);
   /* The record a generic start would write, built in registers. */
   uint64_t w[WD_RECORD_WORDS] = {0};
   w[WD_RECW_TS] = now;
   w[WD_RECW_A] = type == WD_T_PROXYOP ? 0 : val;
   w[WD_RECW_COUNT] = type == WD_T_PROXYOP ? (uint32_t)val : 0;
   w[WD_RECW_SLOT] = wd_recw_pair(ev->slot_id, parent->slot_id);
-  w[WD_RECW_TID] = wd_recw_pair((uint32_t)wd_tid(), (uint32_t)(meta >> 32));
+  w[WD_RECW_TID] = wd_recw_pair(tid, (uint32_t)(meta >> 32));
   w[WD_RECW_N] = n_pid;
   w[WD_RECW_TAGS] = wd_recw_tags(WD_PH_START, type, 0xff, (uint8_t)(meta >> 8) | WD_F_SPAN);
   w[WD_RECW_CHAN] = (uint8_t)(meta >> 16);
+  /* Word 0, the ring's turn, means nothing in a slot: never written there (wd_event_read_words). */
 #pragma GCC unroll 16
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
   /* No ring record now: the stop writes the span (record.h). */
   wd_event_publish(ev);
-  *out = wd_event_handle(ev);
+  *out = (void *)((uintptr_t)ev | (tag & WD_TAG_MASK));
   return 0;
+}
+
+int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
+                         uint64_t meta) {
+  return wd_child_start_fast(context, out, parent_obj, val, n_pid, meta);
+}
+
+int wd_track_step_start(void *context, void **out, void *parent_obj, uint32_t step) {
+  return wd_child_start_fast(context, out, parent_obj, 0, step, wd_child_meta(WD_T_PROXYSTEP, 0, 0, -1));
+}
+
+int wd_track_kch_start(void *context, void **out, void *parent_obj, uint64_t ptimer, uint8_t channel) {
+  return wd_child_start_fast(context, out, parent_obj, ptimer, 0, wd_child_meta(WD_T_KERNELCH, 0, channel, -1));
+}
+
+int wd_track_proxyop_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
+                           uint64_t meta) {
+  return wd_child_start_fast(context, out, parent_obj, val, n_pid, (meta & ~(uint64_t)0xff) | WD_T_PROXYOP);
 }
 
 /* A call with a handle whose event is gone (stopped twice, abandoned, retired at finalize) is
@@ -594,13 +701,20 @@ static __attribute__((noinline)) int wd_count_stale(void *handle) {
 }
 
 int wd_track_stop(void *handle) {
-  wd_event *ev;
-  if (!wd_event_lookup(handle, &ev)) return wd_count_stale(handle);
-  /* Closes the incarnation the handle names, not a later one the slot was reused for. */
+  uintptr_t a = (uintptr_t)handle & ~(uintptr_t)WD_TAG_MASK;
+  if (!wd_arena_holds(a, sizeof(wd_event))) return wd_count_stale(handle);
+  wd_event *ev = (wd_event *)a;
+  /* Closes the incarnation the handle names, not a later one the slot was reused for: open holds
+   * the live incarnation's tag, so the exchange is also the tag check (a handle of another
+   * incarnation is told apart from a second stop after it failed). */
   uint32_t o = WD_OPEN((uint32_t)(uintptr_t)handle);
   if (!atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
                                                memory_order_relaxed))
-    return 0;
+    return wd_event_matches(ev, handle) ? 0 : wd_count_stale(handle);
+  unsigned type = atomic_load_explicit(&ev->type, memory_order_relaxed);
+  if (__builtin_expect(type == WD_T_PROXYSTEP, 1)) return wd_close_step_now(ev);
+  if (type == WD_T_PROXYOP) return wd_close_proxyop_now(ev);
+  if (type == WD_T_KERNELCH) return wd_close_kch_now(ev);
   return wd_close_now(ev);
 }
 
@@ -635,13 +749,13 @@ int wd_track_state(void *handle, int state, const void *args) {
   wd_event *ev;
   if (!wd_event_lookup(handle, &ev)) return wd_count_stale(handle);
   unsigned st = state >= 0 && state < 255 ? (unsigned)state : 255u;
-  unsigned type = wd_event_type(ev);
+  unsigned type = atomic_load_explicit(&ev->type, memory_order_relaxed);
   /* The proxy thread's states (half of all callbacks) stay in the event's own slot: the live
    * tree shows them, the stop record carries the last one and its value, the watchdog's scan
    * dates them (track.h). The verdicts read operation-level records only (analyzer: load.c,
    * op_level_kept). */
   if (__builtin_expect(type == WD_T_PROXYSTEP, 1) || wd_state_in_slot(type)) { /* steps: most */
-    if (args && type != WD_T_PROXYOP) {
+    if (__builtin_expect(args != NULL, 1) && type != WD_T_PROXYOP) {
       uint64_t value;
       memcpy(&value, args, sizeof value);
       atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);

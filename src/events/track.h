@@ -36,6 +36,12 @@ static inline uint64_t wd_child_meta(unsigned type, unsigned flags, unsigned cha
 }
 int wd_track_child_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
                          uint64_t meta);
+/* The same for a ProxyStep (step: its number), the commonest start. */
+int wd_track_step_start(void *context, void **out, void *parent_obj, uint32_t step);
+/* A KernelCh (its pTimer and channel), and a ProxyOp (arguments as wd_track_child_start's). */
+int wd_track_kch_start(void *context, void **out, void *parent_obj, uint64_t ptimer, uint8_t channel);
+int wd_track_proxyop_start(void *context, void **out, void *parent_obj, uint64_t val, uint64_t n_pid,
+                           uint64_t meta);
 /* Stop and state return 0, always: the entry points return it as ncclSuccess (tail calls). */
 int wd_track_stop(void *handle);
 /* A state change: NCCL's state id and its arguments, NULL when NCCL gave none (a union whose
@@ -54,8 +60,9 @@ void wd_event_release_hold(wd_event *ev);
 /* Copy an event's start record with atomic word loads (safe while it is being reused; the
  * caller validates with the slot's seq word). */
 static inline void wd_event_read_words(const wd_event *ev, uint64_t *out) {
+  out[0] = 0; /* the turn: a slot's start record has none */
 #pragma GCC unroll 16
-  for (unsigned i = 0; i < WD_RECORD_WORDS; i++) out[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) out[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
 }
 
 static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {

@@ -74,6 +74,34 @@ static inline void wd_ring_put(wd_ring *r, uint64_t *v) {
   __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
 }
 
+/* The same append for a writer that produces the words one by one (a ProxyStep's stop): fewer
+ * values live at once. wd_ring_begin claims the slot, wd_ring_word stores words 1 to
+ * WD_RECORD_WORDS - 2 in any order, wd_ring_end the last one (its low half) and publishes; the
+ * record and its check are those wd_ring_put writes. */
+typedef struct wd_ring_w {
+  uint64_t *dst;
+  uint64_t t;
+  uint64_t h;
+} wd_ring_w;
+static inline __attribute__((always_inline)) wd_ring_w wd_ring_begin(wd_ring *r) {
+  wd_ring_w w;
+  w.t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
+  uint32_t idx = (uint32_t)w.t & (atomic_load_explicit(&r->ready, memory_order_relaxed) - 1);
+  w.dst = (uint64_t *)&r->recs[idx];
+  w.h = w.t;
+  __atomic_store_n(&w.dst[0], 2 * w.t + 1, __ATOMIC_RELAXED);
+  return w;
+}
+static inline __attribute__((always_inline)) void wd_ring_word(wd_ring_w *w, unsigned i, uint64_t v) {
+  w->h += v;
+  __atomic_store_n(&w->dst[i], v, __ATOMIC_RELEASE);
+}
+static inline __attribute__((always_inline)) void wd_ring_end(wd_ring_w *w, uint32_t last) {
+  uint64_t h = (w->h + last) * 0x9e3779b97f4a7c15ull;
+  __atomic_store_n(&w->dst[WD_RECORD_WORDS - 1], last | ((h >> 32) << 32), __ATOMIC_RELEASE);
+  __atomic_store_n(&w->dst[0], 2 * w->t + 2, __ATOMIC_RELEASE);
+}
+
 /* Copy out up to max complete records, oldest first, into out. Returns the number copied;
  * *torn receives the number of records skipped because a writer was inside them and *lost the
  * number of records overwritten before they could be read (older than the ring, or lapped by a

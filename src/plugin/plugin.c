@@ -38,12 +38,11 @@ static inline unsigned wd_type_of(uint64_t bit) {
  * addresses coincide. */
 #define wd_child_start(context, eHandle, d, type)                                              \
   ((ncclResult_t)((type) == WD_T_PROXYSTEP                                                     \
-       ? wd_track_child_start((context), (eHandle), (d)->parentObj, 0,                         \
-                              (uint32_t)(d)->proxyStep.step, wd_child_meta((type), 0, 0, -1))  \
+       ? wd_track_step_start((context), (eHandle), (d)->parentObj, (uint32_t)(d)->proxyStep.step) \
    : (type) == WD_T_KERNELCH                                                                   \
-       ? wd_track_child_start((context), (eHandle), (d)->parentObj, (d)->kernelCh.pTimer, 0,   \
-                              wd_child_meta((type), 0, (d)->kernelCh.channelId, -1))           \
-       : wd_track_child_start(                                                                 \
+       ? wd_track_kch_start((context), (eHandle), (d)->parentObj, (d)->kernelCh.pTimer,        \
+                            (uint8_t)(d)->kernelCh.channelId)                                  \
+       : wd_track_proxyop_start(                                                               \
              (context), (eHandle), (d)->parentObj,                                             \
              (uint64_t)(uint32_t)(d)->proxyOp.chunkSize | ((uint64_t)(uint32_t)((d)->rank + 1) << 32), \
              (uint32_t)(d)->proxyOp.nSteps | ((uint64_t)(uint32_t)(d)->proxyOp.pid << 32),     \
@@ -138,17 +137,23 @@ static inline int wd_accepting(void *context, void **eHandle, const void *d) {
 
 /* The entry points tell the proxy thread's types apart first (most starts) and hand them on as
  * tail calls; the general decoding (wd_start_general_vN) is out of line, so those need no stack
- * frame. */
+ * frame. The proxy thread's types need a live parent of the context, which the plugin's state
+ * vouches for (wd_child_start_slow checks it for the others). */
 #define WD_START_ENTRY(v)                                                                      \
   static ncclResult_t wd_start_v##v(void *context, void **eHandle,                             \
                                     ncclProfilerEventDescr_v##v##_t *d) {                      \
-    if (!wd_accepting(context, eHandle, d)) return ncclSuccess;                                \
+    if (eHandle == NULL) return ncclSuccess;                                                   \
+    if (context == NULL || d == NULL) {                                                        \
+      *eHandle = NULL;                                                                         \
+      return ncclSuccess;                                                                      \
+    }                                                                                          \
     if (d->type == ncclProfileProxyStep)                                                       \
       return wd_child_start(context, eHandle, d, WD_T_PROXYSTEP);                              \
     if (d->type == ncclProfileKernelCh)                                                        \
       return wd_child_start(context, eHandle, d, WD_T_KERNELCH);                               \
     if (d->type == ncclProfileProxyOp)                                                         \
       return wd_child_start(context, eHandle, d, WD_T_PROXYOP);                                \
+    if (!wd_accepting(context, eHandle, d)) return ncclSuccess;                                \
     return wd_start_general_v##v(context, eHandle, d);                                         \
   }
 

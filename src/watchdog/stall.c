@@ -51,7 +51,12 @@ void wd_describe_wait(wd_context *ctx, const wd_event *root, char *buf,
     /* The open leaf that progressed least recently is what the operation waits on; network
      * steps say more (peer, direction) than a kernel channel that is merely running. */
     int pri = wd_wait_priority(v.snap.start.type), best_pri = have ? wd_wait_priority(best.snap.start.type) : -1;
-    if (!have || pri > best_pri || (pri == best_pri && v.snap.last_ns < best.snap.last_ns)) {
+    /* Of steps that progressed at one tick, the earliest (slot order says nothing: slots are
+     * reused as they free up). */
+    int earlier = pri == best_pri && v.snap.last_ns == best.snap.last_ns &&
+                  v.snap.start.type == WD_T_PROXYSTEP && best.snap.start.type == WD_T_PROXYSTEP &&
+                  v.snap.start.n < best.snap.start.n;
+    if (!have || pri > best_pri || (pri == best_pri && v.snap.last_ns < best.snap.last_ns) || earlier) {
       best = v;
       have = 1;
     }

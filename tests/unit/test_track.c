@@ -584,7 +584,14 @@ static void test_free_slot_matching_tag(void) {
   CU_ASSERT_PTR_NOT_NULL_FATAL(orphan);
   CU_ASSERT_TRUE(start_rec(orphan).flags & WD_F_ORPHAN);
   CU_ASSERT_PTR_NULL(slot(orphan)->parent);
-  CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  /* The proxy thread takes back the slots it freed last (pool.h, the owner's stack): the orphan
+   * may be the free slot itself, in its next incarnation, which the forged handle names. */
+  int orphan_took_it = slot(orphan) == fs;
+  if (orphan_took_it) {
+    CU_ASSERT_PTR_EQUAL(orphan, forged);
+  } else {
+    CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  }
   CU_ASSERT_EQUAL(atomic_load(&slot(op)->children_seen), op_seen);
   stop(orphan);
   /* When the slot comes round again, the new step starts clean. */
@@ -596,7 +603,9 @@ static void test_free_slot_matching_tag(void) {
     else stop(s2);
   }
   CU_ASSERT_PTR_NOT_NULL_FATAL(again);
-  CU_ASSERT_PTR_EQUAL(again, forged); /* the tag it was forged with */
+  if (!orphan_took_it) {
+    CU_ASSERT_PTR_EQUAL(again, forged); /* the tag it was forged with */
+  }
   CU_ASSERT_EQUAL(atomic_load(&fs->state), 0xff);
   CU_ASSERT_EQUAL(atomic_load(&fs->last_trans), 0);
   CU_ASSERT_PTR_EQUAL(fs->parent, slot(op));

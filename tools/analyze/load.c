@@ -189,7 +189,10 @@ static void consider_wait(wd_az_op *op, const cJSON *node, const cJSON *proxyop)
   wd_az_wait *w = &op->wait;
   if (w->valid) {
     int old_rank = wait_rank(wd_az_s(w->type));
-    if (rank < old_rank || (rank == old_rank && since <= w->since_ms)) return;
+    /* Steps that stalled together (one clock tick): the earliest step is the one the pipeline
+     * waits on, whatever order the list gives them in (slot order: slots are reused). */
+    int earlier = rank == 3 && since == w->since_ms && inum(node, "step", -1) < w->step;
+    if (rank < old_rank || (rank == old_rank && since <= w->since_ms && !earlier)) return;
   }
   const cJSON *src = proxyop ? proxyop : node;
   w->valid = 1;
