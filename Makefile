@@ -45,6 +45,7 @@ wheel: deps
 bench: build
 	@bench/run-bench.sh $(BUILD)
 	@scripts/conformance.sh $(BUILD) bench
+	@bench/conformance-count.sh $(BUILD)
 
 test-asan:
 	@WD_WITH_SANITIZERS=1 scripts/install-deps.sh

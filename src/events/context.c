@@ -140,7 +140,7 @@ static void wd_context_list_open(wd_context *ctx, wd_rf_header *h) {
     wd_event *ev = wd_pool_slot(&ctx->proxy_pool, i);
     uint64_t seq = atomic_load_explicit(&ev->seq, memory_order_acquire);
     if ((seq & 1) || !atomic_load_explicit(&ev->live, memory_order_relaxed) ||
-        !atomic_load_explicit(&ev->open, memory_order_relaxed))
+        !wd_event_open(ev))
       continue;
     wd_record r;
     wd_event_read_start(ev, &r);

@@ -67,10 +67,11 @@ typedef struct wd_event {
   _Atomic uint64_t last_ns;    /* last progress at or under this event */
   _Atomic uint64_t last_trans; /* ProxyStep transSize / KernelCh stop time */
   _Atomic uint64_t order;      /* root ops: enqueue order within the context */
-  _Atomic uint32_t refs;
-  /* Non-zero until stopped by NCCL or abandoned by the watchdog: WD_OPEN(tag), so a stop with
-   * a stale handle racing with the slot's reuse cannot close the new incarnation. */
-  _Atomic uint32_t open;
+  /* The reference count (low half) and, in the high half, non-zero until stopped by NCCL or
+   * abandoned by the watchdog: WD_OPEN(tag), so a stop with a stale handle racing with the slot's
+   * reuse cannot close the new incarnation. One word, so that a stop that holds the last
+   * reference claims the event and drops it with one atomic operation (wd_track_stop). */
+  _Atomic uint64_t life;
   _Atomic uint32_t hold;     /* root ops: 1 while expected kernel channels are outstanding */
   _Atomic uint32_t live;     /* 1 while allocated */
   _Atomic uint32_t children_seen; /* approximate (no lock prefix): only "any" matters */
@@ -113,12 +114,22 @@ typedef struct wd_event {
 /* Four slots per 1 KiB: the handle check's modulo is a mask. */
 _Static_assert(sizeof(wd_event) == 256, "an event slot is 256 bytes");
 
+#define WD_LIFE(refs, open) ((uint64_t)(uint32_t)(refs) | ((uint64_t)(uint32_t)(open) << 32))
+static inline uint32_t wd_life_refs(uint64_t life) { return (uint32_t)life; }
+static inline uint32_t wd_life_open(uint64_t life) { return (uint32_t)(life >> 32); }
+static inline uint32_t wd_event_refs(const wd_event *ev) {
+  return wd_life_refs(atomic_load_explicit(&ev->life, memory_order_relaxed));
+}
+static inline uint32_t wd_event_open(const wd_event *ev) {
+  return wd_life_open(atomic_load_explicit(&ev->life, memory_order_relaxed));
+}
+
 /* Live tracked children, derived from the reference count (self while open, the hold, the
  * children): keeping a separate counter would cost two more atomic operations per child. */
 static inline uint32_t wd_event_children_live(wd_event *ev) {
-  uint32_t refs = atomic_load_explicit(&ev->refs, memory_order_relaxed);
-  uint32_t own = (atomic_load_explicit(&ev->open, memory_order_relaxed) != 0) +
-                 atomic_load_explicit(&ev->hold, memory_order_relaxed);
+  uint64_t life = atomic_load_explicit(&ev->life, memory_order_relaxed);
+  uint32_t refs = wd_life_refs(life);
+  uint32_t own = (wd_life_open(life) != 0) + atomic_load_explicit(&ev->hold, memory_order_relaxed);
   return refs > own ? refs - own : 0;
 }
 

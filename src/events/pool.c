@@ -212,7 +212,7 @@ void wd_pool_retire(wd_pool *p) {
   for (uint32_t i = 0; i < n; i++) {
     wd_event *ev = wd_pool_at(p, i);
     atomic_store_explicit(&ev->live, 0, memory_order_release);
-    atomic_store_explicit(&ev->open, 0, memory_order_relaxed);
+    atomic_fetch_and_explicit(&ev->life, 0xffffffffu, memory_order_relaxed); /* not open */
     atomic_store_explicit(&ev->hold, 0, memory_order_relaxed); /* a free slot holds nothing */
     atomic_fetch_add_explicit(&ev->tag, 1, memory_order_release);
   }

@@ -79,18 +79,17 @@ static inline void wd_slot_fill(wd_event *ev, unsigned type, wd_event *parent, w
 
 /* Release: a stop that claims the event (acq_rel) sees the fields set before, parent included. */
 static inline void wd_slot_open(wd_event *ev, uint32_t refs) {
-  atomic_store_explicit(&ev->open, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed)),
+  atomic_store_explicit(&ev->life, WD_LIFE(refs, WD_OPEN(atomic_load_explicit(&ev->tag, memory_order_relaxed))),
                         memory_order_release);
-  atomic_store_explicit(&ev->refs, refs, memory_order_release);
 }
 
 /* Take a reference on slot p, already found to match parent_handle (wd_event_lookup), if it is
  * not completed (refs == 0), then re-check the incarnation. 1 when taken. */
 static inline __attribute__((always_inline)) int wd_ref_matched(wd_event *p, void *parent_handle) {
-  uint32_t r = atomic_load_explicit(&p->refs, memory_order_relaxed);
+  uint64_t l = atomic_load_explicit(&p->life, memory_order_relaxed);
   do {
-    if (r == 0) return 0;
-  } while (!atomic_compare_exchange_weak_explicit(&p->refs, &r, r + 1, memory_order_acq_rel,
+    if (wd_life_refs(l) == 0) return 0;
+  } while (!atomic_compare_exchange_weak_explicit(&p->life, &l, l + 1, memory_order_acq_rel,
                                                   memory_order_relaxed));
   if (!wd_event_matches(p, parent_handle)) {
     wd_event_unref(p);
@@ -130,7 +129,7 @@ static int wd_event_gone(wd_event *ev);
 /* One reference less on a parent: the decrement inline, the rest (rare on the hot path: a
  * parent outlives its children) out of line. */
 static inline __attribute__((always_inline)) int wd_unref_parent(wd_event *parent) {
-  if (atomic_fetch_sub_explicit(&parent->refs, 1, memory_order_acq_rel) != 1) return 0;
+  if (wd_life_refs(atomic_fetch_sub_explicit(&parent->life, 1, memory_order_acq_rel)) != 1) return 0;
   return wd_event_gone(parent);
 }
 
@@ -153,12 +152,12 @@ static inline __attribute__((always_inline)) int wd_release(wd_event *ev, int ma
 static __attribute__((noinline)) int wd_event_gone(wd_event *ev) { return wd_release(ev, 1, (uint32_t)wd_tid()); }
 
 static inline __attribute__((always_inline)) int wd_unref(wd_event *ev, int may_be_root, uint32_t tid) {
-  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return 0;
+  if (wd_life_refs(atomic_fetch_sub_explicit(&ev->life, 1, memory_order_acq_rel)) != 1) return 0;
   return wd_release(ev, may_be_root, tid);
 }
 
 int wd_event_unref(wd_event *ev) {
-  if (atomic_fetch_sub_explicit(&ev->refs, 1, memory_order_acq_rel) != 1) return 0;
+  if (wd_life_refs(atomic_fetch_sub_explicit(&ev->life, 1, memory_order_acq_rel)) != 1) return 0;
   return wd_event_gone(ev);
 }
 
@@ -182,17 +181,19 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
     wd_ring_word(&w, WD_RECW_COUNT, atomic_load_explicit(&ev->last_trans, memory_order_relaxed));
     wd_ring_word(&w, WD_RECW_RAW, span ? start : __atomic_load_n(&ev->startw[WD_RECW_RAW], __ATOMIC_RELAXED));
     wd_ring_word(&w, WD_RECW_SLOT, __atomic_load_n(&ev->startw[WD_RECW_SLOT], __ATOMIC_RELAXED));
-    wd_ring_word(&w, WD_RECW_TID, wd_recw_low32(__atomic_load_n(&ev->startw[WD_RECW_TID], __ATOMIC_RELAXED), tid));
+    wd_ring_word(&w, WD_RECW_TID, wd_recw_pair(tid, (uint32_t)-1)); /* a step has no peer */
     wd_ring_word(&w, WD_RECW_N, __atomic_load_n(&ev->startw[WD_RECW_N], __ATOMIC_RELAXED));
     wd_ring_word(&w, WD_RECW_TAGS, wd_recw_retag(tags, span ? WD_PH_SPAN : WD_PH_STOP,
                                                   atomic_load_explicit(&ev->state, memory_order_relaxed)));
     _Static_assert(WD_RECW_CHAN == WD_RECORD_WORDS - 1, "the channel word is the last");
-    wd_ring_end(&w, (uint32_t)__atomic_load_n(&ev->startw[WD_RECW_CHAN], __ATOMIC_RELAXED));
+    wd_ring_end(&w, span ? 0u : (uint32_t)__atomic_load_n(&ev->startw[WD_RECW_CHAN], __ATOMIC_RELAXED));
     return WD_T_PROXYSTEP;
   }
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
   uint64_t tags = v[WD_RECW_TAGS] | ((uint64_t)extra_flags << 24);
+  /* A fast-started step's channel word is not in its slot (its a, count and raw are set below). */
+  if (known == WD_T_UNKNOWN && wd_step_words_implied(tags)) v[WD_RECW_CHAN] = 0;
   /* A span carries its start time where a detached event keeps its foreign parent (never both). */
   unsigned phase = WD_PH_STOP;
   if (wd_recw_flags(tags) & WD_F_SPAN) {
@@ -224,9 +225,10 @@ static inline void wd_release_if_done(wd_event *op) {
 
 /* What a child's stop means for its parent. Returns 0 (a tail call for the entry points).
  * known: the event's type where the caller has read it (its branches then fold), else
- * WD_T_UNKNOWN. */
+ * WD_T_UNKNOWN. last: the claim took the event's own reference, the last one, already. */
 static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t now,
-                                                          uint8_t extra_flags, unsigned known) {
+                                                          uint8_t extra_flags, unsigned known,
+                                                          int last) {
   uint32_t tid = (uint32_t)wd_tid();
   unsigned type = wd_write_stop(ev, now, extra_flags, known, tid);
   wd_event *root = atomic_load_explicit(&ev->root, memory_order_relaxed);
@@ -255,34 +257,56 @@ static inline __attribute__((always_inline)) int wd_close(wd_event *ev, uint64_t
       else wd_launch_end(&ev->ctx->launches, token);
     }
   }
-  atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
+  /* A stopped step is never scanned again (wd_scan_child): its own stamp would go unread. */
+  if (known != WD_T_PROXYSTEP) atomic_store_explicit(&ev->last_ns, now, memory_order_relaxed);
   if (root && root != ev) atomic_store_explicit(&root->last_ns, now, memory_order_relaxed);
   /* A ProxyStep is never a root (wd_track_start). */
+  if (last) return wd_release(ev, known != WD_T_PROXYSTEP, tid);
   return known == WD_T_PROXYSTEP ? wd_unref(ev, 0, tid) : wd_unref(ev, 1, tid);
 }
 
 /* NCCL's stop, once claimed: out of line, so the entry point needs no stack frame. A ProxyStep
  * (half of all stops) has a copy of the close made for its type, a function of its own so that
  * its registers are its own too. */
-static __attribute__((noinline)) int wd_close_now(wd_event *ev) {
-  return wd_close(ev, wd_now_ns(), 0, WD_T_UNKNOWN);
+static __attribute__((noinline)) int wd_close_now(wd_event *ev, int last) {
+  return wd_close(ev, wd_now_ns(), 0, WD_T_UNKNOWN, last);
 }
+/* The proxy thread's types, claimed with their last reference (wd_track_stop). */
 static __attribute__((noinline)) int wd_close_step_now(wd_event *ev) {
-  return wd_close(ev, wd_now_ns(), 0, WD_T_PROXYSTEP);
+  return wd_close(ev, wd_now_ns(), 0, WD_T_PROXYSTEP, 1);
 }
 static __attribute__((noinline)) int wd_close_proxyop_now(wd_event *ev) {
-  return wd_close(ev, wd_now_ns(), 0, WD_T_PROXYOP);
+  return wd_close(ev, wd_now_ns(), 0, WD_T_PROXYOP, 1);
 }
 static __attribute__((noinline)) int wd_close_kch_now(wd_event *ev) {
-  return wd_close(ev, wd_now_ns(), 0, WD_T_KERNELCH);
+  return wd_close(ev, wd_now_ns(), 0, WD_T_KERNELCH, 1);
+}
+
+static int wd_count_stale(void *handle);
+
+/* A stop of an event that holds more than its own reference (children, a hold), or of a stale
+ * or stopped handle: l is what the slot's life word was. Claims it, keeping the references. */
+static __attribute__((noinline)) int wd_stop_shared(wd_event *ev, void *handle, uint64_t l) {
+  uint32_t o = WD_OPEN((uint32_t)(uintptr_t)handle);
+  do {
+    if (wd_life_open(l) != o) return wd_event_matches(ev, handle) ? 0 : wd_count_stale(handle);
+    if (wd_life_refs(l) == 1) { /* the others went meanwhile */
+      if (atomic_compare_exchange_weak_explicit(&ev->life, &l, 0, memory_order_acq_rel, memory_order_relaxed))
+        return wd_close_now(ev, 1);
+      continue;
+    }
+  } while (!atomic_compare_exchange_weak_explicit(&ev->life, &l, WD_LIFE(wd_life_refs(l), 0),
+                                                  memory_order_acq_rel, memory_order_relaxed));
+  return wd_close_now(ev, 0);
 }
 
 int wd_event_abandon(wd_event *ev, uint64_t now) {
-  uint32_t o = atomic_load_explicit(&ev->open, memory_order_acquire);
-  if (o == 0 || !atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
-                                                         memory_order_relaxed))
-    return 0;
-  wd_close(ev, now, WD_F_ABANDONED, WD_T_UNKNOWN);
+  uint64_t l = atomic_load_explicit(&ev->life, memory_order_acquire);
+  do {
+    if (wd_life_open(l) == 0) return 0;
+  } while (!atomic_compare_exchange_weak_explicit(&ev->life, &l, WD_LIFE(wd_life_refs(l), 0),
+                                                  memory_order_acq_rel, memory_order_acquire));
+  wd_close(ev, now, WD_F_ABANDONED, WD_T_UNKNOWN, 0);
   return 1;
 }
 
@@ -628,16 +652,19 @@ static inline __attribute__((always_inline)) int wd_child_start_fast(void *conte
                                                                      void *parent_obj, uint64_t val,
                                                                      uint64_t n_pid, uint64_t meta) {
   wd_context *ctx = (wd_context *)context;
-  wd_event *pslot;
   unsigned type = (uint8_t)meta;
+  uintptr_t pa = (uintptr_t)parent_obj & ~(uintptr_t)WD_TAG_MASK;
+  wd_event *pslot = (wd_event *)pa;
   /* As in wd_track_start: a parent live in one of ctx's pools proves ctx is live and ours; a
-   * ProxyOp of another process (PXN) is kept apart. */
-  if (__builtin_expect(!wd_event_lookup(parent_obj, &pslot), 0) ||
+   * ProxyOp of another process (PXN) is kept apart. The parent's incarnation is checked once,
+   * after the reference is taken (wd_ref_matched); before, only that the slot is ours. */
+  if (__builtin_expect(!wd_arena_holds(pa, sizeof(wd_event)), 0) ||
       __builtin_expect(__atomic_load_n(&pslot->ctx, __ATOMIC_RELAXED) != ctx, 0) ||
       __builtin_expect(type == WD_T_PROXYOP && wd_proxyop_foreign((int32_t)(n_pid >> 32), val >> 32, ctx), 0) ||
       __builtin_expect(!wd_ref_matched(pslot, parent_obj), 0))
     return wd_child_start_slow(context, out, parent_obj, val, n_pid, meta);
   wd_event *parent = pslot;
+  uint64_t now = wd_now_ns(); /* before the slot: fewer values live across the call */
   uint32_t tid = (uint32_t)wd_tid();
   wd_event *ev = wd_pool_alloc(wd_child_pool(ctx, type), tid);
   if (__builtin_expect(ev == NULL, 0)) {
@@ -646,12 +673,10 @@ static inline __attribute__((always_inline)) int wd_child_start_fast(void *conte
     *out = NULL;
     return 0;
   }
-  uint64_t now = wd_now_ns();
   wd_event *root = wd_child_started(parent, type, now);
   wd_slot_fill(ev, type, parent, &ctx->proxy_ring, root, WD_KIND_CHILD, now);
   uint32_t tag = atomic_load_explicit(&ev->tag, memory_order_relaxed); /* ours until freed */
-  atomic_store_explicit(&ev->open, WD_OPEN(tag), memory_order_release);
-  atomic_store_explicit(&ev->refs, 1, memory_order_release);
+  atomic_store_explicit(&ev->life, WD_LIFE(1, WD_OPEN(tag)), memory_order_release);
   /* The record a generic start would write, built in registers. */
   uint64_t w[WD_RECORD_WORDS] = {0};
   w[WD_RECW_TS] = now;
@@ -662,9 +687,11 @@ static inline __attribute__((always_inline)) int wd_child_start_fast(void *conte
   w[WD_RECW_N] = n_pid;
   w[WD_RECW_TAGS] = wd_recw_tags(WD_PH_START, type, 0xff, (uint8_t)(meta >> 8) | WD_F_SPAN);
   w[WD_RECW_CHAN] = (uint8_t)(meta >> 16);
-  /* Word 0, the ring's turn, means nothing in a slot: never written there (wd_event_read_words). */
+  /* Word 0, the ring's turn, means nothing in a slot: never written there (wd_event_read_words);
+   * nor a ProxyStep's words that are 0 (wd_step_word_zero). */
 #pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++)
+    if (type != WD_T_PROXYSTEP || !wd_step_word_zero(i)) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
   /* No ring record now: the stop writes the span (record.h). */
   wd_event_publish(ev);
   *out = (void *)((uintptr_t)ev | (tag & WD_TAG_MASK));
@@ -708,14 +735,17 @@ int wd_track_stop(void *handle) {
    * the live incarnation's tag, so the exchange is also the tag check (a handle of another
    * incarnation is told apart from a second stop after it failed). */
   uint32_t o = WD_OPEN((uint32_t)(uintptr_t)handle);
-  if (!atomic_compare_exchange_strong_explicit(&ev->open, &o, 0, memory_order_acq_rel,
-                                               memory_order_relaxed))
-    return wd_event_matches(ev, handle) ? 0 : wd_count_stale(handle);
+  /* An event that holds only its own reference (no child, no hold: most) is claimed and
+   * released in the same exchange; the slot is then this call's alone until it frees it. */
+  uint64_t l = WD_LIFE(1, o);
+  if (__builtin_expect(!atomic_compare_exchange_strong_explicit(&ev->life, &l, 0, memory_order_acq_rel,
+                                                                memory_order_relaxed), 0))
+    return wd_stop_shared(ev, handle, l);
   unsigned type = atomic_load_explicit(&ev->type, memory_order_relaxed);
   if (__builtin_expect(type == WD_T_PROXYSTEP, 1)) return wd_close_step_now(ev);
   if (type == WD_T_PROXYOP) return wd_close_proxyop_now(ev);
   if (type == WD_T_KERNELCH) return wd_close_kch_now(ev);
-  return wd_close_now(ev);
+  return wd_close_now(ev, 1);
 }
 
 /* A state record in the ring (operation-level types, ProxyCtrl): kept out of line so the common
@@ -748,14 +778,15 @@ static __attribute__((noinline)) int wd_mark_send_wait(wd_event *ev) {
 int wd_track_state(void *handle, int state, const void *args) {
   wd_event *ev;
   if (!wd_event_lookup(handle, &ev)) return wd_count_stale(handle);
-  unsigned st = state >= 0 && state < 255 ? (unsigned)state : 255u;
+  unsigned st = (unsigned)state;
+  if (__builtin_expect(st >= 255u, 0)) st = 255u; /* a negative one too */
   unsigned type = atomic_load_explicit(&ev->type, memory_order_relaxed);
   /* The proxy thread's states (half of all callbacks) stay in the event's own slot: the live
    * tree shows them, the stop record carries the last one and its value, the watchdog's scan
    * dates them (track.h). The verdicts read operation-level records only (analyzer: load.c,
    * op_level_kept). */
-  if (__builtin_expect(type == WD_T_PROXYSTEP, 1) || wd_state_in_slot(type)) { /* steps: most */
-    if (__builtin_expect(args != NULL, 1) && type != WD_T_PROXYOP) {
+  if (__builtin_expect(type == WD_T_PROXYSTEP, 1)) { /* most of them */
+    if (__builtin_expect(args != NULL, 1)) {
       uint64_t value;
       memcpy(&value, args, sizeof value);
       atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
@@ -765,7 +796,16 @@ int wd_track_state(void *handle, int state, const void *args) {
      * sendProxyProgress: SendWait until the request tests done): in a pipelined ring every
      * link's whole step waits on the slowest, this part alone tells a slow link. One clock read
      * per send step, out of line so that the other states need no stack frame. */
-    if (st == WD_ST_SEND_WAIT && type == WD_T_PROXYSTEP) return wd_mark_send_wait(ev);
+    if (st == WD_ST_SEND_WAIT) return wd_mark_send_wait(ev);
+    return 0;
+  }
+  if (wd_state_in_slot(type)) {
+    if (args && type != WD_T_PROXYOP) {
+      uint64_t value;
+      memcpy(&value, args, sizeof value);
+      atomic_store_explicit(&ev->last_trans, value, memory_order_relaxed);
+    }
+    atomic_store_explicit(&ev->state, (uint8_t)st, memory_order_relaxed);
     return 0;
   }
   return wd_state_record(ev, type, st, args);

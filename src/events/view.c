@@ -27,7 +27,7 @@ int wd_slot_read(wd_event *ev, const wd_context *ctx, wd_slot_view *v) {
   wd_event_read_start(ev, &v->snap.start);
   v->snap.last_ns = atomic_load_explicit(&ev->last_ns, memory_order_relaxed);
   v->snap.last_state = atomic_load_explicit(&ev->state, memory_order_relaxed);
-  v->open = atomic_load_explicit(&ev->open, memory_order_relaxed) != 0;
+  v->open = wd_event_open(ev) != 0;
   v->snap.stopped = !v->open;
   v->snap.is_root = atomic_load_explicit(&ev->kind, memory_order_relaxed) == WD_KIND_ROOT;
   v->snap.children_open = wd_event_children_live(ev);

@@ -8,12 +8,6 @@
 #include <stdint.h>
 #include <string.h>
 
-#define WD_PTR_CACHE 1024 /* open-addressed pointer -> id cache; power of two */
-
-typedef struct {
-  _Atomic uintptr_t ptr;
-  _Atomic uint8_t id;
-} wd_ptr_entry;
 
 /* An entry is claimed by CAS on `state` (0 free, 1 being written, 2 ready), then its bytes
  * are written and published with a release store; readers only look at ready entries. */
@@ -22,12 +16,7 @@ static struct {
   char text[WD_STR_LEN];
 } wd_strings[WD_STR_MAX];
 static _Atomic unsigned wd_nstrings = 1; /* id 0 is "" */
-static wd_ptr_entry wd_ptr_cache[WD_PTR_CACHE];
-
-static inline unsigned wd_ptr_hash(uintptr_t p) {
-  uint64_t x = (uint64_t)p * 0x9e3779b97f4a7c15ull;
-  return (unsigned)(x >> 54) & (WD_PTR_CACHE - 1);
-}
+wd_ptr_entry wd_ptr_cache[WD_PTR_CACHE];
 
 static uint8_t wd_find_text(const char *s, unsigned n) {
   for (unsigned i = 1; i < n && i < WD_STR_OVERFLOW; i++) {

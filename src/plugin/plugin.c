@@ -75,35 +75,35 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
     if ((d)->groupApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                           \
     break;                                                                                     \
   case WD_T_COLLAPI:                                                                           \
-    (req)->rec.func = wd_str_id((d)->collApi.func);                                            \
+    (req)->rec.func = wd_str_id_hot((d)->collApi.func);                                            \
     (req)->rec.count = (d)->collApi.count;                                                     \
-    (req)->rec.dtype = wd_str_id((d)->collApi.datatype);                                       \
+    (req)->rec.dtype = wd_str_id_hot((d)->collApi.datatype);                                       \
     (req)->rec.peer = (d)->collApi.root;                                                       \
     if ((d)->collApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                            \
     break;                                                                                     \
   case WD_T_P2PAPI:                                                                            \
-    (req)->rec.func = wd_str_id((d)->p2pApi.func);                                             \
+    (req)->rec.func = wd_str_id_hot((d)->p2pApi.func);                                             \
     (req)->rec.count = (d)->p2pApi.count;                                                      \
-    (req)->rec.dtype = wd_str_id((d)->p2pApi.datatype);                                        \
+    (req)->rec.dtype = wd_str_id_hot((d)->p2pApi.datatype);                                        \
     if ((d)->p2pApi.graphCaptured) (req)->rec.flags |= WD_F_GRAPH;                             \
     break;                                                                                     \
   case WD_T_KERNELLAUNCH: (req)->stream = (d)->kernelLaunch.stream; break;                    \
   case WD_T_COLL:                                                                              \
     (req)->rec.a = (d)->coll.seqNumber;                                                        \
-    (req)->rec.func = wd_str_id((d)->coll.func);                                               \
+    (req)->rec.func = wd_str_id_hot((d)->coll.func);                                               \
     (req)->rec.count = (d)->coll.count;                                                        \
     (req)->rec.peer = (d)->coll.root;                                                          \
-    (req)->rec.dtype = wd_str_id((d)->coll.datatype);                                          \
+    (req)->rec.dtype = wd_str_id_hot((d)->coll.datatype);                                          \
     (req)->rec.nChannels = (d)->coll.nChannels;                                                \
     (req)->rec.nWarps = (d)->coll.nWarps;                                                      \
-    (req)->rec.algo = wd_str_id((d)->coll.algo);                                               \
-    (req)->rec.proto = wd_str_id((d)->coll.proto);                                             \
+    (req)->rec.algo = wd_str_id_hot((d)->coll.algo);                                               \
+    (req)->rec.proto = wd_str_id_hot((d)->coll.proto);                                             \
     (req)->group_obj = (d)->coll.parentGroup;                                                  \
     break;                                                                                     \
   case WD_T_P2P:                                                                               \
     (req)->group_obj = (d)->p2p.parentGroup;                                                   \
-    (req)->rec.func = wd_str_id((d)->p2p.func);                                                \
-    (req)->rec.dtype = wd_str_id((d)->p2p.datatype);                                           \
+    (req)->rec.func = wd_str_id_hot((d)->p2p.func);                                                \
+    (req)->rec.dtype = wd_str_id_hot((d)->p2p.datatype);                                           \
     (req)->rec.count = (d)->p2p.count;                                                         \
     (req)->rec.peer = (d)->p2p.peer;                                                           \
     (req)->rec.nChannels = (d)->p2p.nChannels;                                                 \
@@ -113,10 +113,10 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
 #define WD_FILL_V6(req, d)                                                                     \
   case WD_T_CECOLL:                                                                            \
     (req)->rec.a = (d)->ceColl.seqNumber;                                                      \
-    (req)->rec.func = wd_str_id((d)->ceColl.func);                                             \
+    (req)->rec.func = wd_str_id_hot((d)->ceColl.func);                                             \
     (req)->rec.count = (d)->ceColl.count;                                                      \
     (req)->rec.peer = (d)->ceColl.root;                                                        \
-    (req)->rec.dtype = wd_str_id((d)->ceColl.datatype);                                        \
+    (req)->rec.dtype = wd_str_id_hot((d)->ceColl.datatype);                                        \
     (req)->stream = (d)->ceColl.stream;                                                        \
     break;                                                                                     \
   case WD_T_CESYNC: (req)->rec.n = (d)->ceCollSync.nRanks; break;                             \
@@ -242,20 +242,20 @@ static __attribute__((noinline)) ncclResult_t wd_start_general_v4(void *context,
     WD_FILL_COMMON(&req, d)
   case WD_T_COLL:
     req.rec.a = d->coll.seqNumber;
-    req.rec.func = wd_str_id(d->coll.func);
+    req.rec.func = wd_str_id_hot(d->coll.func);
     req.rec.count = d->coll.count;
     req.rec.peer = d->coll.root;
-    req.rec.dtype = wd_str_id(d->coll.datatype);
+    req.rec.dtype = wd_str_id_hot(d->coll.datatype);
     req.rec.nChannels = d->coll.nChannels;
     req.rec.nWarps = d->coll.nWarps;
-    req.rec.algo = wd_str_id(d->coll.algo);
-    req.rec.proto = wd_str_id(d->coll.proto);
+    req.rec.algo = wd_str_id_hot(d->coll.algo);
+    req.rec.proto = wd_str_id_hot(d->coll.proto);
     req.group_obj = d->parentObj;
     break;
   case WD_T_P2P:
     req.group_obj = d->parentObj;
-    req.rec.func = wd_str_id(d->p2p.func);
-    req.rec.dtype = wd_str_id(d->p2p.datatype);
+    req.rec.func = wd_str_id_hot(d->p2p.func);
+    req.rec.dtype = wd_str_id_hot(d->p2p.datatype);
     req.rec.count = d->p2p.count;
     req.rec.peer = d->p2p.peer;
     req.rec.nChannels = d->p2p.nChannels;

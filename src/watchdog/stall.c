@@ -215,7 +215,7 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
  * still owes, and which thread drives its proxy part. */
 static void wd_scan_child(wd_event *ev, uint64_t now) {
   if (!atomic_load_explicit(&ev->live, memory_order_acquire) ||
-      !atomic_load_explicit(&ev->open, memory_order_relaxed))
+      !wd_event_open(ev))
     return;
   unsigned type = wd_event_type(ev);
   /* A state kept in the slot moved since the last scan (track.h): progress, dated now, the latest

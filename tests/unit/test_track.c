@@ -217,7 +217,7 @@ static void test_coll_completion_with_kernels(void) {
   CU_ASSERT_EQUAL(enq_of(c, f), 0);
   CU_ASSERT_EQUAL(done_of(c, f), -1);
   CU_ASSERT_EQUAL(atomic_load(&ev->kind), WD_KIND_ROOT);
-  CU_ASSERT_EQUAL(atomic_load(&ev->refs), 2); /* itself + kernel-channel hold */
+  CU_ASSERT_EQUAL(wd_event_refs(ev), 2); /* itself + kernel-channel hold */
   CU_ASSERT_EQUAL(atomic_load(&ev->hold), 1);
   CU_ASSERT_EQUAL(atomic_load(&ev->kch_expected), 2);
   CU_ASSERT_EQUAL(status_of(c, h, wd_now_ns()), WD_OP_POSTING);
@@ -234,7 +234,7 @@ static void test_coll_completion_with_kernels(void) {
   stop(h); /* enqueued, not done */
   CU_ASSERT_EQUAL(done_of(c, f), -1);
   CU_ASSERT_TRUE(alive(h));
-  CU_ASSERT_EQUAL(atomic_load(&ev->open), 0);
+  CU_ASSERT_EQUAL(wd_event_open(ev), 0);
   CU_ASSERT_EQUAL(status_of(c, h, wd_now_ns()), WD_OP_ENQUEUED);
 
   void *k0 = kch(c, h, 0);
@@ -363,7 +363,7 @@ static void test_completion_variants(void) {
   uint64_t before = atomic_load(&c->completed_order);
   c->kch_on = 0;
   void *n = coll(c, NULL, "ReduceScatter", 0, 4);
-  CU_ASSERT_EQUAL(atomic_load(&slot(n)->refs), 1);
+  CU_ASSERT_EQUAL(wd_event_refs(slot(n)), 1);
   stop(n);
   CU_ASSERT_FALSE(alive(n));
   CU_ASSERT_EQUAL(done_of(c, "ReduceScatter"), 0);
@@ -500,7 +500,7 @@ static void test_stale_handles_ignored(void) {
   pring = ring_head(&c->proxy_ring);
   stop(h);
   state(h, ncclProfilerProxyCtrlSleep, 0);
-  CU_ASSERT_NOT_EQUAL(atomic_load(&slot(e)->open), 0); /* the new event was not stopped */
+  CU_ASSERT_NOT_EQUAL(wd_event_open(slot(e)), 0); /* the new event was not stopped */
   CU_ASSERT_EQUAL(atomic_load(&slot(e)->state), 0xff);
   CU_ASSERT_EQUAL(ring_head(&c->ring), ring);
   CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);
@@ -521,7 +521,7 @@ static void test_stale_handles_ignored(void) {
   void *held = coll(c, NULL, "Reduce", 1, 1);
   stop(held);
   stop(held);
-  CU_ASSERT_EQUAL(atomic_load(&slot(held)->refs), 1);
+  CU_ASSERT_EQUAL(wd_event_refs(slot(held)), 1);
   CU_ASSERT_TRUE(alive(held));
   void *k = kch(c, held, 0);
   stop(k);
@@ -569,7 +569,7 @@ static void test_free_slot_matching_tag(void) {
   wd_event *fs = slot(st);
   void *forged = (void *)((uintptr_t)fs | (atomic_load(&fs->tag) & WD_TAG_MASK));
   CU_ASSERT_PTR_NOT_EQUAL(forged, st);
-  CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  CU_ASSERT_EQUAL(wd_event_refs(fs), 0);
   uint32_t nfree = wd_pool_nfree(&c->proxy_pool);
   uint64_t pring = ring_head(&c->proxy_ring);
   uint32_t op_seen = atomic_load(&slot(op)->children_seen);
@@ -578,7 +578,7 @@ static void test_free_slot_matching_tag(void) {
   stop(forged);
   CU_ASSERT_EQUAL(wd_pool_nfree(&c->proxy_pool), nfree); /* not freed a second time */
   CU_ASSERT_EQUAL(ring_head(&c->proxy_ring), pring);   /* no span written */
-  CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+  CU_ASSERT_EQUAL(wd_event_refs(fs), 0);
   /* A child naming it is an orphan: a free slot cannot be referenced. */
   void *orphan = step(c, forged, 1);
   CU_ASSERT_PTR_NOT_NULL_FATAL(orphan);
@@ -590,7 +590,7 @@ static void test_free_slot_matching_tag(void) {
   if (orphan_took_it) {
     CU_ASSERT_PTR_EQUAL(orphan, forged);
   } else {
-    CU_ASSERT_EQUAL(atomic_load(&fs->refs), 0);
+    CU_ASSERT_EQUAL(wd_event_refs(fs), 0);
   }
   CU_ASSERT_EQUAL(atomic_load(&slot(op)->children_seen), op_seen);
   stop(orphan);
@@ -647,7 +647,7 @@ static void test_forked_child_quiet(void) {
     ncclProfiler_v5.recordEventState(st, ncclProfilerProxyStepSendWait, &a);
     ncclProfiler_v5.stopEvent(st);
     ncclProfiler_v5.stopEvent(op);
-    if (atomic_load(&slot(st)->open) == 0 || atomic_load(&slot(op)->open) == 0) bad |= 1;
+    if (wd_event_open(slot(st)) == 0 || wd_event_open(slot(op)) == 0) bad |= 1;
     if (atomic_load(&slot(st)->state) != ncclProfilerProxyStepSendGPUWait ||
         atomic_load(&slot(st)->last_trans) != 5)
       bad |= 2;
