@@ -60,6 +60,31 @@ def main():
               f"straggler (global rank 9) on {victim_host}, 5 s behind: named as with agreeing clocks "
               f"({(named or ['none'])[0][:160]})")
 
+        # Cloned nodes: two machines named alike (their boot ids differ), one 5 s ahead. Each
+        # machine's clock is set on its own; taken as one host, their dumps would disagree by 5 s
+        # and nothing would be corrected.
+        d = os.path.join(root, "cloned")
+        subprocess.run([GEN, d, "--layout=2x3x3", "--scenario=healthy"], check=True, capture_output=True)
+        for f in glob.glob(os.path.join(d, "**", "*.json"), recursive=True):
+            doc = json.load(open(f))
+            doc.setdefault("identity", {})["bootId"] = "boot-of-" + doc["host"]
+            if doc["host"] == "node001":
+                doc["host"] = "node000"
+            json.dump(doc, open(f, "w"))
+        for f in glob.glob(os.path.join(d, "**", "*.json"), recursive=True):
+            doc = json.load(open(f))
+            wall = int(doc["time"]["wall_ns"], 16)
+            if doc["identity"]["bootId"] == "boot-of-node001":
+                doc["time"]["wall_ns"] = hex(wall + int(5e9))
+                json.dump(doc, open(f, "w"))
+            t = wall / 1e9 + 0.05
+            os.utime(f, (t, t))
+        out = run(d)
+        first = out.splitlines()[0]
+        check(first.startswith("OK"), f"cloned names, one machine 5 s ahead: OK ({first[:160]})")
+        check("host name node000 names 2 machines" in out, "the report says one host name names two machines")
+        check("clock read 5.0 s ahead" in out, "the machine 5 s ahead is corrected on its own")
+
         d = os.path.join(root, "copied")
         subprocess.run([GEN, d, "--layout=2x3x3", "--scenario=healthy"], check=True, capture_output=True)
         skew(d, "node001", 0.0, copied=True)

@@ -17,11 +17,19 @@ typedef struct wait_index {
 
 static const wd_az_set *g_sort_set;
 
-static int cmp_dump_proc(const void *a, const void *b) {
-  const wd_az_dump *x = &g_sort_set->dumps[*(const uint32_t *)a];
-  const wd_az_dump *y = &g_sort_set->dumps[*(const uint32_t *)b];
+/* One process: its host name and pid, and, where the dump says, its machine's boot and its start
+ * (two containers or cloned nodes with one host name run processes with one pid: not one). */
+static int cmp_proc(const wd_az_dump *x, const wd_az_dump *y) {
   if (x->host != y->host) return x->host < y->host ? -1 : 1;
   if (x->pid != y->pid) return x->pid < y->pid ? -1 : 1;
+  if (x->boot_id != y->boot_id) return x->boot_id < y->boot_id ? -1 : 1;
+  if (x->proc_start_ns != y->proc_start_ns) return x->proc_start_ns < y->proc_start_ns ? -1 : 1;
+  return 0;
+}
+
+static int cmp_dump_proc(const void *a, const void *b) {
+  int c = cmp_proc(&g_sort_set->dumps[*(const uint32_t *)a], &g_sort_set->dumps[*(const uint32_t *)b]);
+  if (c) return c;
   return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
@@ -41,7 +49,7 @@ static int index_build(const wd_az_result *res, wait_index *ix) {
   for (size_t i = 0; i < res->set->ndumps; i++) {
     const wd_az_dump *x = &res->set->dumps[order[i]];
     const wd_az_dump *y = i ? &res->set->dumps[order[i - 1]] : NULL;
-    ix->proc[order[i]] = y && x->host == y->host && x->pid == y->pid ? ix->proc[order[i - 1]] : order[i];
+    ix->proc[order[i]] = y && !cmp_proc(x, y) ? ix->proc[order[i - 1]] : order[i];
   }
   free(order);
   for (size_t i = 0; i < res->ncomms; i++) {
@@ -103,14 +111,16 @@ static void who_text(const wd_az_result *res, const wd_az_comm *c, const wd_az_s
  * communicators: that host's network is the likelier cause than any one rank. */
 static void follow(const wd_az_result *res, const wait_index *ix, wd_az_job *job);
 
+/* A machine is its host name and its boot (two machines may share a name). */
 typedef struct host_pid {
-  wd_az_str host;
+  wd_az_str host, boot;
   int pid;
 } host_pid;
 
 static int cmp_host_pid(const void *a, const void *b) {
   const host_pid *x = a, *y = b;
   if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  if (x->boot != y->boot) return x->boot < y->boot ? -1 : 1;
   return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
@@ -132,7 +142,7 @@ static void host_verdict(const wd_az_result *res, wd_az_job *job) {
       const wd_az_suspect *s = &res->comms[i].sus[k];
       if (!network_culprit(s)) continue;
       const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
-      v[n++] = (host_pid){d->host, d->pid};
+      v[n++] = (host_pid){d->host, d->boot_id, d->pid};
     }
   qsort(v, n, sizeof(*v), cmp_host_pid);
   wd_az_str best = 0;
@@ -140,7 +150,7 @@ static void host_verdict(const wd_az_result *res, wd_az_job *job) {
   for (size_t i = 0; i < n;) { /* distinct processes per host */
     size_t j = i;
     int procs = 0;
-    for (; j < n && v[j].host == v[i].host; j++) procs += j == i || v[j].pid != v[j - 1].pid;
+    for (; j < n && v[j].host == v[i].host && v[j].boot == v[i].boot; j++) procs += j == i || v[j].pid != v[j - 1].pid;
     if (procs > best_n) best = v[i].host, best_n = procs;
     i = j;
   }

@@ -1330,15 +1330,37 @@ static int cmp_i64(const void *a, const void *b) {
 #define CLOCK_SPREAD_MAX_NS 2000000000ll /* a host's files must agree with each other this well */
 #define CLOCK_COPIED_NS 120000000000ll   /* files stamped this long after their dump: copied */
 
+/* A machine: its host name and its boot (cloned nodes and containers share names; a dump without
+ * a boot id, an older format's, goes with its host name alone). */
 typedef struct host_clock {
-  wd_az_str host;
+  wd_az_str host, boot;
   int64_t med, spread; /* median and spread of wall_ns - mtime over its dumps */
   int fix;
 } host_clock;
 
+static int cmp_machine(const wd_az_dump *x, const wd_az_dump *y) {
+  if (x->host != y->host) return (x->host > y->host) - (x->host < y->host);
+  return (x->boot_id > y->boot_id) - (x->boot_id < y->boot_id);
+}
+
 static int cmp_host(const void *a, const void *b) {
-  wd_az_str x = g_sort_set->dumps[*(const size_t *)a].host, y = g_sort_set->dumps[*(const size_t *)b].host;
-  return (x > y) - (x < y);
+  return cmp_machine(&g_sort_set->dumps[*(const size_t *)a], &g_sort_set->dumps[*(const size_t *)b]);
+}
+
+/* The machine of dump d among hc[0..nh) (sorted by host, then boot): its own, or, for a dump that
+ * names no boot (a ring file), its host's when only one machine has that name. -1 if none. */
+static long machine_of(const host_clock *hc, size_t nh, const wd_az_dump *d) {
+  size_t lo = 0, hi = nh;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (hc[mid].host < d->host) lo = mid + 1;
+    else hi = mid;
+  }
+  size_t k = lo;
+  for (; k < nh && hc[k].host == d->host; k++)
+    if (hc[k].boot == d->boot_id) return (long)k;
+  if (!d->boot_id && k == lo + 1) return (long)lo;
+  return -1;
 }
 
 /* No wall clock is compared across hosts without an offset: each host's clock is set against
@@ -1362,38 +1384,45 @@ void wd_az_clock_offsets(wd_az_set *set) {
   size_t nh = 0;
   for (size_t a = 0, b; a < n; a = b) {
     size_t k = 0;
-    for (b = a; b < n && set->dumps[ix[b]].host == set->dumps[ix[a]].host; b++)
+    for (b = a; b < n && !cmp_machine(&set->dumps[ix[b]], &set->dumps[ix[a]]); b++)
       v[k++] = (int64_t)(set->dumps[ix[b]].wall_ns - set->dumps[ix[b]].mtime_ns);
     qsort(v, k, sizeof(*v), cmp_i64);
-    hc[nh++] = (host_clock){set->dumps[ix[a]].host, v[k / 2], v[k - 1] - v[0], 0};
+    hc[nh++] = (host_clock){set->dumps[ix[a]].host, set->dumps[ix[a]].boot_id, v[k / 2], v[k - 1] - v[0], 0};
   }
   if (nh < 2) goto out;
+  /* One host name on several machines: said once, each machine's clock set apart. */
+  size_t pos = 0;
+  for (size_t h = 0, e; h < nh; h = e) {
+    for (e = h + 1; e < nh && hc[e].host == hc[h].host; e++) {
+    }
+    if (e - h > 1 && pos < sizeof set->clock_note)
+      pos += (size_t)snprintf(set->clock_note + pos, sizeof set->clock_note - pos,
+                              "%shost name %s names %zu machines (their boot ids differ): told apart", pos ? "; " : "",
+                              wd_az_s(hc[h].host), e - h);
+  }
   for (size_t h = 0; h < nh; h++) v[h] = hc[h].med;
   qsort(v, nh, sizeof(*v), cmp_i64);
   int64_t common = v[nh / 2];
   if (nh == 2) common = llabs(v[0]) < llabs(v[1]) ? v[0] : v[1];
   if (llabs(common) > CLOCK_COPIED_NS) goto out;
-  size_t pos = 0;
   for (size_t h = 0; h < nh; h++) {
     int64_t dev = hc[h].med - common;
     if (llabs(dev) < CLOCK_FIX_MIN_NS || hc[h].spread > CLOCK_SPREAD_MAX_NS) continue;
     hc[h].fix = 1;
+    int shared = (h > 0 && hc[h - 1].host == hc[h].host) || (h + 1 < nh && hc[h + 1].host == hc[h].host);
+    char boot[48] = "";
+    if (shared && hc[h].boot) snprintf(boot, sizeof boot, " (boot %.8s)", wd_az_s(hc[h].boot));
     if (pos < sizeof set->clock_note)
       pos += (size_t)snprintf(set->clock_note + pos, sizeof set->clock_note - pos,
-                              "%shost %s's clock read %.1f s %s the others' (within %.1f s, from the file "
+                              "%shost %s%s's clock read %.1f s %s the others' (within %.1f s, from the file "
                               "system's times of its dumps): corrected",
-                              pos ? "; " : "", wd_az_s(hc[h].host), (double)llabs(dev) / 1e9,
+                              pos ? "; " : "", wd_az_s(hc[h].host), boot, (double)llabs(dev) / 1e9,
                               dev > 0 ? "ahead of" : "behind", (double)hc[h].spread / 1e9 + 0.1);
   }
-  /* Every dump of a corrected host, its ring files included: hosts found by binary search. */
+  /* Every dump of a corrected machine, its ring files included. */
   for (size_t i = 0; i < set->ndumps; i++) {
-    size_t lo = 0, hi = nh;
-    while (lo < hi) {
-      size_t mid = (lo + hi) / 2;
-      if (hc[mid].host < set->dumps[i].host) lo = mid + 1;
-      else hi = mid;
-    }
-    if (lo < nh && hc[lo].host == set->dumps[i].host && hc[lo].fix) {
+    long lo = machine_of(hc, nh, &set->dumps[i]);
+    if (lo >= 0 && hc[lo].fix) {
       int64_t dev = hc[lo].med - common;
       set->dumps[i].clock_fix_ns = dev;
       set->dumps[i].wall_ns -= (uint64_t)dev;

@@ -1,0 +1,271 @@
+/*
+ * Nodes of their own, one dump directory: what a job on cloned nodes or in containers leaves.
+ * Two nodes of two ranks each, every node in Linux namespaces of its own: one host name for both
+ * (cloned images: "worker"), its own pid space (each node's ranks have the same pids), its own
+ * /dev/shm (the ring files stay on the node, as on a real one), its own boot id, its monotonic
+ * clock moved by a time namespace, and node 1's wall clock 5 s ahead (NTP gone wrong; played by
+ * wdh_clockshift.so, Linux having no namespace for the wall clock). Global ranks 0-1 on node 0,
+ * 2-3 on node 1 (RANK, as torchrun sets it).
+ *   healthy  every rank runs 5 AllReduces and is snapshotted (SIGUSR1): OK; the report says the
+ *            host name names two machines and sets node 1's clock against the file system's.
+ *   hang     global rank 3 (node 1) never enters AllReduce seq 5: named, the four ranks present
+ *            (never merged by host name and pid), no other suspect.
+ * The analyzer must tell the nodes apart by their boot ids and compare no clock across them
+ * without an offset. Needs root (namespaces): skipped (77) where they are refused.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nccl_host.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+#define NODES 2
+#define PER_NODE 2
+#define NR (NODES * PER_NODE)
+#define COMM 0x0de5000000000042ull
+#define VICTIM 3
+
+static int g_node, g_hang;
+
+static void rank_main(int local, int fd) {
+  int rank = g_node * PER_NODE + local;
+  char n[16];
+  snprintf(n, sizeof n, "%d", rank);
+  setenv("RANK", n, 1);
+  snprintf(n, sizeof n, "%d", local);
+  setenv("LOCAL_RANK", n, 1);
+  snprintf(n, sizeof n, "%d", NR);
+  setenv("WORLD_SIZE", n, 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM, "default_pg", NODES, NR, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&c, NULL, &cfg, 5); /* AllReduce seq 0..4 */
+  if (g_hang && rank != VICTIM) {
+    cfg.hang_channel = 0; /* the victim's data never comes */
+    wdh_op op;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+  }
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (;;) pause();
+}
+
+/* The node's first process (pid 1 of its pid namespace): its own mounts, name and boot, then its
+ * ranks; answers the test's commands: 's' snapshot every rank, 'q' stop. */
+static int node_init(int ctl, int ready) {
+  if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+      mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64m") != 0 || sethostname("worker", 6) != 0)
+    return 77;
+  char boot[64], path[] = "/dev/shm/boot_id";
+  snprintf(boot, sizeof boot, "0de5%04x-0000-4000-8000-%012x\n", g_node, (unsigned)getppid());
+  int bf = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (bf < 0 || write(bf, boot, strlen(boot)) < 0) return 77;
+  close(bf);
+  if (mount(path, "/proc/sys/kernel/random/boot_id", NULL, MS_BIND, NULL) != 0) return 77;
+  setenv("NCCL_WATCHDOG_RING_DIR", "/dev/shm", 1); /* the node's own memory */
+  pid_t pids[PER_NODE];
+  int n = wdh_fork_ranks(PER_NODE, rank_main, pids);
+  char b = (char)n;
+  if (write(ready, &b, 1) != 1) return 1;
+  char cmd;
+  while (read(ctl, &cmd, 1) == 1 && cmd != 'q')
+    if (cmd == 's')
+      for (int r = 0; r < PER_NODE; r++) kill(pids[r], SIGUSR1);
+  wdh_kill_ranks(pids, PER_NODE);
+  return 0;
+}
+
+/* argv: node K MODE CTL READY (after the namespaces were made, before its first process). */
+static int node_main(char **argv) {
+  g_node = atoi(argv[2]);
+  g_hang = !strcmp(argv[3], "hang");
+  int ctl = atoi(argv[4]), ready = atoi(argv[5]);
+  pid_t init = fork();
+  if (init < 0) return 1;
+  if (init == 0) _exit(node_init(ctl, ready));
+  int st = 0;
+  waitpid(init, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+/* Node k: new namespaces, its monotonic clock moved (the time namespace takes its first child),
+ * node 1's wall clock 5 s ahead, then this program again as the node. */
+static pid_t start_node(const char *self, int k, const char *mode, int ctl, int ready) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  if (unshare(CLONE_NEWUTS | CLONE_NEWPID | CLONE_NEWNS) != 0) _exit(77);
+  if (unshare(CLONE_NEWTIME) == 0) {
+    int f = open("/proc/self/timens_offsets", O_WRONLY);
+    char off[64];
+    snprintf(off, sizeof off, "monotonic %d 0\n", 1000 * (k + 1));
+    if (f >= 0) {
+      if (write(f, off, strlen(off)) < 0) fprintf(stderr, "nodes: monotonic offset refused\n");
+      close(f);
+    }
+  }
+  const char *shift = getenv("WDH_CLOCKSHIFT");
+  if (k == 1 && shift && *shift) {
+    setenv("LD_PRELOAD", shift, 1);
+    setenv("WDH_WALL_SHIFT_MS", "5000", 1);
+  }
+  char ks[8], cs[16], rs[16];
+  snprintf(ks, sizeof ks, "%d", k);
+  snprintf(cs, sizeof cs, "%d", ctl);
+  snprintf(rs, sizeof rs, "%d", ready);
+  execl(self, self, "node", ks, mode, cs, rs, (char *)NULL);
+  _exit(1);
+}
+
+static char *report(const char *dir) {
+  const char *az = getenv("WDH_ANALYZER");
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "'%s' '%s' 2>&1", az, dir);
+  FILE *p = popen(cmd, "r");
+  if (!p) return NULL;
+  size_t cap = 1 << 16, len = 0;
+  char *out = calloc(cap, 1);
+  while (out && len + 1 < cap) {
+    size_t got = fread(out + len, 1, cap - 1 - len, p);
+    if (got == 0) break;
+    len += got;
+  }
+  pclose(p);
+  return out;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 5 && !strcmp(argv[1], "node")) return node_main(argv);
+  const char *which = argc > 1 ? argv[1] : "healthy";
+  int hang = !strcmp(which, "hang");
+  if (!hang && strcmp(which, "healthy")) return 2;
+  const char *az = getenv("WDH_ANALYZER");
+  if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
+  if (geteuid() != 0) {
+    fprintf(stderr, "scenario_nodes: SKIP: namespaces need root\n");
+    return 77;
+  }
+  char self[4096];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl <= 0) return 1;
+  self[sl] = '\0';
+  char *dir = wdh_scenario_dir("nodes", "1s", "100ms");
+
+  int ctl[NODES][2], ready[2];
+  pid_t node[NODES];
+  if (pipe(ready) != 0) return 1;
+  for (int k = 0; k < NODES; k++) {
+    if (pipe(ctl[k]) != 0) return 1;
+    node[k] = start_node(self, k, which, ctl[k][0], ready[1]);
+    close(ctl[k][0]);
+  }
+  close(ready[1]);
+  int ranks = 0;
+  char b;
+  for (int k = 0; k < NODES && read(ready[0], &b, 1) == 1; k++) ranks += b;
+  if (ranks != NR) {
+    int st = 0, skip = 0;
+    for (int k = 0; k < NODES; k++) {
+      close(ctl[k][1]);
+      wdh_wait_child(node[k], 5000, &st);
+      skip |= WIFEXITED(st) && WEXITSTATUS(st) == 77;
+    }
+    if (skip) {
+      fprintf(stderr, "scenario_nodes: SKIP: Linux namespaces refused here (unshare, mount)\n");
+      wdh_rmtree(dir);
+      free(dir);
+      return 77;
+    }
+    WDH_CHECK(0, "%d of %d ranks ready on the nodes", ranks, NR);
+    return wdh_scenario_end("scenario_nodes", dir);
+  }
+
+  if (hang) {
+    uint64_t end = wdh_now_ns() + 12000000000ull;
+    while (wdh_list_dumps(dir, "stall", NULL, 0) < NR - 1 && wdh_now_ns() < end) wdh_sleep_ms(50);
+    wdh_sleep_ms(2000); /* the victim's peer dump */
+  } else {
+    wdh_sleep_ms(300);
+    for (int k = 0; k < NODES; k++)
+      if (write(ctl[k][1], "s", 1) != 1) WDH_CHECK(0, "node %d: no snapshot asked", k);
+    wdh_wait_dumps(dir, "signal", NR, 8000);
+    wdh_sleep_ms(300);
+  }
+  for (int k = 0; k < NODES; k++) {
+    if (write(ctl[k][1], "q", 1) != 1) WDH_CHECK(0, "node %d: not stopped", k);
+    close(ctl[k][1]);
+    int st = 0;
+    WDH_CHECK(wdh_wait_child(node[k], 10000, &st), "node %d did not stop", k);
+  }
+
+  /* The dumps: one host name, equal pids across nodes, two boot ids. */
+  char *paths[64];
+  int np = wdh_list_dumps(dir, NULL, paths, 64);
+  int same_pid = 0, boots = 0, worker = 0;
+  char boot0[64] = "";
+  int pid_of[NR];
+  for (int r = 0; r < NR; r++) pid_of[r] = -1;
+  for (int i = 0; i < np && i < 64; i++) {
+    void *j = wdh_json_load(paths[i]);
+    if (!j) continue;
+    const char *host = wdh_jstr(j, "host"), *boot = wdh_jstr(j, "identity.bootId");
+    int rk = (int)wdh_jnum(j, "identity.globalRank", -1);
+    int pid = (int)wdh_jnum(j, "pid", -1);
+    worker += host && !strcmp(host, "worker");
+    if (boot && !boot0[0]) snprintf(boot0, sizeof boot0, "%s", boot);
+    else if (boot && strcmp(boot, boot0)) boots = 2;
+    if (rk >= 0 && rk < NR) pid_of[rk] = pid;
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, np < 64 ? np : 64);
+  for (int r = 0; r < PER_NODE; r++)
+    same_pid += pid_of[r] > 0 && pid_of[r] == pid_of[r + PER_NODE];
+  WDH_CHECK(np >= NR && worker >= NR, "%d dumps, %d from host \"worker\"", np, worker);
+  WDH_CHECK(boots == 2, "the dumps should carry two boot ids");
+  WDH_CHECK(same_pid >= 1, "the nodes' ranks should share pids (their own pid spaces)");
+
+  char *out = report(dir);
+  WDH_CHECK(out != NULL, "no analyzer report");
+  if (out) {
+    fputs(out, stderr);
+    char first[512];
+    snprintf(first, sizeof first, "%.*s", (int)strcspn(out, "\n"), out);
+    if (hang) {
+      WDH_CHECK(strstr(first, "HANG") && strstr(first, "rank 3 never entered AllReduce seq 5"),
+                "first line \"%s\" should name global rank 3", first);
+      WDH_CHECK(strstr(out, "present 0-3 (4)") != NULL, "the four ranks should be present, none merged");
+      WDH_CHECK(strstr(out, "deadlock") == NULL, "no deadlock across the nodes");
+    } else {
+      WDH_CHECK(!strncmp(first, "OK", 2), "first line \"%s\" should be OK", first);
+    }
+    WDH_CHECK(strstr(out, "host name worker names 2 machines") != NULL,
+              "the report should say the host name names two machines");
+    const char *shift = getenv("WDH_CLOCKSHIFT");
+    if (shift && *shift)
+      WDH_CHECK(strstr(out, "clock read 5.0 s ahead of the others'") != NULL,
+                "the report should set node 1's clock 5 s back");
+    free(out);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "scenario_nodes %s", which);
+  return wdh_scenario_end(name, dir);
+}
