@@ -3,8 +3,10 @@
 block, exhaust or fool the analyzer. A 4-rank job whose rank 3 never entered the collective
 (gen_dumps), then, each beside it, what another member of the group (or a crashed writer) can put
 there. The analyzer must end in time, name rank 3, list what it skipped and why, and write valid
-UTF-8. Run as root, a planted dump owned by another user is made with chown; run as a user, that
-part needs another uid and is skipped with a message.
+UTF-8. Run as root, a planted dump owned by another user is made with chown, and the plants are
+played again with the job and its analyzer as an unprivileged user (root ignores permissions) and
+every plant another user's; run as a user, those parts need other uids and are skipped with a
+message.
 
 usage: check_untrusted.py GEN_DUMPS ANALYZER
 """
@@ -112,6 +114,62 @@ PLANTS = [plant_fifo, plant_zero, plant_outside_file, plant_outside_dir, plant_b
           plant_many_comms, plant_other_owner]
 
 
+JOB_UID, OTHER_UID = 65532, 65531  # the job's user, and another member of its group
+
+
+def as_job(cmd):
+    return ["setpriv", f"--reuid={JOB_UID}", f"--regid={JOB_UID}", "--clear-groups", *cmd]
+
+
+def unprivileged_pass():
+    """The same plants as a user would meet them: the job and its analyzer run as an unprivileged
+    user (root reads anything), in a directory the group may write, and every plant belongs to
+    another member of the group. Each is skipped for what it is, and rank 3 is still named."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        print("SKIP unprivileged pass: needs root (to become two other users) and setpriv")
+        return
+    if subprocess.run(as_job([ANA, "--version"]), capture_output=True).returncode != 0:
+        print(f"SKIP unprivileged pass: uid {JOB_UID} cannot run {ANA} (a build under a private directory)")
+        return
+    root = tempfile.mkdtemp(prefix="wd-untrusted-user-")
+    os.chmod(root, 0o755)
+    os.chown(root, JOB_UID, JOB_UID)
+    try:
+        for plant in PLANTS:
+            name = plant.__name__
+            if name == "plant_other_owner":
+                continue  # what every plant is here
+            d = os.path.join(root, name)
+            subprocess.run(as_job([GEN, d, "--ranks=4", "--scenario=not-entered", "--victim=3"]),
+                           check=True, capture_output=True)
+            os.chmod(d, 0o777)  # shared: the group writes here
+            before = set(os.listdir(d))
+            plant(d, root)
+            for f in set(os.listdir(d)) - before:
+                os.lchown(os.path.join(d, f), OTHER_UID, OTHER_UID)
+            want = {"plant_fifo": "not a regular file", "plant_zero": "symbolic link",
+                    "plant_outside_file": "symbolic link", "plant_outside_dir": None}.get(
+                        name, f"owned by uid {OTHER_UID}")
+            try:
+                p = subprocess.run(as_job([ANA, d]), capture_output=True, timeout=60)
+            except subprocess.TimeoutExpired:
+                check(False, f"as a user, {name}: the analyzer did not end within 60 s")
+                continue
+            try:
+                text = p.stdout.decode("utf-8")
+            except UnicodeDecodeError:
+                check(False, f"as a user, {name}: output is not valid UTF-8")
+                continue
+            ok, first = named_rank3(p.stdout)
+            check(ok, f"as a user, {name}: rank 3 named ({first[:140]})")
+            if want:
+                check(want in text.split("files skipped", 1)[-1], f"as a user, {name}: skipped, '{want}'")
+            if name == "plant_outside_dir":
+                check("elsewhere" not in text and "node999" not in text, f"as a user, {name}: nothing read through the link")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main():
     root = tempfile.mkdtemp(prefix="wd-untrusted-")
     try:
@@ -153,6 +211,7 @@ def main():
         first = out.decode().splitlines()[0]
         check(first.startswith("NO VERDICT") and "cut" in first,
               f"healthy set with a file cut by a bound: not OK ({first[:160]})")
+        unprivileged_pass()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return finish("check_untrusted")
