@@ -1,6 +1,8 @@
 /* Captured launches and their replays (graph.h). */
 #include "events/graph.h"
 
+#include <sys/mman.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,17 +20,30 @@ uint64_t wd_graph_counter(uint32_t index) {
   return index < WD_REPLAY_COUNTERS ? atomic_load_explicit(&wd_replay_count[index], memory_order_acquire) : 0;
 }
 
+/* Slots a communicator may have touched: the ones handed out and the one a failed capture left
+ * its CUDA events in. The rest are pages never touched: mapped, not calloc'ed, so a communicator
+ * that captures nothing keeps none of them resident. */
+static uint32_t wd_graphs_touched(const wd_graphs *g) {
+  uint32_t used = atomic_load_explicit(&g->used, memory_order_relaxed);
+  return used < g->cap ? used + 1 : g->cap;
+}
+
 int wd_graphs_alloc(wd_graphs *g, uint32_t cap) {
   memset(g, 0, sizeof(*g));
   if (cap == 0) return 0;
-  g->slot = calloc(cap, sizeof(*g->slot));
-  if (g->slot == NULL) return -1;
+  void *m = mmap(NULL, (size_t)cap * sizeof(*g->slot), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return -1;
+  g->slot = m;
   g->cap = cap;
   return 0;
 }
 
 int wd_graphs_open(wd_graphs *g) {
   g->on = 0;
+  /* A recycled communicator's slots: the ones its last life touched (wd_graphs_close destroyed
+   * their events). */
+  if (g->slot) memset(g->slot, 0, (size_t)wd_graphs_touched(g) * sizeof(*g->slot));
   atomic_store(&g->used, 0);
   atomic_store(&g->unfollowed, 0);
   g->cap_id = 0;
@@ -37,7 +52,6 @@ int wd_graphs_open(wd_graphs *g) {
   g->api_group = 0;
   g->api_calls = 0;
   if (g->slot == NULL) return 0;
-  memset(g->slot, 0, (size_t)g->cap * sizeof(*g->slot));
   const wd_cuda *cu = wd_cuda_get();
   void *cur = NULL;
   if (!cu || !cu->event_record_flags || !cu->launch_host_func) return 0;
@@ -53,7 +67,7 @@ void wd_graphs_close(wd_graphs *g) {
   g->on = 0;
   if (!cu) return;
   int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
-  for (uint32_t i = 0; i < g->cap; i++) {
+  for (uint32_t i = 0, n = wd_graphs_touched(g); i < n; i++) {
     wd_glaunch *s = &g->slot[i];
     if (s->start) cu->event_destroy(s->start);
     if (s->end) cu->event_destroy(s->end);
@@ -65,7 +79,7 @@ void wd_graphs_close(wd_graphs *g) {
 
 void wd_graphs_free(wd_graphs *g) {
   wd_graphs_close(g);
-  free(g->slot);
+  if (g->slot) munmap(g->slot, (size_t)g->cap * sizeof(*g->slot));
   g->slot = NULL;
   g->cap = 0;
 }
