@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/host.h"
 #include "base/log.h"
 #include "dump/dumpfile.h"
 
@@ -310,6 +311,12 @@ static void av_salvage(uint64_t now, unsigned k) {
   if (!av.analyzer[0] || !av.cfg->ring_dir[0] || !av.watch->poller || av.salvaged_k == k || av.salvage.pid > 0)
     return;
   av.salvaged_k = k;
+  /* "Since this job started" on the clock the node's files are stamped with: this process's start
+   * by the kernel's account (boot time plus its start tick), not a reading of the wall clock, which
+   * may have been stepped since. One second of slack for coarser stamps. */
+  wd_process_id me;
+  wd_process_identity(&me);
+  long long since = me.start_wall_ns ? (long long)(me.start_wall_ns / 1000000000ull) - 1 : (long long)av.watch->start_sec;
   DIR *d = opendir(av.cfg->ring_dir);
   if (!d) return;
   static char paths[AV_SALVAGE_MAX][WD_PATH_MAX + 300];
@@ -330,7 +337,7 @@ static void av_salvage(uint64_t now, unsigned k) {
     long pid = strtol(p + 1, NULL, 10);
     struct stat st;
     if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
-    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || st.st_mtime < av.watch->start_sec) continue;
+    if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || st.st_mtime < since) continue;
     snprintf(paths[argc - 3], sizeof paths[0], "%s/%s", av.cfg->ring_dir, e->d_name);
     argv[argc] = paths[argc - 3];
     argc++;

@@ -11,6 +11,9 @@
  *   hang     global rank 3 (node 1) never enters AllReduce seq 5: named, the four ranks present
  *            (never merged by host name and pid), no deadlock; by hand and by the automatic
  *            verdict (run beside the plugin on the node that opened the episode).
+ *   killed   global rank 3 (node 1, its clock 5 s ahead) is SIGKILLed 55 ms before the others
+ *            enter AllReduce seq 5: node 1's poller turns its ring file into a post-mortem dump,
+ *            and rank 3 is named dead, never said to have lived on after the others entered.
  * The analyzer must tell the nodes apart by their boot ids and compare no clock across them
  * without an offset. Needs root (namespaces): skipped (77) where they are refused.
  */
@@ -42,7 +45,7 @@
 #define COMM 0x0de5000000000042ull
 #define VICTIM 3
 
-static int g_node, g_hang;
+static int g_node, g_hang, g_killed;
 
 static void rank_main(int local, int fd) {
   int rank = g_node * PER_NODE + local;
@@ -60,14 +63,19 @@ static void rank_main(int local, int fd) {
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
   wdh_run_ops(&c, NULL, &cfg, 5); /* AllReduce seq 0..4 */
-  if (g_hang && rank != VICTIM) {
+  char ok = 1;
+  if (g_killed) { /* ready first: the victim is killed, then the others enter seq 5 */
+    if (write(fd, &ok, 1) != 1) _exit(1);
+    const char *go = getenv("WDH_NODES_GO");
+    while (go && access(go, F_OK) != 0) wdh_sleep_ms(2);
+  }
+  if ((g_hang || g_killed) && rank != VICTIM) {
     cfg.hang_channel = 0; /* the victim's data never comes */
     wdh_op op;
     wdh_op_enqueue(&c, &cfg, &op);
     wdh_op_proxy(&op);
   }
-  char ok = 1;
-  if (write(fd, &ok, 1) != 1) _exit(1);
+  if (!g_killed && write(fd, &ok, 1) != 1) _exit(1);
   for (;;) pause();
 }
 
@@ -83,15 +91,21 @@ static int node_init(int ctl, int ready) {
   if (bf < 0 || write(bf, boot, strlen(boot)) < 0) return 77;
   close(bf);
   if (mount(path, "/proc/sys/kernel/random/boot_id", NULL, MS_BIND, NULL) != 0) return 77;
-  setenv("NCCL_WATCHDOG_RING_DIR", "/dev/shm", 1); /* the node's own memory */
+  unsetenv("NCCL_WATCHDOG_RING_DIR"); /* the default, in the node's own /dev/shm */
   pid_t pids[PER_NODE];
   int n = wdh_fork_ranks(PER_NODE, rank_main, pids);
   char b = (char)n;
   if (write(ready, &b, 1) != 1) return 1;
   char cmd;
-  while (read(ctl, &cmd, 1) == 1 && cmd != 'q')
+  while (read(ctl, &cmd, 1) == 1 && cmd != 'q') {
     if (cmd == 's')
       for (int r = 0; r < PER_NODE; r++) kill(pids[r], SIGUSR1);
+    if (cmd == 'k' && pids[PER_NODE - 1] > 0) { /* the OOM killer: no handler, no dump */
+      kill(pids[PER_NODE - 1], SIGKILL);
+      waitpid(pids[PER_NODE - 1], NULL, 0);
+      pids[PER_NODE - 1] = 0;
+    }
+  }
   wdh_kill_ranks(pids, PER_NODE);
   return 0;
 }
@@ -100,6 +114,7 @@ static int node_init(int ctl, int ready) {
 static int node_main(char **argv) {
   g_node = atoi(argv[2]);
   g_hang = !strcmp(argv[3], "hang");
+  g_killed = !strcmp(argv[3], "killed");
   int ctl = atoi(argv[4]), ready = atoi(argv[5]);
   pid_t init = fork();
   if (init < 0) return 1;
@@ -157,8 +172,8 @@ static char *report(const char *dir) {
 int main(int argc, char **argv) {
   if (argc > 5 && !strcmp(argv[1], "node")) return node_main(argv);
   const char *which = argc > 1 ? argv[1] : "healthy";
-  int hang = !strcmp(which, "hang");
-  if (!hang && strcmp(which, "healthy")) return 2;
+  int hang = !strcmp(which, "hang"), killed = !strcmp(which, "killed");
+  if (!hang && !killed && strcmp(which, "healthy")) return 2;
   const char *az = getenv("WDH_ANALYZER");
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   if (geteuid() != 0) {
@@ -172,10 +187,13 @@ int main(int argc, char **argv) {
   char *dir = wdh_scenario_dir("nodes", "1s", "100ms");
   /* The verdict without a human too (hang): run beside the plugin on the node that opens the
    * episode, over the shared directory. */
-  if (hang) {
+  if (hang || killed) {
     setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
     setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
   }
+  char go[4200];
+  snprintf(go, sizeof go, "%s.go", dir); /* beside the dump directory, not in it */
+  setenv("WDH_NODES_GO", go, 1);
 
   int ctl[NODES][2], ready[2];
   pid_t node[NODES];
@@ -208,7 +226,14 @@ int main(int argc, char **argv) {
 
   char verdict[4200];
   snprintf(verdict, sizeof verdict, "%s/verdict-1.txt", dir);
-  if (hang) {
+  if (killed) {
+    /* Rank 3 dies on node 1 (clock 5 s ahead) 55 ms before the others enter AllReduce seq 5. */
+    if (write(ctl[1][1], "k", 1) != 1) WDH_CHECK(0, "node 1: no kill asked");
+    wdh_sleep_ms(55);
+    int gf = open(go, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    if (gf >= 0) close(gf);
+  }
+  if (hang || killed) {
     uint64_t end = wdh_now_ns() + 20000000000ull;
     while (access(verdict, F_OK) != 0 && wdh_now_ns() < end) wdh_sleep_ms(100);
     wdh_sleep_ms(500);
@@ -248,7 +273,8 @@ int main(int argc, char **argv) {
   wdh_free_paths(paths, np < 64 ? np : 64);
   for (int r = 0; r < PER_NODE; r++)
     same_pid += pid_of[r] > 0 && pid_of[r] == pid_of[r + PER_NODE];
-  WDH_CHECK(np >= NR && worker >= NR, "%d dumps, %d from host \"worker\"", np, worker);
+  int want = killed ? NR - 1 : NR; /* the killed rank wrote none (its ring file is salvaged) */
+  WDH_CHECK(np >= want && worker >= want, "%d dumps, %d from host \"worker\"", np, worker);
   WDH_CHECK(boots == 2, "the dumps should carry two boot ids");
   WDH_CHECK(same_pid >= 1, "the nodes' ranks should share pids (their own pid spaces)");
 
@@ -258,6 +284,18 @@ int main(int argc, char **argv) {
     fputs(out, stderr);
     char first[512];
     snprintf(first, sizeof first, "%.*s", (int)strcspn(out, "\n"), out);
+    if (killed) {
+      WDH_CHECK(strstr(first, "HANG") && strstr(first, "rank 3") &&
+                    (strstr(first, "post-mortem ring file") || strstr(first, "died")),
+                "first line \"%s\" should name rank 3, dead", first);
+      WDH_CHECK(!strstr(out, "lived on"), "no rank may be said to have lived on (clocks compared raw)");
+      WDH_CHECK(wdh_list_dumps(dir, "postmortem", NULL, 0) >= 1,
+                "node 1's poller should have turned rank 3's ring file into a post-mortem dump");
+      char *v = wdh_read_file(verdict, NULL);
+      WDH_CHECK(v && strstr(v, "rank 3") && !strstr(v, "lived on"),
+                "the automatic verdict (%s) should name rank 3", v ? "verdict-1.txt" : "none written");
+      free(v);
+    }
     if (hang) {
       WDH_CHECK(strstr(first, "HANG") && strstr(first, "rank 3 never entered AllReduce seq 5"),
                 "first line \"%s\" should name global rank 3", first);
@@ -268,7 +306,7 @@ int main(int argc, char **argv) {
       free(v);
       WDH_CHECK(strstr(out, "present 0-3 (4)") != NULL, "the four ranks should be present, none merged");
       WDH_CHECK(strstr(out, "deadlock") == NULL, "no deadlock across the nodes");
-    } else {
+    } else if (!killed) {
       WDH_CHECK(!strncmp(first, "OK", 2), "first line \"%s\" should be OK", first);
     }
     WDH_CHECK(strstr(out, "host name worker names 2 machines") != NULL,
@@ -279,6 +317,7 @@ int main(int argc, char **argv) {
                 "the report should set node 1's clock 5 s back");
     free(out);
   }
+  unlink(go);
   char name[64];
   snprintf(name, sizeof name, "scenario_nodes %s", which);
   return wdh_scenario_end(name, dir);

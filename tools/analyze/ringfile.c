@@ -410,6 +410,7 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   cJSON_AddNumberToObject(root, "dumpSeq", 0);
   cJSON_AddStringToObject(root, "host", h.host);
   cJSON_AddNumberToObject(root, "pid", h.pid);
+
   cJSON *time = cJSON_AddObjectToObject(root, "time");
   if (time) {
     /* As the plugin writes it: UTC, nanoseconds. */
