@@ -14,6 +14,9 @@
  *   killed   global rank 3 (node 1, its clock 5 s ahead) is SIGKILLed 55 ms before the others
  *            enter AllReduce seq 5: node 1's poller turns its ring file into a post-mortem dump,
  *            and rank 3 is named dead, never said to have lived on after the others entered.
+ *   straggler healthy, one AllReduce a second; global rank 3 (node 1, its clock 5 s *behind*)
+ *            enters each 0.8 s after the others: named a straggler (raw clocks would make it
+ *            4.2 s early), OK otherwise.
  * The analyzer must tell the nodes apart by their boot ids and compare no clock across them
  * without an offset. Needs root (namespaces): skipped (77) where they are refused.
  */
@@ -45,7 +48,7 @@
 #define COMM 0x0de5000000000042ull
 #define VICTIM 3
 
-static int g_node, g_hang, g_killed;
+static int g_node, g_hang, g_killed, g_straggler;
 
 static void rank_main(int local, int fd) {
   int rank = g_node * PER_NODE + local;
@@ -62,7 +65,15 @@ static void rank_main(int local, int fd) {
   wdh_comm_init(&c, &p, COMM, "default_pg", NODES, NR, rank);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
-  wdh_run_ops(&c, NULL, &cfg, 5); /* AllReduce seq 0..4 */
+  if (g_straggler) { /* one AllReduce a second, global rank 3 always 0.8 s after the others */
+    if (rank == VICTIM) wdh_sleep_ms(800);
+    for (int i = 0; i < 5; i++) {
+      wdh_run_ops(&c, NULL, &cfg, 1);
+      if (i < 4) wdh_sleep_ms(1000);
+    }
+  } else {
+    wdh_run_ops(&c, NULL, &cfg, 5); /* AllReduce seq 0..4 */
+  }
   char ok = 1;
   if (g_killed) { /* ready first: the victim is killed, then the others enter seq 5 */
     if (write(fd, &ok, 1) != 1) _exit(1);
@@ -115,6 +126,7 @@ static int node_main(char **argv) {
   g_node = atoi(argv[2]);
   g_hang = !strcmp(argv[3], "hang");
   g_killed = !strcmp(argv[3], "killed");
+  g_straggler = !strcmp(argv[3], "straggler");
   int ctl = atoi(argv[4]), ready = atoi(argv[5]);
   pid_t init = fork();
   if (init < 0) return 1;
@@ -140,9 +152,9 @@ static pid_t start_node(const char *self, int k, const char *mode, int ctl, int 
     }
   }
   const char *shift = getenv("WDH_CLOCKSHIFT");
-  if (k == 1 && shift && *shift) {
+  if (k == 1 && shift && *shift) { /* ahead; behind for the straggler, who is then early by it */
     setenv("LD_PRELOAD", shift, 1);
-    setenv("WDH_WALL_SHIFT_MS", "5000", 1);
+    setenv("WDH_WALL_SHIFT_MS", strcmp(mode, "straggler") ? "5000" : "-5000", 1);
   }
   char ks[8], cs[16], rs[16];
   snprintf(ks, sizeof ks, "%d", k);
@@ -172,8 +184,8 @@ static char *report(const char *dir) {
 int main(int argc, char **argv) {
   if (argc > 5 && !strcmp(argv[1], "node")) return node_main(argv);
   const char *which = argc > 1 ? argv[1] : "healthy";
-  int hang = !strcmp(which, "hang"), killed = !strcmp(which, "killed");
-  if (!hang && !killed && strcmp(which, "healthy")) return 2;
+  int hang = !strcmp(which, "hang"), killed = !strcmp(which, "killed"), straggler = !strcmp(which, "straggler");
+  if (!hang && !killed && !straggler && strcmp(which, "healthy")) return 2;
   const char *az = getenv("WDH_ANALYZER");
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   if (geteuid() != 0) {
@@ -309,12 +321,17 @@ int main(int argc, char **argv) {
     } else if (!killed) {
       WDH_CHECK(!strncmp(first, "OK", 2), "first line \"%s\" should be OK", first);
     }
+    if (straggler) {
+      const char *sl = strstr(out, "STRAGGLERS");
+      WDH_CHECK(sl && strstr(sl, "global rank 3") && strstr(sl, "late"),
+                "global rank 3, 0.8 s late on a node 5 s behind, should be named a straggler");
+    }
     WDH_CHECK(strstr(out, "host name worker names 2 machines") != NULL,
               "the report should say the host name names two machines");
     const char *shift = getenv("WDH_CLOCKSHIFT");
     if (shift && *shift)
-      WDH_CHECK(strstr(out, "clock read 5.0 s ahead of the others'") != NULL,
-                "the report should set node 1's clock 5 s back");
+      WDH_CHECK(strstr(out, straggler ? "clock read 5.0 s behind the others'" : "clock read 5.0 s ahead of the others'") != NULL,
+                "the report should set node 1's clock right by 5 s");
     free(out);
   }
   unlink(go);
