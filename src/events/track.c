@@ -83,8 +83,8 @@ static inline void wd_slot_open(wd_event *ev, uint32_t refs) {
                         memory_order_release);
 }
 
-/* Take a reference on slot p, already found to match parent_handle (wd_event_lookup), if it is
- * not completed (refs == 0), then re-check the incarnation. 1 when taken. */
+/* Take a reference on slot p (ours: range-checked) if it is not completed (refs == 0), then check
+ * that it is the incarnation parent_handle names (dropping the reference if not). 1 when taken. */
 static inline __attribute__((always_inline)) int wd_ref_matched(wd_event *p, void *parent_handle) {
   uint64_t l = atomic_load_explicit(&p->life, memory_order_relaxed);
   do {
