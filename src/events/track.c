@@ -288,16 +288,13 @@ static int wd_count_stale(void *handle);
  * or stopped handle: l is what the slot's life word was. Claims it, keeping the references. */
 static __attribute__((noinline)) int wd_stop_shared(wd_event *ev, void *handle, uint64_t l) {
   uint32_t o = WD_OPEN((uint32_t)(uintptr_t)handle);
+  int last;
   do {
     if (wd_life_open(l) != o) return wd_event_matches(ev, handle) ? 0 : wd_count_stale(handle);
-    if (wd_life_refs(l) == 1) { /* the others went meanwhile */
-      if (atomic_compare_exchange_weak_explicit(&ev->life, &l, 0, memory_order_acq_rel, memory_order_relaxed))
-        return wd_close_now(ev, 1);
-      continue;
-    }
-  } while (!atomic_compare_exchange_weak_explicit(&ev->life, &l, WD_LIFE(wd_life_refs(l), 0),
+    last = wd_life_refs(l) == 1; /* the others went meanwhile */
+  } while (!atomic_compare_exchange_weak_explicit(&ev->life, &l, last ? 0 : WD_LIFE(wd_life_refs(l), 0),
                                                   memory_order_acq_rel, memory_order_relaxed));
-  return wd_close_now(ev, 0);
+  return wd_close_now(ev, last);
 }
 
 int wd_event_abandon(wd_event *ev, uint64_t now) {

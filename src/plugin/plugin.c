@@ -125,12 +125,10 @@ static inline void wd_req_init(wd_start_req *req, void *context, void *parent, u
     (req)->rec.count = (d)->ceCollBatch.totalBytes;                                            \
     break;
 
-/* Whether a start can be taken; when not, its handle is NULL. Every path that goes on stores
- * the handle (NULL when the event is dropped). */
-static inline int wd_accepting(void *context, void **eHandle, const void *d) {
-  if (eHandle == NULL) return 0;
-  if (context != NULL && d != NULL && atomic_load_explicit(&wd_store_active, memory_order_acquire))
-    return 1;
+/* Whether the plugin runs (the general start needs it said; wd_child_start_slow checks it for
+ * the proxy thread's types); when not, the handle is NULL. */
+static inline int wd_running(void **eHandle) {
+  if (atomic_load_explicit(&wd_store_active, memory_order_acquire)) return 1;
   *eHandle = NULL;
   return 0;
 }
@@ -153,7 +151,7 @@ static inline int wd_accepting(void *context, void **eHandle, const void *d) {
       return wd_child_start(context, eHandle, d, WD_T_KERNELCH);                               \
     if (d->type == ncclProfileProxyOp)                                                         \
       return wd_child_start(context, eHandle, d, WD_T_PROXYOP);                                \
-    if (!wd_accepting(context, eHandle, d)) return ncclSuccess;                                \
+    if (!wd_running(eHandle)) return ncclSuccess;                                              \
     return wd_start_general_v##v(context, eHandle, d);                                         \
   }
 
