@@ -186,14 +186,12 @@ static inline __attribute__((always_inline)) unsigned wd_write_stop(wd_event *ev
     wd_ring_word(&w, WD_RECW_TAGS, wd_recw_retag(tags, span ? WD_PH_SPAN : WD_PH_STOP,
                                                   atomic_load_explicit(&ev->state, memory_order_relaxed)));
     _Static_assert(WD_RECW_CHAN == WD_RECORD_WORDS - 1, "the channel word is the last");
-    wd_ring_end(&w, span ? 0u : (uint32_t)__atomic_load_n(&ev->startw[WD_RECW_CHAN], __ATOMIC_RELAXED));
+    wd_ring_end(&w, (uint32_t)__atomic_load_n(&ev->startw[WD_RECW_CHAN], __ATOMIC_RELAXED));
     return WD_T_PROXYSTEP;
   }
   uint64_t v[WD_RECORD_WORDS];
   wd_event_read_words(ev, v);
   uint64_t tags = v[WD_RECW_TAGS] | ((uint64_t)extra_flags << 24);
-  /* A fast-started step's channel word is not in its slot (its a, count and raw are set below). */
-  if (known == WD_T_UNKNOWN && wd_step_words_implied(tags)) v[WD_RECW_CHAN] = 0;
   /* A span carries its start time where a detached event keeps its foreign parent (never both). */
   unsigned phase = WD_PH_STOP;
   if (wd_recw_flags(tags) & WD_F_SPAN) {
@@ -684,11 +682,9 @@ static inline __attribute__((always_inline)) int wd_child_start_fast(void *conte
   w[WD_RECW_N] = n_pid;
   w[WD_RECW_TAGS] = wd_recw_tags(WD_PH_START, type, 0xff, (uint8_t)(meta >> 8) | WD_F_SPAN);
   w[WD_RECW_CHAN] = (uint8_t)(meta >> 16);
-  /* Word 0, the ring's turn, means nothing in a slot: never written there (wd_event_read_words);
-   * nor a ProxyStep's words that are 0 (wd_step_word_zero). */
+  /* Word 0, the ring's turn, means nothing in a slot: never written there (wd_event_read_words). */
 #pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS; i++)
-    if (type != WD_T_PROXYSTEP || !wd_step_word_zero(i)) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
+  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&ev->startw[i], w[i], __ATOMIC_RELAXED);
   /* No ring record now: the stop writes the span (record.h). */
   wd_event_publish(ev);
   *out = (void *)((uintptr_t)ev | (tag & WD_TAG_MASK));

@@ -65,21 +65,9 @@ static inline void wd_event_read_words(const wd_event *ev, uint64_t *out) {
   for (unsigned i = 1; i < WD_RECORD_WORDS; i++) out[i] = __atomic_load_n(&ev->startw[i], __ATOMIC_RELAXED);
 }
 
-/* A ProxyStep started under a live parent (a span) has a, count and raw 0 and its channel word 0:
- * the fast start leaves those words of its slot as an earlier event left them. */
-static inline int wd_step_word_zero(unsigned i) {
-  return i == WD_RECW_A || i == WD_RECW_COUNT || i == WD_RECW_RAW || i == WD_RECW_CHAN;
-}
-static inline int wd_step_words_implied(uint64_t tags) {
-  return wd_recw_type(tags) == WD_T_PROXYSTEP && (wd_recw_flags(tags) & WD_F_SPAN);
-}
-
 static inline void wd_event_read_start(const wd_event *ev, wd_record *out) {
   wd_recw w;
   wd_event_read_words(ev, w.w);
-  if (wd_step_words_implied(w.w[WD_RECW_TAGS]))
-    for (unsigned i = 1; i < WD_RECORD_WORDS; i++)
-      if (wd_step_word_zero(i)) w.w[i] = 0;
   *out = w.r;
 }
 

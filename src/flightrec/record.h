@@ -156,13 +156,14 @@ typedef union wd_recw {
  * complete-looking turn; the check tells the reader (and a decoder of a ring file left by a dead
  * process tells torn records the same way). A sum, not a chain of rotations: one add per word the
  * writer already holds in a register, and one changed word always changes it. */
+static inline uint32_t wd_record_check_of(uint64_t sum) {
+  return (uint32_t)((sum * 0x9e3779b97f4a7c15ull) >> 32);
+}
 static inline uint32_t wd_record_check(uint64_t ticket, const uint64_t *w) {
   uint64_t h = ticket;
 #pragma GCC unroll 16
   for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) h += w[i];
-  h += (uint32_t)w[WD_RECORD_WORDS - 1];
-  h *= 0x9e3779b97f4a7c15ull;
-  return (uint32_t)(h >> 32);
+  return wd_record_check_of(h + (uint32_t)w[WD_RECORD_WORDS - 1]);
 }
 
 /* Fields of the WD_RECW_TAGS word (little-endian, as the record layout above). */

@@ -54,30 +54,13 @@ void wd_ring_clear(wd_ring *r);
 /* Append a copy of *rec (its turn field is ignored). Never blocks, never allocates. */
 void wd_ring_write(wd_ring *r, const wd_record *rec);
 
-/* The hot path's append: the record as words (v[0], the turn, is ignored; v[last] gets the
- * check), inlined into the callers so the words go from registers to the ring. Payload words are
- * stored with atomics: the turn word orders them, and readers copy while writers may be inside
- * the slot (the turn check discards such copies). */
-static inline void wd_ring_put(wd_ring *r, uint64_t *v) {
-  uint64_t t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
-  /* Within the backed part (all of it, once a ring file's ring is allocated whole). */
-  uint32_t idx = (uint32_t)t & (atomic_load_explicit(&r->ready, memory_order_relaxed) - 1);
-  uint64_t *dst = (uint64_t *)&r->recs[idx]; /* ring memory is only accessed as words */
-  /* Callers fill v with an unrolled copy loop, which cppcheck does not follow. */
-  // cppcheck-suppress uninitvar
-  v[WD_RECORD_WORDS - 1] = (uint32_t)v[WD_RECORD_WORDS - 1] | ((uint64_t)wd_record_check(t, v) << 32);
-  __atomic_store_n(&dst[0], 2 * t + 1, __ATOMIC_RELAXED);
-  /* Release stores order the odd turn before the payload, so a reader that sees new payload sees
-   * the odd turn (plain stores on x86; a fence here is not something TSan models). */
-#pragma GCC unroll 16
-  for (unsigned i = 1; i < WD_RECORD_WORDS; i++) __atomic_store_n(&dst[i], v[i], __ATOMIC_RELEASE);
-  __atomic_store_n(&dst[0], 2 * t + 2, __ATOMIC_RELEASE);
-}
-
-/* The same append for a writer that produces the words one by one (a ProxyStep's stop): fewer
- * values live at once. wd_ring_begin claims the slot, wd_ring_word stores words 1 to
- * WD_RECORD_WORDS - 2 in any order, wd_ring_end the last one (its low half) and publishes; the
- * record and its check are those wd_ring_put writes. */
+/* The hot path's append, for a writer that produces the words one by one: wd_ring_begin takes a
+ * ticket and marks the slot (odd turn), wd_ring_word stores words 1 to WD_RECORD_WORDS - 2 in any
+ * order, wd_ring_end the last one's low half with the check (record.h) and publishes (even turn).
+ * Payload words are stored with atomics: the turn word orders them, and readers copy while
+ * writers may be inside the slot (the turn check discards such copies). Release stores order the
+ * odd turn before the payload, so a reader that sees new payload sees the odd turn (plain stores
+ * on x86; a fence here is not something TSan models). */
 typedef struct wd_ring_w {
   uint64_t *dst;
   uint64_t t;
@@ -86,8 +69,9 @@ typedef struct wd_ring_w {
 static inline __attribute__((always_inline)) wd_ring_w wd_ring_begin(wd_ring *r) {
   wd_ring_w w;
   w.t = atomic_fetch_add_explicit(&r->head, 1, memory_order_relaxed);
+  /* Within the backed part (all of it, once a ring file's ring is allocated whole). */
   uint32_t idx = (uint32_t)w.t & (atomic_load_explicit(&r->ready, memory_order_relaxed) - 1);
-  w.dst = (uint64_t *)&r->recs[idx];
+  w.dst = (uint64_t *)&r->recs[idx]; /* ring memory is only accessed as words */
   w.h = w.t;
   __atomic_store_n(&w.dst[0], 2 * w.t + 1, __ATOMIC_RELAXED);
   return w;
@@ -97,9 +81,20 @@ static inline __attribute__((always_inline)) void wd_ring_word(wd_ring_w *w, uns
   __atomic_store_n(&w->dst[i], v, __ATOMIC_RELEASE);
 }
 static inline __attribute__((always_inline)) void wd_ring_end(wd_ring_w *w, uint32_t last) {
-  uint64_t h = (w->h + last) * 0x9e3779b97f4a7c15ull;
-  __atomic_store_n(&w->dst[WD_RECORD_WORDS - 1], last | ((h >> 32) << 32), __ATOMIC_RELEASE);
+  uint64_t check = wd_record_check_of(w->h + last);
+  __atomic_store_n(&w->dst[WD_RECORD_WORDS - 1], last | (check << 32), __ATOMIC_RELEASE);
   __atomic_store_n(&w->dst[0], 2 * w->t + 2, __ATOMIC_RELEASE);
+}
+
+/* The same append from a record held as words (v[0], the turn, is ignored), inlined into the
+ * callers so the words go from registers to the ring. */
+static inline void wd_ring_put(wd_ring *r, const uint64_t *v) {
+  wd_ring_w w = wd_ring_begin(r);
+  /* Callers fill v with an unrolled copy loop, which cppcheck does not follow. */
+#pragma GCC unroll 16
+  // cppcheck-suppress uninitvar
+  for (unsigned i = 1; i < WD_RECORD_WORDS - 1; i++) wd_ring_word(&w, i, v[i]);
+  wd_ring_end(&w, (uint32_t)v[WD_RECORD_WORDS - 1]);
 }
 
 /* Copy out up to max complete records, oldest first, into out. Returns the number copied;
