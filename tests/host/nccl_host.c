@@ -1566,6 +1566,18 @@ int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeo
   return n;
 }
 
+void wdh_launcher_env(int rank, int local_rank, int world_size) {
+  char n[16];
+  snprintf(n, sizeof n, "%d", rank);
+  setenv("RANK", n, 1);
+  if (local_rank >= 0) {
+    snprintf(n, sizeof n, "%d", local_rank);
+    setenv("LOCAL_RANK", n, 1);
+  }
+  snprintf(n, sizeof n, "%d", world_size);
+  setenv("WORLD_SIZE", n, 1);
+}
+
 int wdh_fork_ranks(int n, void (*fn)(int rank, int ready_fd), pid_t *pids) {
   int fds[2];
   if (pipe(fds) != 0) return 0;

@@ -379,6 +379,10 @@ void wdh_free_paths(char **paths, int n);
 /* Wait up to timeout_ms until at least `want` dumps with that reason exist. Returns the count. */
 int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeout_ms);
 
+/* What torchrun tells each worker (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+ * _start_workers): RANK, LOCAL_RANK (left alone when local_rank < 0) and WORLD_SIZE. */
+void wdh_launcher_env(int rank, int local_rank, int world_size);
+
 /* A job of n rank processes: fork n children, each running fn(rank, ready_fd) (fn writes one
  * byte to ready_fd when it is set up, and never returns); returns once every rank is ready, with
  * their pids in pids. Returns the number that said ready. */

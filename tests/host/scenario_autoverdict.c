@@ -83,11 +83,7 @@ static void keep_log(int r) {
 }
 
 static void rank_main(int r, int fd) {
-  char g[8];
-  snprintf(g, sizeof g, "%d", r);
-  setenv("RANK", g, 1);
-  setenv("LOCAL_RANK", g, 1); /* rank 0: the node's trigger poller */
-  setenv("WORLD_SIZE", "4", 1);
+  wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm dp, pp;

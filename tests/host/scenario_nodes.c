@@ -5,7 +5,10 @@
  * /dev/shm (the ring files stay on the node, as on a real one), its own boot id, its monotonic
  * clock moved by a time namespace, and node 1's wall clock 5 s ahead (NTP gone wrong; played by
  * wdh_clockshift.so, Linux having no namespace for the wall clock). Global ranks 0-1 on node 0,
- * 2-3 on node 1 (RANK, as torchrun sets it).
+ * 2-3 on node 1 (RANK and LOCAL_RANK as torchrun sets them: wdh_launcher_env). Each rank plays
+ * NCCL's order as the test host does (nccl_host.h: ncclEnqueueCheck in enqueue.cc, the proxy's
+ * sendProxyProgress / recvProxyProgress in transport/net.cc); a hung AllReduce is one whose
+ * peer's data never comes (a receive step left in RecvWait).
  *   healthy  every rank runs 5 AllReduces and is snapshotted (SIGUSR1): OK; the report says the
  *            host name names two machines and sets node 1's clock against the file system's.
  *   hang     global rank 3 (node 1) never enters AllReduce seq 5: named, the four ranks present
@@ -52,13 +55,7 @@ static int g_node, g_hang, g_killed, g_straggler;
 
 static void rank_main(int local, int fd) {
   int rank = g_node * PER_NODE + local;
-  char n[16];
-  snprintf(n, sizeof n, "%d", rank);
-  setenv("RANK", n, 1);
-  snprintf(n, sizeof n, "%d", local);
-  setenv("LOCAL_RANK", n, 1);
-  snprintf(n, sizeof n, "%d", NR);
-  setenv("WORLD_SIZE", n, 1);
+  wdh_launcher_env(rank, local, NR);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm c;

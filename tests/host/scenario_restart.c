@@ -48,10 +48,7 @@ static void rank_main(int rank, int fd) {
     setenv("TORCHELASTIC_RESTART_COUNT", n, 1);
     setenv("TORCHELASTIC_RUN_ID", "restart-job", 1);
   }
-  snprintf(n, sizeof n, "%d", rank);
-  setenv("RANK", n, 1);
-  snprintf(n, sizeof n, "%d", g_world);
-  setenv("WORLD_SIZE", n, 1);
+  wdh_launcher_env(rank, -1, g_world);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm c;
