@@ -103,6 +103,7 @@ typedef struct wd_stall {
   uint64_t since_progress_ns;
   uint64_t age_ns;
   char waiting_on[256]; /* "ProxyStep 4 (recv from peer 2, channel 0) in RecvWait" */
+  uint8_t nccl_open;    /* NCCL's own events of it (ProxyOp, ProxyStep, KernelCh) were open */
   /* A replay of a captured launch (graph > 0): which, and where the GPU stands in it. */
   uint32_t graph, graph_pos;
   uint64_t replay;

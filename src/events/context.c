@@ -34,6 +34,7 @@ static void wd_context_reset(wd_context *ctx) {
   atomic_store(&ctx->p2p_done, 0);
   atomic_store(&ctx->dropped, 0);
   ctx->dropped_logged = 0;
+  ctx->abandoned = 0;
   atomic_store(&ctx->stale, 0);
   memset(&ctx->launches, 0, sizeof(ctx->launches));
   ctx->next = NULL;

@@ -63,6 +63,8 @@ typedef struct wd_context {
   uint64_t active_ns;      /* watchdog only: when a poll last saw new records (metrics) */
   uint64_t calls_seen, calls_ns; /* watchdog only: operation-ring tickets at the last poll, and
                                     when a poll last saw them move (stall.c, wd_note_calls) */
+  uint64_t abandoned;      /* watchdog only: proxy-ring events it closed itself (stall.c): their
+                              stop records are its own, not NCCL's */
   uint64_t retired_ns;     /* when it was finalized (on the retired list) */
   wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
   wd_graphs graphs;        /* launches captured into CUDA graphs, and their replays */

@@ -107,6 +107,7 @@ static void wd_fill_stall(wd_context *ctx, const wd_slot_view *v, uint64_t now, 
   s->peer = r->peer;
   s->slot = r->slot;
   s->since_progress_ns = now > v->snap.last_ns ? now - v->snap.last_ns : 0;
+  s->nccl_open = v->snap.children_open > 0;
   s->age_ns = now > r->ts_ns ? now - r->ts_ns : 0;
   if (v->snap.reached_ns == 0)
     snprintf(s->waiting_on, sizeof(s->waiting_on), "not reached: enqueued, the GPU has not got to it");
@@ -279,6 +280,10 @@ static void wd_scan_settle(const wd_context *ctx, wd_event *ev, uint64_t now, ui
   atomic_store_explicit(&ev->wd_gpu, wd_judge_kernel(&in, settle), memory_order_relaxed);
 }
 
+uint64_t wd_context_proxy_records(const wd_context *ctx) {
+  return atomic_load_explicit(&ctx->proxy_ring.head, memory_order_relaxed) - ctx->abandoned;
+}
+
 void wd_note_calls(wd_context *ctx, uint64_t now) {
   /* The operation-level ring takes a record for every API, Group, Coll and P2p event: the
    * application's NCCL calls, whatever the proxy does. Dated by the poll that sees them. */
@@ -369,8 +374,10 @@ uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd
               atomic_load_explicit(&ctx->completed_order, memory_order_relaxed));
       /* Children NCCL never stops (CollNet, p2p memcpy ProxyOps) once the op is done. */
       if (done && wd_quiet_for(&v, now) >= settle && v.snap.children_open == 0 &&
-          wd_event_from_handle(v.handle) == ev)
-        wd_event_abandon(ev, now);
+          wd_event_from_handle(v.handle) == ev) {
+        int proxy = atomic_load_explicit(&ev->ring, memory_order_relaxed) == &ctx->proxy_ring;
+        if (wd_event_abandon(ev, now) && proxy) ctx->abandoned++;
+      }
     }
   }
   return nst + wd_graph_stalls(ctx, now, cfg, out + nst, max - nst);

@@ -23,6 +23,10 @@ int wd_view_is_stalled(const wd_slot_view *v, uint64_t now, const wd_config *cfg
  * of stalls appended. Every context's calls are noted first (wd_note_calls): a communicator made
  * and called after an operation started tells a revoke recovered from from a network error. */
 void wd_note_calls(wd_context *ctx, uint64_t now);
+/* Records NCCL's proxy-level callbacks (ProxyOp, ProxyStep, KernelCh) wrote to ctx's proxy ring
+ * so far, the stops of events the watchdog closed itself left out: unchanged, NCCL reported no
+ * work of ctx progressing meanwhile (an application that only enqueues writes none). */
+uint64_t wd_context_proxy_records(const wd_context *ctx);
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max);
 

@@ -66,6 +66,8 @@ static struct {
   uint64_t peer_mark;    /* wd_progress_mark() then: unchanged, nothing completed since */
   uint64_t episode_began_ns; /* when the stalled operation of this process's episode last moved */
   uint64_t episode_comm;     /* its communicator */
+  int episode_nccl;          /* NCCL's own events of the stalled op were open */
+  uint64_t episode_records;  /* its communicator's proxy records then (wd_context_proxy_records) */
   int warned_max;
   wd_process_id proc; /* boot id and process start, read when the thread starts */
   wd_trigger_watch watch;
@@ -153,11 +155,15 @@ static void wd_resumed_budget(void) {
 }
 
 /* Whether a communicator with this id is still profiled (not finalized). */
-static int wd_comm_alive(uint64_t comm_id) {
+/* 1 while comm_id is not finalized; *records then gets its proxy records so far. */
+static int wd_comm_alive(uint64_t comm_id, uint64_t *records) {
   int alive = 0;
   pthread_mutex_lock(&wd_store.lock);
   for (wd_context *ctx = wd_store.contexts; ctx && !alive; ctx = ctx->next)
-    alive = ctx->comm_id == comm_id && !ctx->retired_ns;
+    if (ctx->comm_id == comm_id && !ctx->retired_ns) {
+      alive = 1;
+      *records = wd_context_proxy_records(ctx);
+    }
   pthread_mutex_unlock(&wd_store.lock);
   return alive;
 }
@@ -291,8 +297,18 @@ static void wd_check_stalls(uint64_t now) {
   }
   if (n == 0) {
     /* Over: its operation completed after all (a slow rank), or its communicator was finalized
-     * (an abort): only the first is a resumed episode. */
-    if (wd_wd.episode && wd_comm_alive(wd_wd.episode_comm)) {
+     * (an abort): only the first is a resumed episode. Where NCCL's own work of the op was open,
+     * only NCCL can say it completed: an abort's flag ends the kernel (the CUDA end event
+     * completes) while the proxy's loop ends with every step left open (init.cc commReclaim,
+     * proxy.cc), and the finalize comes after. */
+    uint64_t records = 0;
+    int alive = wd_wd.episode && wd_comm_alive(wd_wd.episode_comm, &records);
+    if (alive && wd_wd.episode_nccl && records == wd_wd.episode_records) {
+      WD_WARN("stall on comm 0x%llx ended on the GPU, but NCCL reported no progress of its "
+              "transfers since: its kernel was ended (an abort, or a revoke), the operation did not "
+              "complete; the stall episode stands",
+              (unsigned long long)wd_wd.episode_comm);
+    } else if (alive) {
       wd_av_resumed(now, wd_wd.episode_began_ns);
       wd_resumed_budget();
     } else if (wd_wd.episode) {
@@ -305,6 +321,17 @@ static void wd_check_stalls(uint64_t now) {
   if (wd_wd.episode) return;
   wd_wd.episode = 1;
   wd_wd.nepisodes++;
+  /* Most stalled first. */
+  for (uint32_t i = 1; i < n; i++)
+    for (uint32_t j = i; j > 0 && stalls[j].since_progress_ns > stalls[j - 1].since_progress_ns; j--) {
+      wd_stall t = stalls[j];
+      stalls[j] = stalls[j - 1];
+      stalls[j - 1] = t;
+    }
+  wd_wd.episode_began_ns = now - stalls[0].since_progress_ns;
+  wd_wd.episode_comm = stalls[0].comm_id;
+  wd_wd.episode_nccl = stalls[0].nccl_open;
+  if (!wd_comm_alive(wd_wd.episode_comm, &wd_wd.episode_records)) wd_wd.episode_nccl = 0;
   /* This process answered the job's episode (a peer dump): its own stall is part of the same
    * episode, and the analyzer has its state already, when the dump was moments ago or nothing of
    * this process completed since (a rank that reached the hang only after it answered: on a
@@ -318,15 +345,6 @@ static void wd_check_stalls(uint64_t now) {
             (double)stalls[0].since_progress_ns / 1e9, (double)(now - wd_wd.peer_dump_ns) / 1e9);
     return;
   }
-  /* Most stalled first. */
-  for (uint32_t i = 1; i < n; i++)
-    for (uint32_t j = i; j > 0 && stalls[j].since_progress_ns > stalls[j - 1].since_progress_ns; j--) {
-      wd_stall t = stalls[j];
-      stalls[j] = stalls[j - 1];
-      stalls[j - 1] = t;
-    }
-  wd_wd.episode_began_ns = now - stalls[0].since_progress_ns;
-  wd_wd.episode_comm = stalls[0].comm_id;
   /* The episode first: the process that opens it dumps whole rings, the others of the same
    * episode a summary. */
   int posted = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok ? wd_post_trigger(stalls, n) : -1;

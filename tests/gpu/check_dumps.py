@@ -296,6 +296,14 @@ class Checker:
                 f"rank {r} {replays[r].get('state')} at replay {replays[r].get('replays')}"
                 for r in sorted(replays)))
 
+    def expect_not_resumed(self):
+        """The launcher ends a hung scenario with ncclCommAbort: the abort flag ends the kernels
+        (their CUDA end events complete) while NCCL's transfers never do. That is no resumed
+        episode (NCCL 2.28.9 on an H100 first showed the plugin saying so)."""
+        resumed = sorted(n for n in os.listdir(self.dump_dir) if n.endswith(".resumed"))
+        if resumed:
+            self.fail(f"the hang was called a resumed episode after the abort: {resumed}")
+
     def run(self):
         sc = self.m["scenario"]
         self.load()
@@ -304,12 +312,14 @@ class Checker:
         elif sc == "skip":
             self.check_stall(check_seq=True)
             self.run_analyzer(required=True)
+            self.expect_not_resumed()
         elif sc == "graph":
             if self.m.get("dumpsBeforeStall"):
                 self.fail("dumps appeared during healthy graph replays")
             self.check_stall(check_seq=False)
             self.check_graph_launches()
             self.run_analyzer(required=False)
+            self.expect_not_resumed()
         elif sc == "signal":
             self.check_signal(1, [1])
         elif sc == "twocomms":

@@ -1060,12 +1060,14 @@ static int rank_of_pid(const launcher *l, long pid) {
   return -1;
 }
 
-/* Dump names are <host>-<pid>-<NNNN>-<reason>.json; the host may contain dashes, so parse from
- * the right. Temporary files and trigger files are not dumps. */
+/* Dump names are <host>-<pid>-<NNNN>-<reason>.json, or .json.gz (peer dumps and the stall dumps
+ * of every process but the episode's first are compressed); the host may contain dashes, so parse
+ * from the right. Temporary files and trigger files are not dumps. */
 static int parse_dump_name(const char *name, long *pid, int *reason) {
   size_t len = strlen(name);
   char buf[512];
-  if (len < 6 || len >= sizeof(buf) || strcmp(name + len - 5, ".json") != 0) return -1;
+  if (len > 8 && strcmp(name + len - 3, ".gz") == 0) len -= 3;
+  if (len < 6 || len >= sizeof(buf) || strncmp(name + len - 5, ".json", 5) != 0) return -1;
   if (name[0] == '.' || strncmp(name, "trigger-", 8) == 0) return -1;
   memcpy(buf, name, len - 5);
   buf[len - 5] = '\0';

@@ -85,6 +85,7 @@ for ((round = 0; round < ROUNDS; round++)); do
       tail -n 5 "$WORK/$cfg-$round.out" "$WORK/$cfg-$round.err" >&2
       exit 1
     fi
+    echo "overhead.sh: round $((round + 1))/$ROUNDS, $cfg done (${SECONDS} s)" >&2
   done
 done
 

@@ -141,6 +141,9 @@ def main():
     bad = copy.deepcopy(f)
     bad["h-1-4242-0001-signal.json"] = dump(4242, 0, "signal", [comm(0, 2, 1, 1)], {})
     case("dump from a stranger", m, bad, False, "no rank of this job")
+    bad = copy.deepcopy(f)
+    bad["verdict-1.resumed"] = "stall episode 1 resumed after 16.0 s (host h-1, pid 1000)\n"
+    case("skip, the abort called a resumed episode", m, bad, False, "resumed episode after the abort")
     m, f = signal_case()
     case("signal", m, f, True, "signal dumps from all 2 ranks")
     bad = copy.deepcopy(f)

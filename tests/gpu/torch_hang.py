@@ -11,6 +11,7 @@ NCCL too old), with indented notes after a PASS. Exit status 0 unless FAIL.
 """
 import argparse
 import datetime
+import gzip
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ import tempfile
 import time
 
 SKIP_RANK = 1
-DUMP_RE = re.compile(r"^.+-(?P<pid>\d+)-\d+-(?P<reason>[a-z]+)\.json$")
+DUMP_RE = re.compile(r"^.+-(?P<pid>\d+)-\d+-(?P<reason>[a-z]+)\.json(\.gz)?$")
 
 
 def mark(work, name, rank):
@@ -91,7 +92,8 @@ def fallback_verdict(dump_dir, pids):
     for r, pid in enumerate(pids):
         files = dumps_by(dump_dir, pid, "stall") + dumps_by(dump_dir, pid, "peer")
         for path in files[:1]:
-            with open(path) as f:
+            opener = gzip.open if path.endswith(".gz") else open  # peer dumps are compressed
+            with opener(path, "rt") as f:
                 doc = json.load(f)
             for c in doc.get("comms", []):
                 for s in c.get("seq", []):

@@ -14,6 +14,11 @@
  *   missing  NCCL_WATCHDOG_ANALYZER names nothing: one WARN, dumps as before, no verdict.
  *   resumed  a rank whose AllReduce stalls past the timeout and then completes: "progress
  *            resumed after" in its log, verdict-1.resumed beside the verdict.
+ *   aborted  its twin as NCCL 2.28.9 played it on a GPU (docs/gpu-testing.md): CUDA events
+ *            around the launch, the AllReduce stalls, the verdict is made, then ncclCommAbort
+ *            (init.cc): the abort flag ends the kernel (its CUDA end event completes), the
+ *            proxy's loop ends with every step open, the communicator is finalized 1.5 s later.
+ *            The episode is not "resumed": no such line, no verdict-1.resumed.
  *   killed   process 3 is SIGKILLed (no epilog, no dump); the node's poller (LOCAL_RANK 0)
  *            turns its ring files into post-mortem dumps in the dump directory, and the
  *            verdict names rank 3 from them ("only its post-mortem ring file is left").
@@ -84,6 +89,7 @@ static void keep_log(int r) {
 
 static void rank_main(int r, int fd) {
   wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
+  if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm dp, pp;
@@ -97,6 +103,19 @@ static void rank_main(int r, int fd) {
   if (write(fd, &ok, 1) != 1) _exit(1);
   if (!strcmp(g_case, "resumed")) {
     if (r == 0) hang_in(&dp, 2500); /* stalls past the 1 s timeout, then completes */
+  } else if (!strcmp(g_case, "aborted")) {
+    if (r == 0) {
+      wdh_op_cfg hcfg;
+      wdh_op_cfg_default(&hcfg);
+      hcfg.hang_channel = 0;
+      wdh_op op;
+      wdh_op_enqueue(&dp, &hcfg, &op);
+      wdh_op_proxy(&op);
+      wdh_sleep_ms(2500);                  /* stalled past the 1 s timeout: dump, verdict */
+      wdh_gpu_complete(&dp, op.gpu_pos);   /* ncclCommAbort's flag ends the kernel */
+      wdh_sleep_ms(1500);                  /* the proxy's loop is over: nothing more from NCCL */
+      wdh_comm_finalize(&dp);
+    }
   } else if (r <= 1) {
     hang_in(&dp, 0); /* dp AllReduce seq 5: waits for ranks 2 and 3 */
   } else if (r == 2) {
@@ -244,6 +263,16 @@ static void case_killed(pid_t *pids) {
   WDH_CHECK(wdh_list_dumps(g_dir, "postmortem", NULL, 0) >= 1, "no post-mortem dump in the dump directory");
 }
 
+static void case_aborted(void) {
+  int n = wait_logs("the stall episode stands", 1, 12000);
+  WDH_CHECK(n == 1, "rank 0 did not say that its stall ended by an abort");
+  wdh_sleep_ms(1000); /* the finalize, and a few polls after it */
+  n = wait_logs("progress resumed", 1, 1);
+  WDH_CHECK(n == 0, "an aborted operation was logged as a resumed episode");
+  WDH_CHECK(count_files("verdict-1.resumed") == 0, "verdict-1.resumed written for an abort");
+  WDH_CHECK(count_files("verdict-1.txt") == 1, "no verdict-1.txt");
+}
+
 static void case_resumed(void) {
   int n = wait_logs("progress resumed after", 1, 10000);
   WDH_CHECK(n == 1, "rank 0 did not log the resumed episode");
@@ -268,7 +297,7 @@ int main(int argc, char **argv) {
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
-      strcmp(g_case, "killed") && strcmp(g_case, "forged"))
+      strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged"))
     return 2;
   char tag[32];
   snprintf(tag, sizeof tag, "autoverdict-%s", g_case);
@@ -293,6 +322,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "forged")) case_forged();
   else if (!strcmp(g_case, "missing")) case_missing();
   else if (!strcmp(g_case, "killed")) case_killed(pids);
+  else if (!strcmp(g_case, "aborted")) case_aborted();
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   char label[48];
