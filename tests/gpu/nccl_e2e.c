@@ -1230,7 +1230,22 @@ static void l_go(launcher *l, const char *name) {
 
 typedef struct dumps_arg {
   int need[E2E_MAX_RANKS][R_COUNT];
+  /* Ranks waiting in the hung op: each writes a stall dump, or a peer dump when another waiting
+   * rank's trigger came first (the plugin dumps once per process per episode); at least one of
+   * them a stall dump. */
+  int waiting[E2E_MAX_RANKS];
 } dumps_arg;
+
+static int waiting_dumps(const launcher *l, const dumps_arg *d, int *stalls) {
+  int ok = 1;
+  *stalls = 0;
+  for (int r = 0; r < l->o->nranks; r++) {
+    if (!d->waiting[r]) continue;
+    *stalls += l->ndumps[r][R_STALL] > 0;
+    ok &= l->ndumps[r][R_STALL] + l->ndumps[r][R_PEER] > 0;
+  }
+  return ok;
+}
 
 static int cond_dumps(launcher *l, void *arg) {
   dumps_arg *d = arg;
@@ -1238,7 +1253,9 @@ static int cond_dumps(launcher *l, void *arg) {
   for (int r = 0; r < l->o->nranks; r++)
     for (int k = 0; k < R_COUNT; k++)
       if (l->ndumps[r][k] < d->need[r][k]) return 0;
-  return 1;
+  int stalls, any = 0;
+  for (int r = 0; r < l->o->nranks; r++) any |= d->waiting[r];
+  return !any || (waiting_dumps(l, d, &stalls) && stalls > 0);
 }
 
 static int l_wait_dumps(launcher *l, dumps_arg *d, long timeout_ms, const char *what) {
@@ -1251,6 +1268,16 @@ static int l_wait_dumps(launcher *l, dumps_arg *d, long timeout_ms, const char *
           snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
                    "%s%s dump from rank %d (pid %d)", missing[0] ? ", " : "", reason_names[k], r,
                    (int)l->pid[r]);
+    for (int r = 0; r < l->o->nranks; r++)
+      if (d->waiting[r] && l->ndumps[r][R_STALL] + l->ndumps[r][R_PEER] == 0)
+        snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+                 "%sstall or peer dump from waiting rank %d (pid %d)", missing[0] ? ", " : "", r,
+                 (int)l->pid[r]);
+    int stalls = 0;
+    waiting_dumps(l, d, &stalls);
+    if (!stalls)
+      snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+               "%sstall dump from any waiting rank", missing[0] ? ", " : "");
     l_fail(l, "%s: no %s within %.1f s (%d dump files, %d trigger files in %s)", what, missing,
            timeout_ms / 1e3, l_total_dumps(l), l->trigger_files, l->dumps);
   }
@@ -1310,7 +1337,7 @@ static void l_need_stall_and_peer(launcher *l, dumps_arg *d) {
   memset(d, 0, sizeof(*d));
   for (int r = 0; r < l->o->nranks; r++) {
     if (r == l->o->skip_rank) d->need[r][R_PEER] = 1;
-    else d->need[r][R_STALL] = 1;
+    else d->waiting[r] = 1;
   }
 }
 
@@ -1335,7 +1362,10 @@ static void l_expect_stall(launcher *l) {
       l->peer_latency_ms[r] = (long)((l->first_dump_ns[r][R_PEER] - l->entered_ns) / 1000000);
       continue;
     }
-    long lat = (long)((l->first_dump_ns[r][R_STALL] - l->entered_ns) / 1000000);
+    /* Its stall dump, or its answer to the first waiting rank's trigger: neither before the
+     * timeout. */
+    int k = l->ndumps[r][R_STALL] ? R_STALL : R_PEER;
+    long lat = (long)((l->first_dump_ns[r][k] - l->entered_ns) / 1000000);
     l->stall_latency_ms[r] = lat;
     if (lat < l->o->timeout_ms - 2 * l->o->poll_ms)
       l_fail(l, "rank %d dumped a stall %ld ms after entering the collective, before the %ld ms "

@@ -133,6 +133,17 @@ def main():
     del bad["h-1-1001-0001-peer.json"]
     case("no peer dump", m, bad, False, "wrote no peer dump")
     bad = copy.deepcopy(f)
+    del bad["h-1-1000-0001-stall.json"]
+    case("no stall dump at all", m, bad, False, "no waiting rank wrote a stall dump")
+    bad3 = copy.deepcopy(f3)  # rank 2 answered rank 0's trigger before its own stall was due
+    d = bad3.pop("h-1-1002-0001-stall.json")
+    d["reason"], d["trigger"] = "peer", {"origin": {"stalls": [stall(0, 3, 20)]}}
+    bad3["h-1-1002-0001-peer.json"] = d
+    case("skip with 3 ranks, one waiting rank answered first", m3, bad3, True, "answered another rank's trigger")
+    d2 = copy.deepcopy(bad3)
+    d2["h-1-1002-0001-peer.json"]["comms"][0]["inflight"] = []
+    case("a waiting rank's peer dump without the op", m3, d2, False, "without the AllReduce in flight")
+    bad = copy.deepcopy(f)
     bad["h-1-1001-0001-peer.json"]["comms"][0]["rank"] = 0
     case("wrong comm rank", m, bad, False, "says rank 0")
     bad = copy.deepcopy(f)
