@@ -155,6 +155,13 @@ static void wd_resumed_budget(void) {
 }
 
 /* Whether a communicator with this id is still profiled (not finalized). */
+/* " seq N", or nothing where the operation has none (p2p, a captured launch's replay). */
+static const char *wd_seq_text(int64_t seq, char *buf, size_t len) {
+  if (seq < 0) buf[0] = '\0';
+  else snprintf(buf, len, " seq %lld", (long long)seq);
+  return buf;
+}
+
 /* 1 while comm_id is not finalized; *records then gets its proxy records so far. */
 static int wd_comm_alive(uint64_t comm_id, uint64_t *records) {
   int alive = 0;
@@ -338,10 +345,11 @@ static void wd_check_stalls(uint64_t now) {
    * loaded node, or one that started late). One dump per process per episode. */
   if (wd_wd.peer_dump_ns && (now - wd_wd.peer_dump_ns < wd_wd.cfg->timeout_ns + wd_wd.watch.shared_every_ns ||
                              wd_progress_mark() == wd_wd.peer_mark)) {
-    WD_WARN("stall on comm 0x%llx \"%s\" rank %d: %s seq %lld made no progress for %.1f s; "
+    char seq[32];
+    WD_WARN("stall on comm 0x%llx \"%s\" rank %d: %s%s made no progress for %.1f s; "
             "already dumped for the job's stall episode %.1f s ago, not dumping again",
             (unsigned long long)stalls[0].comm_id, stalls[0].comm_name, stalls[0].rank,
-            wd_str(stalls[0].func), (long long)stalls[0].seq,
+            wd_str(stalls[0].func), wd_seq_text(stalls[0].seq, seq, sizeof seq),
             (double)stalls[0].since_progress_ns / 1e9, (double)(now - wd_wd.peer_dump_ns) / 1e9);
     return;
   }
@@ -358,10 +366,11 @@ static void wd_check_stalls(uint64_t now) {
   if (posted >= 0 && rc == 0) wd_av_dumped(k, now);
   for (uint32_t i = 0; i < n && i < 4; i++) {
     const wd_stall *s = &stalls[i];
-    WD_WARN("stall on comm 0x%llx \"%s\" rank %d/%d: %s %s seq %lld made no progress for %.1f s; "
+    char seq[32];
+    WD_WARN("stall on comm 0x%llx \"%s\" rank %d/%d: %s %s%s made no progress for %.1f s; "
             "waiting on %s; dump: %s",
             (unsigned long long)s->comm_id, s->comm_name, s->rank, s->nranks, wd_type_name(s->type),
-            wd_str(s->func), (long long)s->seq, (double)s->since_progress_ns / 1e9, s->waiting_on,
+            wd_str(s->func), wd_seq_text(s->seq, seq, sizeof seq), (double)s->since_progress_ns / 1e9, s->waiting_on,
             rc == 0 ? path : "(not written)");
   }
   if (wd_wd.cfg->action == WD_ACTION_ABORT) {
