@@ -170,6 +170,39 @@ def unprivileged_pass():
         shutil.rmtree(root, ignore_errors=True)
 
 
+def memory_budget(root):
+    """The run's memory budget (--max-memory, default half the machine's memory, at most 8 GiB):
+    a dump of the job's own whose parsed tree would pass it is cut, listed with its reason, and
+    the job gets no verdict rather than "OK"; within the budget the hang is still named."""
+    d = os.path.join(root, "budget")
+    subprocess.run([GEN, d, "--ranks=4", "--scenario=healthy"], check=True, capture_output=True)
+    name = one_real_dump(d)
+    with open(os.path.join(d, name)) as f:
+        doc = json.load(f)
+    doc["padding"] = "x" * (16 << 20)  # a 16 MiB string: a tree larger than a 12 MiB budget
+    with open(os.path.join(d, name), "w") as f:
+        json.dump(doc, f)
+    for jobs in ("1", "4"):  # alone, and in the parallel load (cut there, then alone again)
+        rc, out, _ = analyze(d, "--max-memory=12", f"--jobs={jobs}")
+        text = out.decode()
+        first = text.splitlines()[0] if text else ""
+        check(first.startswith("NO VERDICT") and "cut" in first,
+              f"memory budget, jobs {jobs}: a cut dump gives no verdict, not OK ({first[:160]})")
+        check("memory budget (12 MiB, --max-memory)" in text.split("files skipped", 1)[-1],
+              f"memory budget, jobs {jobs}: the cut dump is listed with its reason")
+    rc, out, _ = analyze(d, "--max-memory=64")
+    check(out.decode().startswith("OK"), "memory budget: within 64 MiB the healthy set is OK")
+    h = fresh(root, "budget-hang")
+    # 8 MiB holds one of these trees, not four: the parallel load cuts some, parses them again
+    # alone, and the verdict is whole.
+    rc, out, err = analyze(h, "--max-memory=8", "--jobs=4")
+    ok, first = named_rank3(out)
+    check(ok, f"memory budget: within 8 MiB rank 3 is still named ({first[:160]})")
+    check(b"memory budget" not in out + err, "memory budget: nothing cut for good at 8 MiB")
+    rc, out, err = analyze(h, "--max-memory=lots")
+    check(rc != 0 and b"--max-memory" in err, "memory budget: a malformed --max-memory is refused")
+
+
 def main():
     root = tempfile.mkdtemp(prefix="wd-untrusted-")
     try:
@@ -211,6 +244,7 @@ def main():
         first = out.decode().splitlines()[0]
         check(first.startswith("NO VERDICT") and "cut" in first,
               f"healthy set with a file cut by a bound: not OK ({first[:160]})")
+        memory_budget(root)
         unprivileged_pass()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -1,3 +1,4 @@
+#include <stdatomic.h>
 #include "load.h"
 #include "ringfile.h"
 
@@ -779,18 +780,53 @@ static _Thread_local wd_arena *t_cur; /* NULL: t_default */
 
 static wd_arena *arena_cur(void) { return t_cur ? t_cur : &t_default; }
 
-/* Set when a parse ran out of room (the bound, or memory): its file is cut, not invalid. */
-static _Thread_local int t_arena_full;
+/* Set when a parse ran out of room (the bound, or memory): its file is cut, not invalid.
+ * t_budget_full: the room was the whole run's memory budget (others' trees held some of it). */
+static _Thread_local int t_arena_full, t_budget_full;
+
+/* The parse trees of every thread together stay within the run's memory budget (--max-memory,
+ * wd_az_set_memory; 0 none): trees are the analyzer's memory, several times their file. */
+static size_t g_mem_budget;
+static _Atomic size_t g_mem_used;
+
+void wd_az_set_memory(size_t bytes) { g_mem_budget = bytes; }
+size_t wd_az_memory(void) { return g_mem_budget; }
+
+static int mem_take(size_t n) {
+  size_t u = atomic_load_explicit(&g_mem_used, memory_order_relaxed);
+  do {
+    if (g_mem_budget && u + n > g_mem_budget) return 0;
+  } while (!atomic_compare_exchange_weak_explicit(&g_mem_used, &u, u + n, memory_order_relaxed,
+                                                  memory_order_relaxed));
+  return 1;
+}
+
+static void mem_give(size_t n) { atomic_fetch_sub_explicit(&g_mem_used, n, memory_order_relaxed); }
+
+/* Why a parse gave no tree. */
+static void parse_failed(char *why, size_t len) {
+  if (t_budget_full)
+    snprintf(why, len, "bound: over the analyzer's memory budget (%zu MiB, --max-memory)", g_mem_budget >> 20);
+  else if (t_arena_full)
+    snprintf(why, len, "bound: no room to parse it (3 GiB, or memory)");
+  else
+    snprintf(why, len, "truncated or invalid JSON");
+}
 
 static void *arena_alloc(size_t n) {
   wd_arena *a = arena_cur();
   n = (n + 15) & ~(size_t)15;
   if (!a->head || a->head->used + n > a->head->cap) {
     size_t want = a->head || !a->first ? ARENA_CHUNK : a->first;
+    if (g_mem_budget && want > g_mem_budget / 8) want = g_mem_budget / 8; /* a small budget, fine chunks */
     size_t cap = n > want ? n : want;
     if (a->total + cap > ARENA_MAX) return t_arena_full = 1, NULL;
+    if (!mem_take(cap)) return t_arena_full = t_budget_full = 1, NULL;
     chunk *c = malloc(sizeof(chunk) + cap);
-    if (!c) return t_arena_full = 1, NULL;
+    if (!c) {
+      mem_give(cap);
+      return t_arena_full = 1, NULL;
+    }
     c->next = a->head;
     c->used = 0;
     c->cap = cap;
@@ -811,6 +847,7 @@ static void arena_reset(void) {
     chunk *c = a->head;
     a->head = c->next;
     a->total -= c->cap;
+    mem_give(c->cap);
     free(c);
   }
   if (a->head) a->head->used = 0;
@@ -820,6 +857,7 @@ static void arena_drop(wd_arena *a) {
   while (a->head) {
     chunk *c = a->head;
     a->head = c->next;
+    mem_give(c->cap);
     free(c);
   }
   a->total = 0;
@@ -843,10 +881,10 @@ int wd_az_load_buffer(wd_az_set *set, const char *path, const char *data, size_t
   }
   cJSON_Hooks hooks = {arena_alloc, arena_free};
   cJSON_InitHooks(&hooks);
-  t_arena_full = 0;
+  t_arena_full = t_budget_full = 0;
   cJSON *root = cJSON_ParseWithLength(data, len);
   int rc = -1;
-  if (!root) snprintf(why, why_len, t_arena_full ? "bound: no room to parse it (3 GiB, or memory)" : "truncated or invalid JSON");
+  if (!root) parse_failed(why, why_len);
   else rc = load_root(set, path, root, why, why_len);
   cJSON_InitHooks(NULL); /* the reports build their JSON with malloc */
   arena_reset();
@@ -1080,6 +1118,7 @@ typedef struct pl_file {
   cJSON *root;
   wd_arena arena;
   int done;
+  int budget; /* cut by the memory budget while other trees held it: parsed again alone */
   uint64_t mtime_ns;
   char why[256];
 } pl_file;
@@ -1098,11 +1137,12 @@ static void pl_parse(pl_file *f) {
   if (!buf) return;
   f->arena.first = len * 4 + 65536 < ARENA_CHUNK ? len * 4 + 65536 : ARENA_CHUNK;
   t_cur = &f->arena;
-  t_arena_full = 0;
+  t_arena_full = t_budget_full = 0;
   if (len == 0) snprintf(f->why, sizeof f->why, "empty file");
   else if (wd_az_is_ringfile(buf, len)) f->root = wd_az_ringfile_decode(buf, len, f->path, f->why, sizeof f->why);
   else if (!(f->root = cJSON_ParseWithLength(buf, len)))
-    snprintf(f->why, sizeof f->why, t_arena_full ? "bound: no room to parse it (3 GiB, or memory)" : "truncated or invalid JSON");
+    parse_failed(f->why, sizeof f->why);
+  f->budget = !f->root && t_budget_full;
   t_cur = NULL;
   free(buf);
 }
@@ -1140,6 +1180,7 @@ static int load_parallel(wd_az_set *set, char **paths, size_t n, int jobs, int q
   for (; started < jobs; started++)
     if (pthread_create(&th[started], NULL, pl_worker, &st) != 0) break;
   int rc = 0;
+  size_t nretry = 0;
   if (started == 0) {
     rc = -1;
   } else {
@@ -1148,7 +1189,8 @@ static int load_parallel(wd_az_set *set, char **paths, size_t n, int jobs, int q
       pthread_mutex_lock(&st.lock);
       while (!f->done) pthread_cond_wait(&st.cond, &st.lock);
       pthread_mutex_unlock(&st.lock);
-      if (!f->root || load_root(set, f->path, f->root, f->why, sizeof f->why) != 0) skip(set, f->path, f->why, quiet);
+      if (f->budget) nretry++; /* parsed again after the others, alone */
+      else if (!f->root || load_root(set, f->path, f->root, f->why, sizeof f->why) != 0) skip(set, f->path, f->why, quiet);
       else set->dumps[set->ndumps - 1].mtime_ns = f->mtime_ns;
       arena_drop(&f->arena);
       pthread_mutex_lock(&st.lock);
@@ -1158,6 +1200,17 @@ static int load_parallel(wd_az_set *set, char **paths, size_t n, int jobs, int q
     }
   }
   for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+  /* Files the budget cut while other trees held part of it: alone now, the verdict's order of
+   * files aside (the selection sorts them). Cut again, they are cut for good. */
+  for (size_t i = 0; nretry && i < n; i++) {
+    pl_file *f = &st.files[i];
+    if (!f->budget) continue;
+    f->why[0] = '\0';
+    pl_parse(f);
+    if (!f->root || load_root(set, f->path, f->root, f->why, sizeof f->why) != 0) skip(set, f->path, f->why, quiet);
+    else set->dumps[set->ndumps - 1].mtime_ns = f->mtime_ns;
+    arena_drop(&f->arena);
+  }
   cJSON_InitHooks(NULL); /* the reports build their JSON with malloc */
   pthread_cond_destroy(&st.cond);
   pthread_mutex_destroy(&st.lock);

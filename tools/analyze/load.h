@@ -41,6 +41,10 @@ void wd_az_load_release(void);
 /* Threads that read and parse the files of a directory (1: this thread alone; default 1). The
  * dumps are summarised in name order whatever the number: the result does not depend on it. */
 void wd_az_set_jobs(int jobs);
+/* The run's memory budget for parse trees, all threads together (0: none); a file whose tree
+ * would pass it is cut ("bound:"), never read as "no hang". */
+void wd_az_set_memory(size_t bytes);
+size_t wd_az_memory(void);
 
 /* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
  * everything when all_dumps. */

@@ -37,6 +37,7 @@ typedef struct args {
   double settle_s;     /* ... at most this long */
   long settle_since;   /* counting files modified since this time (epoch seconds), 0: all */
   unsigned deadline_s; /* SIGALRM ends the run after this long (0: none) */
+  long max_memory_mib; /* parse trees of all threads together; -1: the default (default_memory) */
   wd_az_opts opts;
   int ninputs;
   char **inputs;
@@ -56,6 +57,9 @@ static void usage(FILE *f) {
           "  --line=FILE        publish the first line as FILE (created whole, never replaced)\n"
           "                     and print it on stderr\n"
           "  --deadline=SECONDS end the run (SIGALRM) after SECONDS\n"
+          "  --max-memory=MIB   memory for parsed dumps, all threads together; a dump that would\n"
+          "                     pass it is cut, and a job with a cut dump gets no \"OK\" (default:\n"
+          "                     half the machine's memory, at most 8192; 0: no bound)\n"
           "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
@@ -94,7 +98,7 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
   enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT,
-         O_SETTLE, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE };
+         O_SETTLE, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE, O_MAXMEM };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
@@ -107,11 +111,13 @@ static int parse_args(int argc, char **argv, args *a) {
       {"settle", required_argument, NULL, O_SETTLE},
       {"line", required_argument, NULL, O_LINE},
       {"deadline", required_argument, NULL, O_DEADLINE},
+      {"max-memory", required_argument, NULL, O_MAXMEM},
       {"jobs", required_argument, NULL, 'j'},
       {"verbose", no_argument, NULL, 'v'},          {"quiet", no_argument, NULL, 'q'},
       {"help", no_argument, NULL, 'h'},             {"version", no_argument, NULL, 'V'},
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof(*a));
+  a->max_memory_mib = -1;
   opterr = 0; /* our own messages: they name the option and say what is wrong */
   int c;
   while ((c = getopt_long(argc, argv, ":vqhVj:", longopts, NULL)) != -1) {
@@ -138,6 +144,14 @@ static int parse_args(int argc, char **argv, args *a) {
       long d = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || d < 1 || d > 86400) return bad("--deadline", optarg, "expected seconds, 1 to 86400");
       a->deadline_s = (unsigned)d;
+      break;
+    }
+    case O_MAXMEM: {
+      char *end;
+      errno = 0;
+      long m = strtol(optarg, &end, 10);
+      if (errno || end == optarg || *end || m < 0 || m > (1L << 30)) return bad("--max-memory", optarg, "expected MiB, 0 for no bound");
+      a->max_memory_mib = m;
       break;
     }
     case O_SALVAGE: a->salvage = optarg; break;
@@ -311,8 +325,18 @@ static void trust_job_owner(const args *a) {
     }
 }
 
+/* Half the machine's memory, at most 8 GiB: a run beside a live job (the automatic verdict runs
+ * on the job's own nodes) must leave it room. */
+static size_t default_memory(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+  size_t half = pages > 0 && psz > 0 ? (size_t)pages * (size_t)psz / 2 : (size_t)1 << 30;
+  size_t cap = (size_t)8 << 30;
+  return half < cap ? half : cap;
+}
+
 static int run(const args *a) {
   if (a->deadline_s) alarm(a->deadline_s);
+  wd_az_set_memory(a->max_memory_mib < 0 ? default_memory() : (size_t)a->max_memory_mib << 20);
   if (a->settle_n) settle(a);
   wd_az_set set;
   memset(&set, 0, sizeof(set));
