@@ -121,7 +121,7 @@ int wd_own_subdir(const char *base, const char *name, char *out, size_t len) {
     else if (k > 1) snprintf(p, sizeof p, "%s/%s~%u-%u", base, name, (unsigned)geteuid(), k);
     if (strlen(p) >= len || !own_dir(p)) continue;
     if (k) WD_WARN("nccl-watchdog: %s/%s is not a folder of this user (a link, or made by someone "
-                   "else): dumps go to %s", base, name, p);
+                   "else): its files go to %s", base, name, p);
     snprintf(out, len, "%s", p);
     return 0;
   }

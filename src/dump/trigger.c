@@ -124,7 +124,12 @@ void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char
   w->start_sec = now.tv_sec - 1; /* one second of slack for a file system's coarser stamps */
   w->start_nsec = now.tv_nsec;
   w->shared_every_ns = shared_every_ns;
-  if (mkdir(w->dir, 0700) != 0 && errno != EEXIST) { /* posted to later; it may appear */
+  /* Never a triggers folder someone else made (a link, or another user's folder in a shared
+   * directory): every process of the job runs as one user and picks the same fresh name. When
+   * the dump directory is not there yet, the plain name (posted to later; it may appear). */
+  if (dump_dir && dump_dir[0]) {
+    char own[sizeof w->dir];
+    if (wd_own_subdir(dump_dir, "triggers", own, sizeof own) == 0) snprintf(w->dir, sizeof w->dir, "%s", own);
   }
   /* Episodes of an earlier incarnation of the job are history: start after them. One stat per
    * past episode, once. */

@@ -26,9 +26,18 @@
  *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
  *            (another user's when run as root, else a link): every process still logs the
  *            analyzer's own line naming global rank 3, none logs the forged one.
+ *   foreign  the same job run as an unprivileged user (uid 65532; root ignores permissions) in a
+ *            directory its group shares (mode 2770), where another member (uid 65531) made, before
+ *            the job, the host folder "mhost" and "triggers" as folders of its own (mode 0777), a
+ *            forged episode trigger and verdict line in them, and verdict-1.txt and verdict-1.log
+ *            as links to a forged report. Every process logs the analyzer's line naming global
+ *            rank 3; the job's dumps and triggers go to folders of its own (mhost~65532,
+ *            triggers~65532); nothing is written into the other member's folders or through its
+ *            links. Needs root (to become both users); skipped otherwise.
  * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
  */
 #include <dirent.h>
+#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -41,6 +50,14 @@
 
 #define DP 0xa7a7a7a7ull
 #define PP 0xb7b7b7b7ull
+#define JOB_UID 65532   /* "foreign": the job's user */
+#define OTHER_UID 65531 /* another member of the job's group */
+
+/* Become uid (group gid, and member of JOB_UID's group): 0, or -1. */
+static int become(uid_t uid, gid_t gid) {
+  gid_t groups[1] = {JOB_UID};
+  return setgroups(1, groups) == 0 && setgid(gid) == 0 && setuid(uid) == 0 ? 0 : -1;
+}
 
 static const char *g_dir, *g_case;
 
@@ -90,6 +107,7 @@ static void keep_log(int r) {
 static void rank_main(int r, int fd) {
   wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
   if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
+  if (!strcmp(g_case, "foreign") && become(JOB_UID, JOB_UID) != 0) _exit(1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm dp, pp;
@@ -220,6 +238,76 @@ static void plant_forged(void) {
   }
 }
 
+/* "foreign": another member of the group plants, as itself, before the job. */
+static void plant_foreign(void) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (become(OTHER_UID, OTHER_UID) != 0) _exit(1);
+    umask(0);
+    char p[4200], forged[4200];
+    const char *line = "HANG: FORGED rank 99 never entered AllReduce seq 1\n";
+    snprintf(forged, sizeof forged, "%s/forged.txt", g_dir);
+    FILE *f = fopen(forged, "w");
+    if (!f || fputs(line, f) < 0 || fclose(f) != 0) _exit(2);
+    snprintf(p, sizeof p, "%s/mhost", g_dir);
+    if (mkdir(p, 0777) != 0) _exit(3);
+    snprintf(p, sizeof p, "%s/triggers", g_dir);
+    if (mkdir(p, 0777) != 0) _exit(4);
+    const char *names[] = {"triggers/episode-1.trigger", "triggers/verdict-1.line"};
+    for (int i = 0; i < 2; i++) {
+      snprintf(p, sizeof p, "%s/%s", g_dir, names[i]);
+      f = fopen(p, "w");
+      if (!f || fputs(i ? line : "{\"host\":\"mhost\",\"pid\":1,\"stalls\":[]}", f) < 0 || fclose(f) != 0) _exit(5);
+    }
+    snprintf(p, sizeof p, "%s/verdict-1.txt", g_dir);
+    if (symlink(forged, p) != 0) _exit(6);
+    snprintf(p, sizeof p, "%s/verdict-1.log", g_dir);
+    if (symlink(forged, p) != 0) _exit(7);
+    _exit(0);
+  }
+  int st = 0;
+  WDH_CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+            "the other member could not plant (status 0x%x)", st);
+}
+
+static int entries(const char *sub) {
+  char p[4200];
+  snprintf(p, sizeof p, "%s/%s", g_dir, sub);
+  DIR *d = opendir(p);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) n += e->d_name[0] != '.';
+  if (d) closedir(d);
+  return d ? n : -1;
+}
+
+static uid_t owner(const char *sub) {
+  char p[4200];
+  struct stat st;
+  snprintf(p, sizeof p, "%s/%s", g_dir, sub);
+  return lstat(p, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
+static void case_forged(void);
+
+static void case_foreign(void) {
+  case_forged(); /* every process logs the analyzer's line naming global rank 3, none the forged */
+  WDH_CHECK(entries("mhost") == 0, "%d file(s) written into the other member's host folder", entries("mhost"));
+  WDH_CHECK(entries("triggers") == 2, "the other member's triggers folder holds %d files, not its 2",
+            entries("triggers"));
+  WDH_CHECK(owner("mhost~65532") == JOB_UID && entries("mhost~65532") >= 4,
+            "the job's dumps are not in a folder of its own (mhost~65532: %d entries)", entries("mhost~65532"));
+  WDH_CHECK(owner("triggers~65532/episode-1.trigger") == JOB_UID,
+            "the job's episode trigger is not in a triggers folder of its own");
+  char p[4200];
+  snprintf(p, sizeof p, "%s/forged.txt", g_dir);
+  char *t = read_all(p);
+  WDH_CHECK(t && !strcmp(t, "HANG: FORGED rank 99 never entered AllReduce seq 1\n"),
+            "the forged report was written through its link: %.200s", t ? t : "(gone)");
+  free(t);
+  WDH_CHECK(owner("verdict-1.txt") == JOB_UID, "verdict-1.txt is not the job's own report");
+}
+
 static void case_forged(void) {
   int n = wait_logs("verdict of stall episode 1: JOB: root cause", 4, 20000);
   WDH_CHECK(n == 4, "%d of 4 processes logged the analyzer's own verdict within 20 s", n);
@@ -297,8 +385,13 @@ int main(int argc, char **argv) {
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
-      strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged"))
+      strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged") &&
+      strcmp(g_case, "foreign"))
     return 2;
+  if (!strcmp(g_case, "foreign") && geteuid() != 0) {
+    printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
+    return 77;
+  }
   char tag[32];
   snprintf(tag, sizeof tag, "autoverdict-%s", g_case);
   setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
@@ -316,10 +409,15 @@ int main(int argc, char **argv) {
   snprintf(hook, sizeof hook, "%s hook %s/hook.out", self, dir);
   setenv("NCCL_WATCHDOG_ON_VERDICT", hook, 1);
   if (!strcmp(g_case, "forged")) plant_forged();
+  if (!strcmp(g_case, "foreign")) {
+    WDH_CHECK(chown(dir, JOB_UID, JOB_UID) == 0 && chmod(dir, 02770) == 0, "cannot share %s", dir);
+    plant_foreign();
+  }
   pid_t pids[4];
   WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
   if (!strcmp(g_case, "job")) case_job(pids);
   else if (!strcmp(g_case, "forged")) case_forged();
+  else if (!strcmp(g_case, "foreign")) case_foreign();
   else if (!strcmp(g_case, "missing")) case_missing();
   else if (!strcmp(g_case, "killed")) case_killed(pids);
   else if (!strcmp(g_case, "aborted")) case_aborted();
