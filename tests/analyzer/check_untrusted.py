@@ -10,7 +10,7 @@ message.
 
 usage: check_untrusted.py GEN_DUMPS ANALYZER
 """
-import gzip, json, os, shutil, subprocess, sys, tempfile
+import gzip, json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wd_check import check, finish  # noqa: E402
@@ -203,6 +203,20 @@ def memory_budget(root):
     check(rc != 0 and b"--max-memory" in err, "memory budget: a malformed --max-memory is refused")
 
 
+def time_bound(root):
+    """The run's time (--deadline, default 600 s): reading stops at 90 % of it and what was not
+    read is cut, never "OK"; a settle wait gives way to reading."""
+    d = fresh(root, "deadline")
+    t0 = time.monotonic()
+    rc, out, err = analyze(d, "--settle=100,30", "--deadline=3")
+    took = time.monotonic() - t0
+    check(took < 5, f"deadline: a 3 s run with a 30 s settle wait ended after {took:.1f} s")
+    check(rc > 0 and not out.startswith(b"OK") and b"not read within the run's time (--deadline 3 s)" in err,
+          f"deadline: files not read in time are cut, not OK (rc {rc}, {err.decode()[-200:]})")
+    rc, out, _ = analyze(d, "--deadline=0")
+    check(named_rank3(out)[0], "deadline: --deadline=0 (no bound) still names rank 3")
+
+
 def main():
     root = tempfile.mkdtemp(prefix="wd-untrusted-")
     try:
@@ -245,6 +259,7 @@ def main():
         check(first.startswith("NO VERDICT") and "cut" in first,
               f"healthy set with a file cut by a bound: not OK ({first[:160]})")
         memory_budget(root)
+        time_bound(root)
         unprivileged_pass()
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -790,6 +790,23 @@ static size_t g_mem_budget;
 static _Atomic size_t g_mem_used;
 
 void wd_az_set_memory(size_t bytes) { g_mem_budget = bytes; }
+
+static double g_read_until;
+static unsigned g_deadline_s;
+void wd_az_set_read_until(double t, unsigned deadline_s) {
+  g_read_until = t;
+  g_deadline_s = deadline_s;
+}
+
+/* Past the time for reading: why says so, 1. */
+static int out_of_time(char *why, size_t len) {
+  if (g_read_until <= 0) return 0;
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  if ((double)ts.tv_sec + (double)ts.tv_nsec / 1e9 < g_read_until) return 0;
+  snprintf(why, len, "bound: not read within the run's time (--deadline %u s)", g_deadline_s);
+  return 1;
+}
 size_t wd_az_memory(void) { return g_mem_budget; }
 
 static int mem_take(size_t n) {
@@ -1042,6 +1059,10 @@ static void skip(wd_az_set *set, const char *path, const char *why, int quiet) {
 int wd_az_load_file(wd_az_set *set, const char *path, int quiet) {
   char why[256];
   size_t len = 0;
+  if (out_of_time(why, sizeof why)) {
+    skip(set, path, why, quiet);
+    return -1;
+  }
   char *buf = read_all(path, &len, why, sizeof(why));
   uint64_t mtime = t_mtime_ns;
   int rc = buf ? wd_az_load_buffer(set, path, buf, len, why, sizeof(why)) : -1;
@@ -1132,6 +1153,7 @@ typedef struct pl_state {
 
 static void pl_parse(pl_file *f) {
   size_t len = 0;
+  if (out_of_time(f->why, sizeof f->why)) return;
   char *buf = read_all(f->path, &len, f->why, sizeof f->why);
   f->mtime_ns = t_mtime_ns;
   if (!buf) return;

@@ -44,6 +44,9 @@ void wd_az_set_jobs(int jobs);
 /* The run's memory budget for parse trees, all threads together (0: none); a file whose tree
  * would pass it is cut ("bound:"), never read as "no hang". */
 void wd_az_set_memory(size_t bytes);
+/* Files not yet read at CLOCK_MONOTONIC time t (seconds; 0: none) are cut ("bound:", the run's
+ * --deadline of deadline_s), never read as "no hang". */
+void wd_az_set_read_until(double t, unsigned deadline_s);
 size_t wd_az_memory(void);
 
 /* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or

@@ -36,7 +36,8 @@ typedef struct args {
   long settle_n;       /* wait for this many dumps in the inputs first ... */
   double settle_s;     /* ... at most this long */
   long settle_since;   /* counting files modified since this time (epoch seconds), 0: all */
-  unsigned deadline_s; /* SIGALRM ends the run after this long (0: none) */
+  long deadline_s;     /* SIGALRM ends the run after this long (0: none; -1: DEFAULT_DEADLINE_S);
+                          reading stops at 90 % of it, so the report says what was left */
   long max_memory_mib; /* parse trees of all threads together; -1: the default (default_memory) */
   wd_az_opts opts;
   int ninputs;
@@ -56,7 +57,9 @@ static void usage(FILE *f) {
           "                     epoch seconds), at most SECONDS, then analyze\n"
           "  --line=FILE        publish the first line as FILE (created whole, never replaced)\n"
           "                     and print it on stderr\n"
-          "  --deadline=SECONDS end the run (SIGALRM) after SECONDS\n"
+          "  --deadline=SECONDS bound the run's time: reading dumps stops at 90%% of it (files not\n"
+          "                     read are cut, and a job with a cut dump gets no \"OK\"), SIGALRM\n"
+          "                     ends the run at SECONDS (default 600; 0: no bound)\n"
           "  --max-memory=MIB   memory for parsed dumps, all threads together; a dump that would\n"
           "                     pass it is cut, and a job with a cut dump gets no \"OK\" (default:\n"
           "                     half the machine's memory, at most 8192; 0: no bound)\n"
@@ -118,6 +121,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof(*a));
   a->max_memory_mib = -1;
+  a->deadline_s = -1;
   opterr = 0; /* our own messages: they name the option and say what is wrong */
   int c;
   while ((c = getopt_long(argc, argv, ":vqhVj:", longopts, NULL)) != -1) {
@@ -142,8 +146,8 @@ static int parse_args(int argc, char **argv, args *a) {
       char *end;
       errno = 0;
       long d = strtol(optarg, &end, 10);
-      if (errno || end == optarg || *end || d < 1 || d > 86400) return bad("--deadline", optarg, "expected seconds, 1 to 86400");
-      a->deadline_s = (unsigned)d;
+      if (errno || end == optarg || *end || d < 0 || d > 86400) return bad("--deadline", optarg, "expected seconds, 0 to 86400");
+      a->deadline_s = d;
       break;
     }
     case O_MAXMEM: {
@@ -270,8 +274,9 @@ static long count_dumps(const char *dir, int depth, long since) {
 
 /* --settle: the plugin's automatic verdict waits here for the episode's dumps, out of the job's
  * processes (which may be ending: PyTorch's teardown). */
-static void settle(const args *a) {
+static void settle(const args *a, double read_until) {
   double until = now_s() + a->settle_s;
+  if (read_until > 0 && read_until < until) until = read_until; /* the rest is for reading */
   for (;;) {
     long n = 0;
     for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since);
@@ -279,7 +284,8 @@ static void settle(const args *a) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
       return;
     }
-    struct timespec ts = {0, 500 * 1000000L};
+    double left = until - now_s(), step = left < 0.5 ? left : 0.5;
+    struct timespec ts = {0, step > 0 ? (long)(step * 1e9) : 0};
     nanosleep(&ts, NULL);
   }
 }
@@ -334,10 +340,18 @@ static size_t default_memory(void) {
   return half < cap ? half : cap;
 }
 
+#define DEFAULT_DEADLINE_S 600 /* a verdict is wanted in minutes; 100,000 dumps load well within it */
+
 static int run(const args *a) {
-  if (a->deadline_s) alarm(a->deadline_s);
+  long deadline = a->deadline_s < 0 ? DEFAULT_DEADLINE_S : a->deadline_s;
+  double read_until = 0;
+  if (deadline) {
+    alarm((unsigned)deadline);
+    read_until = now_s() + 0.9 * (double)deadline;
+    wd_az_set_read_until(read_until, (unsigned)deadline);
+  }
   wd_az_set_memory(a->max_memory_mib < 0 ? default_memory() : (size_t)a->max_memory_mib << 20);
-  if (a->settle_n) settle(a);
+  if (a->settle_n) settle(a, read_until);
   wd_az_set set;
   memset(&set, 0, sizeof(set));
   double t0 = now_s();
