@@ -160,6 +160,35 @@ int wd_trigger_post(wd_trigger_watch *w, const char *json, char *name_out, size_
   return mine;
 }
 
+int wd_trigger_post_fresh(wd_trigger_watch *w, const char *json, const char *join, char *name_out,
+                          size_t name_len) {
+  char path[WD_PATH_MAX + 64], other[512];
+  struct stat st;
+  unsigned k = w->next;
+  for (int creates = 0; creates < 8 && k < WD_EPISODE_MAX; k++) {
+    if (episode_path(path, sizeof path, w->dir, k) != 0) return -1;
+    w->shared_checks++;
+    if (lstat(path, &st) == 0) {
+      if (join && read_file(path, other, sizeof other) == 0 && strstr(other, join)) {
+        if (name_out && name_len) snprintf(name_out, name_len, "episode-%u.trigger", k);
+        w->next = k + 1;
+        return 0; /* another process of the job fell back the same way first: its episode */
+      }
+      continue;
+    }
+    creates++;
+    if (create_exclusive(path, json ? json : "{}") != 0) {
+      if (errno == EEXIST) continue;
+      return -1;
+    }
+    if (name_out && name_len) snprintf(name_out, name_len, "episode-%u.trigger", k);
+    relay(w, k, json);
+    w->next = k + 1;
+    return 1;
+  }
+  return -1;
+}
+
 static int heartbeat_path(char *out, size_t len, const wd_trigger_watch *w) {
   int n = snprintf(out, len, "%s/poller-%s.alive", w->relay_dir, w->job);
   return n < 0 || (size_t)n >= len ? -1 : 0;
@@ -254,6 +283,13 @@ int wd_trigger_post_verdict(wd_trigger_watch *w, unsigned k, const char *line) {
   if (rc == 0 || err == EEXIST) relay_verdict(w, k, line);
   errno = err;
   return rc;
+}
+
+int wd_trigger_verdict_posted(wd_trigger_watch *w, unsigned k) {
+  char path[WD_PATH_MAX + 64], line[64];
+  if (verdict_path(path, sizeof path, w->dir, k) != 0) return 0;
+  w->shared_checks++;
+  return read_file(path, line, sizeof line) == 0 && line[0];
 }
 
 static void chomp(char *s) {

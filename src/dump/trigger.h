@@ -54,10 +54,21 @@ int wd_trigger_post(wd_trigger_watch *w, const char *json, char *name_out, size_
 int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t name_len,
                     char *content, size_t content_len);
 
+/* Posts json as an episode of this process's own under the first free number from the cursor
+ * on (a stat per taken number, a few creates at most), and moves the cursor past it: for a stall
+ * whose joined episode never got a verdict. An episode on the way whose trigger holds join
+ * (another process of the job that fell back for the same communicator) is joined instead.
+ * 1 posted, 0 joined, -1 neither. */
+int wd_trigger_post_fresh(wd_trigger_watch *w, const char *json, const char *join, char *name_out,
+                          size_t name_len);
+
 /* The automatic verdict of episode k (watchdog/autoverdict.h): its first line, published by the
  * episode's opener as <dump dir>/triggers/verdict-<k>.line (whole or not at all) and relayed to
  * its node. 0, or -1 (errno). */
 int wd_trigger_post_verdict(wd_trigger_watch *w, unsigned k, const char *line);
+
+/* Whether episode k's verdict line was published in the shared folder (one shared read). */
+int wd_trigger_verdict_posted(wd_trigger_watch *w, unsigned k);
 
 /* One look for episode k's verdict line, as for episodes: the node-local relay every call, the
  * shared directory when this process is the poller and its interval has passed (then relayed).

@@ -51,6 +51,10 @@ static struct {
   /* The episode whose verdict line this process logs. */
   unsigned wait_k;
   uint64_t wait_until_ns;
+  /* The episode this process's own stall dumped for: its line is logged whatever triggers are
+   * answered meanwhile (they move wait_k). */
+  unsigned own_k;
+  uint64_t own_until_ns;
   unsigned salvaged_k; /* the last episode this node's ring files were salvaged for */
   wd_av_stats stats;
 } av;
@@ -292,11 +296,11 @@ static void av_publish(const char *line) {
   snprintf(text, sizeof text, "%s\n", line);
   if (wd_trigger_post_verdict(av.watch, av.k, text) != 0 && errno != EEXIST)
     WD_WARN("stall episode %u: could not publish the verdict in %s: %s", av.k, av.watch->dir, strerror(errno));
-  /* The opener dumped for its episode: it logs the line now, not at its next look. */
-  if (av.wait_k == av.k) {
-    WD_WARN("verdict of stall episode %u: %s", av.k, line);
-    av.wait_k = 0;
-  }
+  /* The opener logs its episode's line now, not at its next look, even when it answered other
+   * triggers meanwhile (they moved what it waits for). */
+  WD_WARN("verdict of stall episode %u: %s", av.k, line);
+  if (av.wait_k == av.k) av.wait_k = 0;
+  if (av.own_k == av.k) av.own_k = 0;
   av.stats.verdicts++;
   av.stats.last_seconds = (double)(wd_now_ns() - av.opened_ns) / 1e9;
   av_parse_line(line);
@@ -400,10 +404,14 @@ void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
           (int)pid, expected, av.base, k);
 }
 
-void wd_av_dumped(unsigned k, uint64_t now) {
+void wd_av_dumped(unsigned k, uint64_t now, int own) {
   if (!av.cfg || !av.cfg->verdict || !av.cfg->peer_dumps) return;
   av.wait_k = k;
   av.wait_until_ns = now + av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns + 30ull * 1000000000ull;
+  if (own) {
+    av.own_k = k;
+    av.own_until_ns = av.wait_until_ns;
+  }
   if (!av.stats.open_episode) av.stats.open_episode = k;
   av_salvage(now, k);
 }
@@ -466,9 +474,20 @@ void wd_av_poll(uint64_t now) {
     if (wd_trigger_verdict_poll(av.watch, av.wait_k, now, line, sizeof line)) {
       WD_WARN("verdict of stall episode %u: %s", av.wait_k, line);
       av_parse_line(line);
+      if (av.own_k == av.wait_k) av.own_k = 0;
       av.wait_k = 0;
     } else if (now >= av.wait_until_ns) {
       av.wait_k = 0;
+    }
+  }
+  if (av.own_k && av.own_k != av.wait_k) {
+    char line[AV_LINE];
+    if (wd_trigger_verdict_poll(av.watch, av.own_k, now, line, sizeof line)) {
+      WD_WARN("verdict of stall episode %u: %s", av.own_k, line);
+      av_parse_line(line);
+      av.own_k = 0;
+    } else if (now >= av.own_until_ns) {
+      av.own_k = 0;
     }
   }
 }

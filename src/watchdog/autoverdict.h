@@ -29,7 +29,7 @@ void wd_av_stop(void);
  * name the communicators whose ranks are expected to dump. */
 void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n);
 /* This process dumped for episode k (its own stall or a peer dump): it logs the verdict line. */
-void wd_av_dumped(unsigned k, uint64_t now);
+void wd_av_dumped(unsigned k, uint64_t now, int own); /* own: its own stall dumped for k */
 /* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's
  * verdict files (as verdict-<k>.resumed) when this process opened it, and to the metrics. */
 void wd_av_resumed(uint64_t now, uint64_t began_ns);

@@ -69,6 +69,14 @@ static struct {
   int episode_nccl;          /* NCCL's own events of the stalled op were open */
   uint64_t episode_records;  /* its communicator's proxy records then (wd_context_proxy_records) */
   int warned_max;
+  unsigned warned_trigger; /* malformed triggers seen (the first is said) */
+  /* This process's stall was folded into episode fold_k, which another process opened (joined,
+   * or answered just before): it stands for the stall while a verdict may still come, until
+   * fold_deadline_ns. Without one by then (a trigger the job did not write, or its analyzer
+   * failed) the stall opens an episode of its own (own_next: posted under a free number). */
+  unsigned fold_k;
+  uint64_t fold_deadline_ns;
+  int own_next;
   wd_process_id proc; /* boot id and process start, read when the thread starts */
   wd_trigger_watch watch;
   const wd_config *cfg; /* the lifecycle's, alive while the thread runs */
@@ -175,6 +183,12 @@ static int wd_comm_alive(uint64_t comm_id, uint64_t *records) {
   return alive;
 }
 
+/* A trigger as the job's processes write them (wd_post_trigger): a JSON object with a "stalls"
+ * array. Anything else in the triggers folder is ignored (said once), never answered. */
+static int wd_trigger_wellformed(const char *content) {
+  return content[0] == '{' && strstr(content, "\"stalls\":[") != NULL;
+}
+
 /* Opens the job's stall episode, or joins it: 1 this process posted it, 0 another process had
  * (the same episode), -1 not posted. */
 static int wd_post_trigger(const wd_stall *st, uint32_t n) {
@@ -182,6 +196,15 @@ static int wd_post_trigger(const wd_stall *st, uint32_t n) {
   if (root == NULL) return -1;
   cJSON_AddStringToObject(root, "host", wd_wd.host);
   cJSON_AddNumberToObject(root, "pid", (double)getpid());
+  /* After an episode without a verdict: processes of the job that fall back for the same
+   * communicator meet in one episode (wd_trigger_post_fresh). */
+  char join[64] = "";
+  if (wd_wd.own_next && n) {
+    char id[32];
+    snprintf(id, sizeof id, "0x%llx", (unsigned long long)st[0].comm_id);
+    cJSON_AddStringToObject(root, "fallback", id);
+    snprintf(join, sizeof join, "\"fallback\":\"%s\"", id);
+  }
   cJSON *arr = cJSON_AddArrayToObject(root, "stalls");
   for (uint32_t i = 0; arr && i < n; i++) {
     cJSON *s = cJSON_CreateObject();
@@ -203,7 +226,11 @@ static int wd_post_trigger(const wd_stall *st, uint32_t n) {
   cJSON_Delete(root);
   if (text == NULL) return -1;
   char name[64], other[1024];
-  int rc = wd_trigger_post(&wd_wd.watch, text, name, sizeof(name), other, sizeof(other));
+  /* Normally an episode someone else posted first is the same one. After an episode that never
+   * got a verdict (wd_wd.own_next), this process posts one of its own: the next free number. */
+  int rc = wd_wd.own_next ? wd_trigger_post_fresh(&wd_wd.watch, text, join, name, sizeof(name))
+                          : wd_trigger_post(&wd_wd.watch, text, name, sizeof(name), other, sizeof(other));
+  wd_wd.own_next = 0;
   if (rc == 1) WD_INFO("posted %s: every process of the job dumps for this episode", name);
   else if (rc == 0) WD_INFO("%s was posted by another process first: same episode, dumped once", name);
   else WD_WARN("could not post a trigger in %s: %s", wd_wd.watch.dir, strerror(errno));
@@ -271,6 +298,27 @@ static void wd_watch_mask(wd_context *ctx) {
   ctx->mask_warned++;
 }
 
+static void wd_fold(unsigned k, uint64_t now) {
+  if (!wd_wd.cfg->verdict || !k) return; /* no verdicts to wait for: the dumps are the answer */
+  wd_wd.fold_k = k;
+  wd_wd.fold_deadline_ns = now + wd_wd.cfg->verdict_wait_ns + wd_wd.cfg->verdict_limit_ns +
+                           2 * wd_wd.watch.shared_every_ns + 2000000000ull;
+}
+
+/* 1 when the episode this process's stall was folded into got no verdict in time: the stall is
+ * then an episode of its own (a flood of triggers the job did not write never starves it). */
+static int wd_fold_expired(uint64_t now) {
+  if (!wd_wd.fold_k || now < wd_wd.fold_deadline_ns) return 0;
+  unsigned k = wd_wd.fold_k;
+  wd_wd.fold_k = 0;
+  if (wd_trigger_verdict_posted(&wd_wd.watch, k)) return 0;
+  WD_WARN("stall episode %u, which this process's stall joined, got no verdict in time (a trigger "
+          "the job did not write, or its analyzer failed): the stall opens an episode of its own", k);
+  wd_wd.peer_dump_ns = 0;
+  wd_wd.own_next = 1;
+  return 1;
+}
+
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
@@ -323,9 +371,10 @@ static void wd_check_stalls(uint64_t now) {
     }
     wd_wd.episode = 0;
     wd_wd.episode_path[0] = '\0';
+    wd_wd.fold_k = 0;
     return;
   }
-  if (wd_wd.episode) return;
+  if (wd_wd.episode && !wd_fold_expired(now)) return;
   wd_wd.episode = 1;
   wd_wd.nepisodes++;
   /* Most stalled first. */
@@ -351,6 +400,7 @@ static void wd_check_stalls(uint64_t now) {
             (unsigned long long)stalls[0].comm_id, stalls[0].comm_name, stalls[0].rank,
             wd_str(stalls[0].func), wd_seq_text(stalls[0].seq, seq, sizeof seq),
             (double)stalls[0].since_progress_ns / 1e9, (double)(now - wd_wd.peer_dump_ns) / 1e9);
+    wd_fold(wd_wd.watch.next - 1, now);
     return;
   }
   /* The episode first: the process that opens it dumps whole rings, the others of the same
@@ -359,11 +409,12 @@ static void wd_check_stalls(uint64_t now) {
   int joined = posted == 0;
   unsigned k = wd_wd.watch.next - 1; /* the episode posted or joined */
   if (posted == 1) wd_av_opened(k, now, stalls, n);
+  if (posted == 0) wd_fold(k, now);
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
   int rc = wd_dump("stall", &extra, joined, path, sizeof(path));
   if (rc == 0) snprintf(wd_wd.episode_path, sizeof wd_wd.episode_path, "%s", path);
-  if (posted >= 0 && rc == 0) wd_av_dumped(k, now);
+  if (posted >= 0 && rc == 0) wd_av_dumped(k, now, 1);
   for (uint32_t i = 0; i < n && i < 4; i++) {
     const wd_stall *s = &stalls[i];
     char seq[32];
@@ -394,12 +445,18 @@ static void wd_check_signal(void) {
 static void wd_check_triggers(uint64_t now) {
   char name[64], content[8192];
   if (wd_trigger_poll(&wd_wd.watch, now, name, sizeof(name), content, sizeof(content)) != 1) return;
+  if (!wd_trigger_wellformed(content)) {
+    if (!wd_wd.warned_trigger++)
+      WD_WARN("ignoring %s: not a trigger the job's processes write (no stalls in it); further "
+              "ones are ignored quietly", name);
+    return;
+  }
   if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_wd.cfg->timeout_ns) {
     WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
             (double)(now - wd_wd.last_dump_ns) / 1e9);
     wd_wd.peer_dump_ns = now;
     wd_wd.peer_mark = wd_progress_mark();
-    wd_av_dumped(wd_wd.watch.next - 1, now);
+    wd_av_dumped(wd_wd.watch.next - 1, now, 0);
     return;
   }
   wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
@@ -408,7 +465,7 @@ static void wd_check_triggers(uint64_t now) {
     wd_wd.peer_dump_ns = now;
     wd_wd.peer_mark = wd_progress_mark();
     WD_WARN("another process reported a stall (%s): dump %s", name, path);
-    wd_av_dumped(wd_wd.watch.next - 1, now);
+    wd_av_dumped(wd_wd.watch.next - 1, now, 0);
   }
 }
 
@@ -549,6 +606,9 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.episode_path[0] = '\0';
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
+  wd_wd.warned_trigger = 0;
+  wd_wd.fold_k = 0;
+  wd_wd.own_next = 0;
   wd_wd.last_dump_ns = 0;
   wd_wd.nepisodes = 0;
   wd_hostname(wd_wd.host, sizeof(wd_wd.host));

@@ -26,6 +26,15 @@
  *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
  *            (another user's when run as root, else a link): every process still logs the
  *            analyzer's own line naming global rank 3, none logs the forged one.
+ *   flood    the job case while a process of the same user writes a well-formed episode trigger
+ *            naming another job's communicator every 100 ms, and a malformed one beside each, from
+ *            before the hang on: every process answers (peer dumps, their own budget) and its
+ *            stall folds into an episode that never gets a verdict; once the verdict could have
+ *            come (NCCL_WATCHDOG_VERDICT_WAIT + _TIMEOUT), the stall opens an episode of its own
+ *            (processes falling back for one communicator meet in one, under the first free
+ *            number): each stalled process writes its own stall dump and logs a verdict of a
+ *            hang. Behind the flood the others may not answer that episode, so who is to blame
+ *            is not checked (the verdict may say a waiting rank left no dump).
  *   foreign  the same job run as an unprivileged user (uid 65532; root ignores permissions) in a
  *            directory its group shares (mode 2770), where another member (uid 65531) made, before
  *            the job, the host folder "mhost" and "triggers" as folders of its own (mode 0777), a
@@ -238,6 +247,32 @@ static void plant_forged(void) {
   }
 }
 
+/* "flood": the next free episode-K.trigger every 100 ms, a malformed file beside it. */
+static void flood_triggers(void) {
+  char dir[4200];
+  snprintf(dir, sizeof dir, "%s/triggers", g_dir);
+  mkdir(dir, 0700);
+  for (unsigned k = 1, bad = 1;; bad++) {
+    char p[4300];
+    for (;; k++) {
+      snprintf(p, sizeof p, "%s/episode-%u.trigger", dir, k);
+      if (access(p, F_OK) != 0) break;
+    }
+    FILE *f = fopen(p, "wx");
+    if (f) {
+      fprintf(f, "{\"host\":\"elsewhere\",\"pid\":1,\"stalls\":[{\"commId\":\"0xdead\",\"rank\":0}]}");
+      fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/episode-%u.trigger", dir, k + 1);
+    f = fopen(p, "wx"); /* malformed: the next number, when nobody took it first */
+    if (f) {
+      fprintf(f, "not a trigger %u", bad);
+      fclose(f);
+    }
+    wdh_sleep_ms(100);
+  }
+}
+
 /* "foreign": another member of the group plants, as itself, before the job. */
 static void plant_foreign(void) {
   pid_t pid = fork();
@@ -289,6 +324,24 @@ static uid_t owner(const char *sub) {
 }
 
 static void case_forged(void);
+
+static void case_flood(void) {
+  int n = wait_logs("verdict of stall episode", 3, 40000);
+  WDH_CHECK(n == 3, "%d of the 3 stalled processes logged a verdict within 40 s of a trigger flood", n);
+  WDH_CHECK(wait_logs("opens an episode of its own", 1, 1) == 1, "rank 0 did not say why it opened its own episode");
+  for (int r = 0; r < 3; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+    char *t = read_all(path);
+    const char *line = t ? strstr(t, "verdict of stall episode") : NULL;
+    const char *what = line ? strstr(line, ": ") : NULL;
+    WDH_CHECK(what && (!strncmp(what, ": HANG", 6) || !strncmp(what, ": JOB", 5)),
+              "process %d's verdict is not a hang's: %.300s", r, line ? line : "(none)");
+    free(t);
+  }
+  WDH_CHECK(wdh_list_dumps(g_dir, "stall", NULL, 0) >= 3, "%d stall dumps: the flood starved a stalled process's own",
+            wdh_list_dumps(g_dir, "stall", NULL, 0));
+}
 
 static void case_foreign(void) {
   case_forged(); /* every process logs the analyzer's line naming global rank 3, none the forged */
@@ -386,7 +439,7 @@ int main(int argc, char **argv) {
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
       strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged") &&
-      strcmp(g_case, "foreign"))
+      strcmp(g_case, "foreign") && strcmp(g_case, "flood"))
     return 2;
   if (!strcmp(g_case, "foreign") && geteuid() != 0) {
     printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
@@ -409,6 +462,19 @@ int main(int argc, char **argv) {
   snprintf(hook, sizeof hook, "%s hook %s/hook.out", self, dir);
   setenv("NCCL_WATCHDOG_ON_VERDICT", hook, 1);
   if (!strcmp(g_case, "forged")) plant_forged();
+  pid_t flooder = 0;
+  char rings[64] = "";
+  if (!strcmp(g_case, "flood")) {
+    /* Ring files in node memory, as in production, not among the dumps: several episodes'
+     * analyzers run here, each must judge the processes' dumps, not their live ring files. */
+    snprintf(rings, sizeof rings, "/tmp/wdh-flood-rings-XXXXXX");
+    WDH_CHECK(mkdtemp(rings) != NULL, "mkdtemp");
+    setenv("NCCL_WATCHDOG_RING_DIR", rings, 1);
+    setenv("NCCL_WATCHDOG_VERDICT_WAIT", "1s", 1);
+    setenv("NCCL_WATCHDOG_VERDICT_TIMEOUT", "5s", 1);
+    flooder = fork();
+    if (flooder == 0) flood_triggers();
+  }
   if (!strcmp(g_case, "foreign")) {
     WDH_CHECK(chown(dir, JOB_UID, JOB_UID) == 0 && chmod(dir, 02770) == 0, "cannot share %s", dir);
     plant_foreign();
@@ -418,11 +484,14 @@ int main(int argc, char **argv) {
   if (!strcmp(g_case, "job")) case_job(pids);
   else if (!strcmp(g_case, "forged")) case_forged();
   else if (!strcmp(g_case, "foreign")) case_foreign();
+  else if (!strcmp(g_case, "flood")) case_flood();
   else if (!strcmp(g_case, "missing")) case_missing();
   else if (!strcmp(g_case, "killed")) case_killed(pids);
   else if (!strcmp(g_case, "aborted")) case_aborted();
   else case_resumed();
   wdh_kill_ranks(pids, 4);
+  if (flooder > 0) wdh_kill_ranks(&flooder, 1);
+  if (rings[0]) wdh_rmtree(rings);
   char label[48];
   snprintf(label, sizeof label, "scenario.autoverdict %s", g_case);
   return wdh_scenario_end(label, dir);
