@@ -165,7 +165,8 @@ int wd_trigger_post_fresh(wd_trigger_watch *w, const char *json, const char *joi
   char path[WD_PATH_MAX + 64], other[512];
   struct stat st;
   unsigned k = w->next;
-  for (int creates = 0; creates < 8 && k < WD_EPISODE_MAX; k++) {
+  /* Bounded: a few creates, and stats over at most 4,096 taken numbers (a flood's backlog). */
+  for (int creates = 0, looks = 0; creates < 8 && looks < 4096 && k < WD_EPISODE_MAX; k++, looks++) {
     if (episode_path(path, sizeof path, w->dir, k) != 0) return -1;
     w->shared_checks++;
     if (lstat(path, &st) == 0) {

@@ -55,7 +55,7 @@ int wd_trigger_poll(wd_trigger_watch *w, uint64_t now, char *name_out, size_t na
                     char *content, size_t content_len);
 
 /* Posts json as an episode of this process's own under the first free number from the cursor
- * on (a stat per taken number, a few creates at most), and moves the cursor past it: for a stall
+ * on (a stat per taken number, at most 4,096, and a few creates), and moves the cursor past it: for a stall
  * whose joined episode never got a verdict. An episode on the way whose trigger holds join
  * (another process of the job that fell back for the same communicator) is joined instead.
  * 1 posted, 0 joined, -1 neither. */
