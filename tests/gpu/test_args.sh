@@ -97,5 +97,19 @@ done
 expect_run run.sh-help 0 'usage: tests/gpu/run.sh' -- bash "$RUN_SH" --help
 expect_run run.sh-bad-arg 2 "unknown argument" -- bash "$RUN_SH" --frob
 
+# session.sh: the same skip through it, its log kept, nothing else made.
+SESSION_SH=$(dirname "$RUN_SH")/session.sh
+sess=$(mktemp -d)
+out=$(env -u CUDA_VISIBLE_DEVICES NCCL_E2E_NVIDIA_SMI=/nonexistent/nvidia-smi NCCL_E2E_DEV=/nonexistent/nvidia0 \
+  bash "$SESSION_SH" --bundle "$sess" "$sess/out" --overhead 0 2>&1)
+rc=$?
+if [[ $rc == 0 && $out == *"SKIP gpu tests: no GPU visible"* && -s $sess/out/session.log && ! -e $sess/out/work.tgz ]]; then
+  ok
+else
+  bad "session.sh skip path: exit $rc: $out"
+fi
+rm -rf "$sess"
+expect_run session.sh-usage 2 "usage: tests/gpu/session.sh" -- bash "$SESSION_SH"
+
 echo "gpu.args: $((checks - failures)) of $checks checks passed"
 ((failures == 0))
