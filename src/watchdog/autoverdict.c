@@ -453,6 +453,19 @@ void wd_av_teardown(uint64_t now, int expected) {
           (int)pid, av.base, k);
 }
 
+/* One look for episode k's verdict line (0: none awaited): logged when it came. 1 when the wait
+ * is over (the line came, or until passed). */
+static int av_look(unsigned k, uint64_t until, uint64_t now) {
+  char line[AV_LINE];
+  if (!k) return 0;
+  if (wd_trigger_verdict_poll(av.watch, k, now, line, sizeof line)) {
+    WD_WARN("verdict of stall episode %u: %s", k, line);
+    av_parse_line(line);
+    return 1;
+  }
+  return now >= until;
+}
+
 void wd_av_poll(uint64_t now) {
   if (!av.cfg) return;
   int st, killed;
@@ -469,27 +482,11 @@ void wd_av_poll(uint64_t now) {
       WD_WARN("NCCL_WATCHDOG_ON_VERDICT failed (status 0x%x): see %s/verdict-%u.hook.log", st, av.base, av.k);
   }
   av_reap(&av.salvage, now, &st, &killed);
-  if (av.wait_k) {
-    char line[AV_LINE];
-    if (wd_trigger_verdict_poll(av.watch, av.wait_k, now, line, sizeof line)) {
-      WD_WARN("verdict of stall episode %u: %s", av.wait_k, line);
-      av_parse_line(line);
-      if (av.own_k == av.wait_k) av.own_k = 0;
-      av.wait_k = 0;
-    } else if (now >= av.wait_until_ns) {
-      av.wait_k = 0;
-    }
+  if (av_look(av.wait_k, av.wait_until_ns, now)) {
+    if (av.own_k == av.wait_k) av.own_k = 0;
+    av.wait_k = 0;
   }
-  if (av.own_k && av.own_k != av.wait_k) {
-    char line[AV_LINE];
-    if (wd_trigger_verdict_poll(av.watch, av.own_k, now, line, sizeof line)) {
-      WD_WARN("verdict of stall episode %u: %s", av.own_k, line);
-      av_parse_line(line);
-      av.own_k = 0;
-    } else if (now >= av.own_until_ns) {
-      av.own_k = 0;
-    }
-  }
+  if (av.own_k != av.wait_k && av_look(av.own_k, av.own_until_ns, now)) av.own_k = 0;
 }
 
 void wd_av_get_stats(wd_av_stats *out) { *out = av.stats; }

@@ -162,7 +162,6 @@ static void wd_resumed_budget(void) {
   }
 }
 
-/* Whether a communicator with this id is still profiled (not finalized). */
 /* " seq N", or nothing where the operation has none (p2p, a captured launch's replay). */
 static const char *wd_seq_text(int64_t seq, char *buf, size_t len) {
   if (seq < 0) buf[0] = '\0';
@@ -170,7 +169,8 @@ static const char *wd_seq_text(int64_t seq, char *buf, size_t len) {
   return buf;
 }
 
-/* 1 while comm_id is not finalized; *records then gets its proxy records so far. */
+/* Whether a communicator with this id is still profiled (not finalized); *records then gets its
+ * proxy records so far. */
 static int wd_comm_alive(uint64_t comm_id, uint64_t *records) {
   int alive = 0;
   pthread_mutex_lock(&wd_store.lock);

@@ -1,4 +1,3 @@
-#include <stdatomic.h>
 #include "load.h"
 #include "ringfile.h"
 
@@ -6,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -807,7 +807,6 @@ static int out_of_time(char *why, size_t len) {
   snprintf(why, len, "bound: not read within the run's time (--deadline %u s)", g_deadline_s);
   return 1;
 }
-size_t wd_az_memory(void) { return g_mem_budget; }
 
 static int mem_take(size_t n) {
   size_t u = atomic_load_explicit(&g_mem_used, memory_order_relaxed);

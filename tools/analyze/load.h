@@ -47,7 +47,6 @@ void wd_az_set_memory(size_t bytes);
 /* Files not yet read at CLOCK_MONOTONIC time t (seconds; 0: none) are cut ("bound:", the run's
  * --deadline of deadline_s), never read as "no hang". */
 void wd_az_set_read_until(double t, unsigned deadline_s);
-size_t wd_az_memory(void);
 
 /* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
  * everything when all_dumps. */
