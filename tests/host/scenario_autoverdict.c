@@ -16,8 +16,10 @@
  *            resumed after" in its log, verdict-1.resumed beside the verdict.
  *   aborted  its twin as NCCL 2.28.9 played it on a GPU (docs/gpu-testing.md): CUDA events
  *            around the launch, the AllReduce stalls, the verdict is made, then ncclCommAbort
- *            (init.cc): the abort flag ends the kernel (its CUDA end event completes), the
- *            proxy's loop ends with every step open, the communicator is finalized 1.5 s later.
+ *            (init.cc: setCommAbortFlags, then commReclaim): the abort flag ends the kernel (its
+ *            CUDA end event completes), the proxy's progress loop (proxy.cc, ncclProxyProgress)
+ *            ends with every step open and stops nothing, the communicator is finalized 1.5 s
+ *            later (2.31 drains its KernelCh work without stopEvent the same way).
  *            The episode is not "resumed": no such line, no verdict-1.resumed.
  *   killed   process 3 is SIGKILLed (no epilog, no dump); the node's poller (LOCAL_RANK 0)
  *            turns its ring files into post-mortem dumps in the dump directory, and the
