@@ -65,7 +65,7 @@ static int process_start(void) {
   wd_config_describe(&config, desc, sizeof(desc));
   WD_INFO("nccl-watchdog %s: %s", WD_VERSION, desc);
   if (!config.enable) return 0;
-  wd_clock_id = config.precise_clock ? CLOCK_MONOTONIC : CLOCK_MONOTONIC_COARSE;
+  wd_clock_setup(config.precise_clock);
   if (wd_store_open(&config) != 0) return -1;
   if (!atfork_done) {
     pthread_atfork(NULL, NULL, on_fork_child);
