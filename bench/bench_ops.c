@@ -1,6 +1,7 @@
 /*
  * What the hot path's building blocks cost on this machine: a clock read of each kind, one
- * locked read-modify-write, a system call. Tight loops on one thread; ns per operation, the best
+ * locked read-modify-write, a system call, and the plugin's own clock read (wd_now_ns: the coarse
+ * clock through the vDSO's entry where wd_clock_setup finds it, base/clock.h). Tight loops on one thread; ns per operation, the best
  * of 5 runs. Printed by run-bench.sh beside the machine line, so the figures of a run come with
  * the machine they were taken on.
  */
@@ -10,6 +11,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "base/clock.h"
 #if defined(__x86_64__) || defined(__i386__)
 #include <x86intrin.h>
 #define HAVE_TSC 1
@@ -24,9 +27,9 @@ static uint64_t now_ns(void) {
 static volatile uint64_t sink;
 static _Atomic uint64_t counter;
 
-enum { OP_MONO, OP_COARSE, OP_TSC, OP_LOCKED, OP_SYSCALL, OP_COUNT };
-static const char *const names[OP_COUNT] = {"clock_gettime(MONOTONIC)", "clock_gettime(MONOTONIC_COARSE)",
-                                            "rdtsc", "lock xadd", "syscall(gettid)"};
+enum { OP_MONO, OP_COARSE, OP_OURS, OP_TSC, OP_LOCKED, OP_SYSCALL, OP_COUNT };
+static const char *names[OP_COUNT] = {"clock_gettime(MONOTONIC)", "clock_gettime(MONOTONIC_COARSE)",
+                                      "wd_now_ns", "rdtsc", "lock xadd", "syscall(gettid)"};
 
 static double run(int op, long n) {
   struct timespec ts;
@@ -35,6 +38,7 @@ static double run(int op, long n) {
     switch (op) {
     case OP_MONO: clock_gettime(CLOCK_MONOTONIC, &ts); acc += (uint64_t)ts.tv_nsec; break;
     case OP_COARSE: clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); acc += (uint64_t)ts.tv_nsec; break;
+    case OP_OURS: acc += wd_now_ns(); break;
 #ifdef HAVE_TSC
     case OP_TSC: acc += __rdtsc(); break;
 #endif
@@ -48,6 +52,7 @@ static double run(int op, long n) {
 }
 
 int main(void) {
+  names[OP_OURS] = wd_clock_setup(0) ? "wd_now_ns (coarse, vDSO entry)" : "wd_now_ns (coarse, libc)";
   for (int op = 0; op < OP_COUNT; op++) {
 #ifndef HAVE_TSC
     if (op == OP_TSC) continue;

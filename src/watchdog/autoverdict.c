@@ -176,7 +176,8 @@ static void av_publish(const char *line);
  * VERDICT_MEMORY and its own deadline. detached: a session of its own, stderr the job's (the
  * process is ending). Returns its pid, or -1. */
 static pid_t av_start_analyzer(unsigned k, int expected, int detached) {
-  char out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64], settle[96], deadline[32];
+  char out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64], settle[96], deadline[32],
+      episode[32];
   snprintf(out, sizeof out, "--out=%s/verdict-%u", av.base, k);
   snprintf(err, sizeof err, "%s/verdict-%u.log", av.base, k);
   snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, k);
@@ -186,7 +187,11 @@ static pid_t av_start_analyzer(unsigned k, int expected, int detached) {
            (double)av.cfg->verdict_wait_ns / 1e9, since);
   snprintf(deadline, sizeof deadline, "--deadline=%u",
            (unsigned)((av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns) / 1000000000ull));
-  char *argv[] = {av.analyzer, "-q", "-j", "2", settle, deadline, out, line, av.base, NULL};
+  /* Episode k alone: the directory may hold hundreds of routine snapshots and earlier episodes
+   * that resumed; read as the latest moment they would answer for a process whose dump of k is
+   * not in (an "OK" during a hang, or a verdict on an old barrier). The settle counts k's. */
+  snprintf(episode, sizeof episode, "--episode=%u", k);
+  char *argv[] = {av.analyzer, "-q", "-j", "2", settle, deadline, episode, out, line, av.base, NULL};
   pid_t pid = av_spawn_flags(argv, NULL, err, detached);
   if (pid <= 0) return -1;
   /* At low priority and within its memory: the job's own work comes first. */

@@ -38,7 +38,11 @@ def stamp(d, attempt_env, pid_add=0, comm_xor=0, reason=None, boot=None, start=N
             ident["bootId"] = boot
         if start:
             ident["processStartNs"] = start
-        doc["identity"] = ident
+        # Where the plugin writes it (render.c): right after "time", in the file's first bytes.
+        doc = {k: v for k, v in doc.items() if k != "identity"}
+        at = list(doc).index("time") + 1 if "time" in doc else len(doc)
+        items = list(doc.items())
+        doc = dict(items[:at] + [("identity", ident)] + items[at:])
         doc["pid"] = doc["pid"] + pid_add
         if reason:
             doc["reason"] = reason
@@ -113,6 +117,50 @@ def main():
         check("rank 2 never entered" in line and "episode 1" in line, f"--episode=1 judges the first ({line[:200]})")
         p = subprocess.run([ANA, "--episode=7", d], capture_output=True, text=True, timeout=120)
         check(p.returncode == 3 and not p.stdout.startswith("OK"), "--episode of no dump: no verdict, not OK")
+
+        # The automatic verdict's --episode=K (src/watchdog/autoverdict.c): K's dumps and what a
+        # process left as it ended; never a snapshot, which shows a moment before the hang.
+        # Episode 2 with rank 1's dump taken out: its healthy snapshot stands in by default, never
+        # with --episode=2; a post-mortem dump of rank 1 (its ring file's) counts with --episode=2.
+        hs = os.path.join(root, "hs")
+        gen(hs, "healthy")
+        stamp(hs, {"torchelasticRestartCount": 0}, reason="signal")
+        for name, extra in (("snap", None), ("pm", "postmortem")):
+            d = os.path.join(root, "episode-" + name)
+            merged(d, e2)
+            for f in sorted(os.listdir(d)):
+                p1 = os.path.join(d, f)
+                if f.endswith(".json") and json.load(open(p1))["comms"][0]["rank"] == 1:
+                    os.unlink(p1)
+            for f in sorted(os.listdir(hs)):
+                doc = json.load(open(os.path.join(hs, f)))
+                if f.endswith(".json") and doc["comms"][0]["rank"] == 1:
+                    if extra:
+                        doc["reason"] = extra
+                    json.dump(doc, open(os.path.join(d, f.replace("-0001-", "-0000-")), "w"))
+            dflt, ep = first_line(d), first_line("--episode=2", d)
+            if name == "snap":
+                check("rank 1 never entered" in dflt, f"by default rank 1's snapshot stands in ({dflt[:160]})")
+                check("rank 1 left no dump" in ep and "set aside 1 dump of other episodes and snapshots" in ep,
+                      f"--episode=2 sets the snapshot aside ({ep[:120]} ... {ep[-80:]})")
+            else:
+                check("rank 1 never entered" in ep and "set aside 0 dumps" in ep,
+                      f"--episode=2 keeps rank 1's post-mortem dump ({ep[:120]} ... {ep[-80:]})")
+        # Its settle counts episode K's answers only: the dumps of earlier episodes (and any
+        # snapshot) written within the window must not end the wait before K's are in.
+        d = os.path.join(root, "episodes")
+        p = subprocess.run([ANA, "-q", "--settle=5,1.5,0", "--episode=2", d], capture_output=True, text=True, timeout=120)
+        check("4 of 5 dumps" in p.stderr, f"--settle with --episode=2 counts episode 2's 4 dumps ({p.stderr.strip()[:120]})")
+        p = subprocess.run([ANA, "-q", "--settle=5,1.5,0", d], capture_output=True, text=True, timeout=120)
+        check("8 of 5 dumps" in p.stderr, f"--settle alone counts every dump ({p.stderr.strip()[:120]})")
+        pm = os.path.join(root, "pm-only")
+        merged(pm, e1)
+        for f in os.listdir(hs):
+            doc = json.load(open(os.path.join(hs, f)))
+            doc["reason"] = "postmortem"
+            json.dump(doc, open(os.path.join(pm, f.replace("-0001-", "-0009-")), "w"))
+        p = subprocess.run([ANA, "--episode=2", pm], capture_output=True, text=True, timeout=120)
+        check(p.returncode == 3 and not p.stdout, f"--episode=2 with only post-mortem dumps and episode 1's: no verdict (rc {p.returncode}, {p.stdout[:120]})")
 
         # One host name, one pid, two machines (containers): two processes, not one.
         c0, c1 = os.path.join(root, "c0"), os.path.join(root, "c1")

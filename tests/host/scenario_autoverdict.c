@@ -45,6 +45,12 @@
  *            rank 3; the job's dumps and triggers go to folders of its own (mhost~65532,
  *            triggers~65532); nothing is written into the other member's folders or through its
  *            links. Needs root (to become both users); skipped otherwise.
+ *   routine  the job case after the moments a real job's directory holds first: every process is
+ *            snapshotted (SIGUSR1) 32 times, the cap of its kind (128 snapshot dumps), then a
+ *            checkpoint-like stall: processes 0-2 wait in dp AllReduce seq 5 while process 3 comes
+ *            2.5 s late (the 1 s timeout passes; the episode resumes), then the real hang in the
+ *            next AllReduce. Every process logs the real hang's verdict naming global rank 3 and
+ *            dp AllReduce seq 6; none logs "OK".
  * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
  */
 #include <dirent.h>
@@ -130,6 +136,27 @@ static void rank_main(int r, int fd) {
   if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
+  if (!strcmp(g_case, "routine")) {
+    /* Routine snapshots, each one written before the next is asked for (at most 1 s each). */
+    for (int i = 0; i < 32; i++) {
+      int before = wdh_list_dumps(g_dir, "signal", NULL, 0);
+      kill(getpid(), SIGUSR1);
+      for (int w = 0; w < 100 && wdh_list_dumps(g_dir, "signal", NULL, 0) == before; w++) wdh_sleep_ms(10);
+    }
+    wdh_sleep_ms(500);
+    /* The checkpoint: process 3 saves it while the others wait at the next AllReduce. */
+    if (r == 3) {
+      wdh_sleep_ms(2500);
+      wdh_run_ops(&dp, NULL, &cfg, 1);
+    } else if (r <= 2) {
+      hang_in(&dp, 2500);
+    }
+    wdh_sleep_ms(2000); /* the resumed episode settles */
+    /* The real hang, as in "job", one AllReduce later on dp. */
+    if (r <= 1) hang_in(&dp, 0);
+    else if (r == 2) hang_in(&pp, 0);
+    keep_log(r);
+  }
   if (!strcmp(g_case, "resumed")) {
     if (r == 0) hang_in(&dp, 2500); /* stalls past the 1 s timeout, then completes */
   } else if (!strcmp(g_case, "aborted")) {
@@ -416,6 +443,27 @@ static void case_aborted(void) {
   WDH_CHECK(count_files("verdict-1.txt") == 1, "no verdict-1.txt");
 }
 
+/* "routine": the real hang's verdict in every log, never an "OK". */
+static void case_routine(void) {
+  int n = wait_logs("JOB: root cause", 4, 40000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged a verdict of the real hang within 40 s", n);
+  for (int r = 0; r < 4; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+    char *t = read_all(path);
+    const char *line = t ? strstr(t, "JOB: root cause") : NULL;
+    WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "seq 6"),
+              "process %d: the line does not name global rank 3 and dp AllReduce seq 6: %.400s", r,
+              line ? line : "(none)");
+    const char *ok = t ? strstr(t, "OK: no hang") : NULL;
+    WDH_CHECK(t && !ok, "process %d logged an OK during the hang: %.300s", r, ok ? ok : "(no log)");
+    free(t);
+  }
+  fprintf(stderr, "autoverdict routine: %d snapshot dumps, %d stall dumps in the directory\n",
+          wdh_list_dumps(g_dir, "signal", NULL, 0), wdh_list_dumps(g_dir, "stall", NULL, 0));
+  WDH_CHECK(wdh_list_dumps(g_dir, "signal", NULL, 0) >= 100, "fewer than 100 snapshot dumps were written");
+}
+
 static void case_resumed(void) {
   int n = wait_logs("progress resumed after", 1, 10000);
   WDH_CHECK(n == 1, "rank 0 did not log the resumed episode");
@@ -441,7 +489,7 @@ int main(int argc, char **argv) {
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
       strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged") &&
-      strcmp(g_case, "foreign") && strcmp(g_case, "flood"))
+      strcmp(g_case, "foreign") && strcmp(g_case, "flood") && strcmp(g_case, "routine"))
     return 2;
   if (!strcmp(g_case, "foreign") && geteuid() != 0) {
     printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
@@ -490,6 +538,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "missing")) case_missing();
   else if (!strcmp(g_case, "killed")) case_killed(pids);
   else if (!strcmp(g_case, "aborted")) case_aborted();
+  else if (!strcmp(g_case, "routine")) case_routine();
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);

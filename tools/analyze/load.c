@@ -1305,10 +1305,20 @@ void wd_az_set_attempt(int attempt) { g_attempt = attempt; }
 static int g_episode = -1; /* --episode: the job's stall episode to judge, -1 every dump's newest */
 void wd_az_set_episode(int episode) { g_episode = episode; }
 
+/* What a process left as it ended: judged with any episode (a process that died or was torn
+ * down answers no trigger). */
+static int is_final(const wd_az_dump *d) {
+  const char *r = wd_az_s(d->reason);
+  if (!r) return 0;
+  return !strcmp(r, "postmortem") || !strcmp(r, "term") || !strcmp(r, "sigabrt") || !strcmp(r, "abort");
+}
+
 /* A verdict is about one stall episode: by default the latest of the judged attempt, whose
  * stall and peer dumps are judged with the snapshots and teardown dumps (each process's newest);
  * stall and peer dumps of earlier episodes (ones that resumed, or a process that did not answer
- * the latest) are set aside. --episode=K: episode K's stall and peer dumps only. */
+ * the latest) are set aside. --episode=K (the automatic verdict's): episode K's stall and peer
+ * dumps and what processes left as they ended (postmortem, teardown), never a snapshot or an
+ * earlier episode's dump, which would show a moment before the hang; no dump of K, no verdict. */
 static void select_episode(wd_az_set *set) {
   int want = g_episode;
   if (want < 0) { /* the latest episode, when dumps of several are here */
@@ -1322,10 +1332,14 @@ static void select_episode(wd_az_set *set) {
     if (!several) return;
     want = latest;
   }
+  int answered = 0;
+  for (size_t i = 0; i < set->ndumps && g_episode >= 0; i++)
+    answered |= !set->dumps[i].aside && set->dumps[i].job_episode == want;
   size_t aside = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     wd_az_dump *d = &set->dumps[i];
-    int other = g_episode >= 0 ? d->job_episode != want : d->job_episode >= 0 && d->job_episode != want;
+    int other = g_episode >= 0 ? !answered || (d->job_episode != want && !(d->job_episode < 0 && is_final(d)))
+                               : d->job_episode >= 0 && d->job_episode != want;
     if (!d->aside && other) d->aside = 1, aside++;
   }
   for (size_t i = 0; i < set->ncranks; i++)

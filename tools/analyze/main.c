@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <zlib.h>
 
 #include <time.h>
 
@@ -36,6 +37,7 @@ typedef struct args {
   long settle_n;       /* wait for this many dumps in the inputs first ... */
   double settle_s;     /* ... at most this long */
   long settle_since;   /* counting files modified since this time (epoch seconds), 0: all */
+  long episode;        /* --episode: settle counts that episode's answers only; -1 none */
   long deadline_s;     /* SIGALRM ends the run after this long (0: none; -1: DEFAULT_DEADLINE_S);
                           reading stops at 90 % of it, so the report says what was left */
   long max_memory_mib; /* parse trees of all threads together; -1: the default (default_memory) */
@@ -67,7 +69,9 @@ static void usage(FILE *f) {
           "                     dump with reason \"postmortem\" into DIR, and stop there\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
           "  --attempt=N        judge attempt N of a restarted job (0: the first; default the latest)\n"
-          "  --episode=K        judge only the dumps that answered the job's stall episode K\n"
+          "  --episode=K        judge the job's stall episode K: its dumps, and post-mortem and\n"
+          "                     teardown dumps of processes that ended (no snapshot; --settle\n"
+          "                     then counts these only)\n"
           "  --stall-ms=MS      an operation without progress for MS counts as stuck\n"
           "                     (default: the timeout recorded in each dump)\n"
           "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
@@ -122,6 +126,7 @@ static int parse_args(int argc, char **argv, args *a) {
   memset(a, 0, sizeof(*a));
   a->max_memory_mib = -1;
   a->deadline_s = -1;
+  a->episode = -1;
   opterr = 0; /* our own messages: they name the option and say what is wrong */
   int c;
   while ((c = getopt_long(argc, argv, ":vqhVj:", longopts, NULL)) != -1) {
@@ -169,7 +174,7 @@ static int parse_args(int argc, char **argv, args *a) {
         return -1;
       }
       if (c == O_ATTEMPT) wd_az_set_attempt((int)v);
-      else wd_az_set_episode((int)v);
+      else wd_az_set_episode((int)(a->episode = v));
       break;
     }
     case O_TIMINGS: a->timings = 1; break;
@@ -243,8 +248,43 @@ static int write_report(const char *prefix, const char *ext, report_kind kind, c
   return 0;
 }
 
-/* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). */
-static long count_dumps(const char *dir, int depth, long since) {
+static int ends_with(const char *s, size_t len, const char *tail) {
+  size_t n = strlen(tail);
+  return len >= n && !strcmp(s + len - n, tail);
+}
+
+/* Whether a stall or peer dump (name in dfd) answers episode k: its identity's jobEpisode, in the
+ * first few KiB (render.c writes identity near the top), read through zlib for a .json.gz. */
+static int answers_episode(int dfd, const char *name, size_t len, long k) {
+  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[4096];
+  int n;
+  if (ends_with(name, len, ".gz")) {
+    gzFile z = gzdopen(fd, "rb"); /* closes fd */
+    if (!z) {
+      close(fd);
+      return 0;
+    }
+    n = gzread(z, buf, sizeof buf - 1);
+    gzclose(z);
+  } else {
+    n = (int)read(fd, buf, sizeof buf - 1);
+    close(fd);
+  }
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char *e = strstr(buf, "\"jobEpisode\":");
+  if (!e) return 0;
+  char *end;
+  long v = strtol(e + 13, &end, 10);
+  return end != e + 13 && v == k;
+}
+
+/* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). episode >= 0:
+ * only that episode's answers (its stall and peer dumps) and dumps of a process's end
+ * (postmortem, term, sigabrt, abort); never a snapshot or another episode's dump. */
+static long count_dumps(const char *dir, int depth, long since, long episode) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
@@ -261,11 +301,24 @@ static long count_dumps(const char *dir, int depth, long since) {
     if (dump) {
       /* Only the job's own: regular files of the analyzing user (the job's, for the automatic
        * verdict), never links, FIFOs or another member's planted files. */
-      n += ok && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (!since || st.st_mtime >= since);
+      int mine = ok && S_ISREG(st.st_mode) && st.st_uid == geteuid() && (!since || st.st_mtime >= since);
+      if (mine && episode >= 0) {
+        size_t base = len - (ends_with(e->d_name, len, ".gz") ? 8 : 5); /* without .json[.gz] */
+        char kind[16] = "";
+        size_t dash = base;
+        while (dash > 0 && e->d_name[dash - 1] != '-') dash--;
+        if (dash > 0 && base - dash < sizeof kind) memcpy(kind, e->d_name + dash, base - dash);
+        if (!strcmp(kind, "stall") || !strcmp(kind, "peer"))
+          mine = answers_episode(dirfd(d), e->d_name, len, episode);
+        else
+          mine = !strcmp(kind, "postmortem") || !strcmp(kind, "term") || !strcmp(kind, "sigabrt") ||
+                 !strcmp(kind, "abort");
+      }
+      n += mine;
     } else if (depth < 1 && ok && S_ISDIR(st.st_mode) && strcmp(e->d_name, "triggers")) {
       char sub[4096];
       snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-      n += count_dumps(sub, depth + 1, since);
+      n += count_dumps(sub, depth + 1, since, episode);
     }
   }
   closedir(d);
@@ -279,7 +332,7 @@ static void settle(const args *a, double read_until) {
   if (read_until > 0 && read_until < until) until = read_until; /* the rest is for reading */
   for (;;) {
     long n = 0;
-    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since);
+    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode);
     if (n >= a->settle_n || now_s() >= until) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
       return;
