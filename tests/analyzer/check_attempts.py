@@ -146,6 +146,26 @@ def main():
             else:
                 check("rank 1 never entered" in ep and "set aside 0 dumps" in ep,
                       f"--episode=2 keeps rank 1's post-mortem dump ({ep[:120]} ... {ep[-80:]})")
+        # An episode the job saw resume (the plugin's verdict-K.resumed, autoverdict.c): its
+        # verdict is of that moment, and the first line says so before anything else; a link
+        # planted under that name (the directory is shared) says nothing.
+        d = os.path.join(root, "episodes")
+        rp = os.path.join(d, "verdict-2.resumed")
+        os.symlink(os.path.join(root, "nowhere"), rp)
+        with open(os.path.join(root, "nowhere"), "w") as f:
+            f.write("stall episode 2 resumed after 9.9 s (planted)\n")
+        line = first_line(d)
+        check(line.startswith("HANG") and "planted" not in line, f"a linked verdict-2.resumed is not read ({line[:120]})")
+        os.unlink(rp)
+        with open(rp, "w") as f:
+            f.write("stall episode 2 resumed after 2.4 s (host node000, pid 10000)\n")
+        line = first_line(d)
+        check(line.startswith("RESUMED: stall episode 2 resumed after 2.4 s") and "at that moment: HANG" in line,
+              f"the latest episode resumed: said first ({line[:160]})")
+        line = first_line("--episode=1", d)
+        check(line.startswith("HANG") and "episode 1" in line, f"episode 1 did not resume ({line[:120]})")
+        os.unlink(rp)
+
         # Its settle counts episode K's answers only: the dumps of earlier episodes (and any
         # snapshot) written within the window must not end the wait before K's are in.
         d = os.path.join(root, "episodes")

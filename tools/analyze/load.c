@@ -1321,6 +1321,7 @@ static int is_final(const wd_az_dump *d) {
  * earlier episode's dump, which would show a moment before the hang; no dump of K, no verdict. */
 static void select_episode(wd_az_set *set) {
   int want = g_episode;
+  set->episode = want;
   if (want < 0) { /* the latest episode, when dumps of several are here */
     int latest = -1, several = 0;
     for (size_t i = 0; i < set->ndumps; i++) {
@@ -1329,6 +1330,7 @@ static void select_episode(wd_az_set *set) {
       several |= latest >= 0 && d->job_episode != latest;
       if (d->job_episode > latest) latest = d->job_episode;
     }
+    set->episode = latest;
     if (!several) return;
     want = latest;
   }
@@ -1563,6 +1565,8 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
   for (size_t i = 0; i < set->ndumps; i++) set->dumps[i].kept = all_dumps;
   if (!idx) return;
+  set->episode = -1;
+  set->resumed_note[0] = '\0';
   if (!all_dumps) select_attempt(set), select_episode(set);
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;

@@ -384,6 +384,32 @@ static void trust_job_owner(const args *a) {
     }
 }
 
+/* The job's own verdict-<episode>.resumed in an input directory (the plugin writes it when
+ * progress came back after the episode's verdict: autoverdict.c, wd_av_resumed): its first line
+ * into set->resumed_note. Only a regular file of the directory's owner, read without following
+ * a link: the directory is shared. */
+static void find_resumed(const args *a, wd_az_set *set) {
+  if (set->episode < 1) return;
+  for (int i = 0; i < a->ninputs; i++) {
+    struct stat ds, st;
+    if (lstat(a->inputs[i], &ds) != 0 || !S_ISDIR(ds.st_mode)) continue;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/verdict-%d.resumed", a->inputs[i], set->episode);
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    char buf[sizeof set->resumed_note];
+    ssize_t n = 0;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ds.st_uid) n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = '\0';
+    buf[strcspn(buf, "\n")] = '\0';
+    if (buf[0]) {
+      snprintf(set->resumed_note, sizeof set->resumed_note, "%s", buf);
+      return;
+    }
+  }
+}
+
 /* Half the machine's memory, at most 8 GiB: a run beside a live job (the automatic verdict runs
  * on the job's own nodes) must leave it room. */
 static size_t default_memory(void) {
@@ -422,6 +448,7 @@ static int run(const args *a) {
   }
   double t1 = now_s();
   wd_az_select(&set, a->opts.all_dumps);
+  find_resumed(a, &set);
   wd_az_clock_offsets(&set);
   size_t kept = 0;
   for (size_t i = 0; i < set.ndumps; i++) kept += set.dumps[i].kept;

@@ -224,6 +224,11 @@ typedef struct wd_az_set {
   char attempt_note[512];
   /* Hosts whose wall clock was corrected (wd_az_clock_offsets): "" when none. */
   char clock_note[512];
+  /* The stall episode judged (wd_az_select: the latest, or --episode's), -1 none; and what the
+   * job's own verdict-<episode>.resumed says, "" when there is none: progress came back after
+   * that moment, so the verdict describes it, not now (main.c). */
+  int episode;
+  char resumed_note[256];
 } wd_az_set;
 
 void wd_az_set_free(wd_az_set *set);

@@ -239,6 +239,7 @@ int wd_az_report_json(FILE *f, const wd_az_result *res) {
   cJSON_AddStringToObject(root, "tool", "nccl-watchdog-analyze");
   cJSON_AddNumberToObject(root, "schemaVersion", JSON_SCHEMA_VERSION);
   cJSON_AddStringToObject(root, "summary", res->summary);
+  if (res->set && res->set->resumed_note[0]) cJSON_AddStringToObject(root, "resumed", res->set->resumed_note);
   wd_az_job job;
   wd_az_job_verdict(res, &job);
   if (job.found) {

@@ -225,8 +225,12 @@ static void print_culprits(FILE *f, const wd_az_result *res, const wd_az_comm *c
   }
 }
 
-static void print_first(FILE *f, const char *line, const char *note, int *first) {
-  if (*first && note && note[0]) fprintf(f, "%s [%s]\n", line, note);
+static void print_first(FILE *f, const char *line, const wd_az_set *set, int *first) {
+  const char *note = set ? set->attempt_note : "";
+  /* An episode the job itself saw resume: its verdict is of that moment, and says so first. */
+  if (*first && set && set->resumed_note[0] && strncmp(line, "OK", 2) != 0)
+    fprintf(f, "RESUMED: %s; at that moment: ", set->resumed_note);
+  if (*first && note[0]) fprintf(f, "%s [%s]\n", line, note);
   else fprintf(f, "%s\n", line);
   *first = 0;
 }
@@ -244,10 +248,10 @@ void wd_az_report_text(FILE *f, const wd_az_result *res, int verbose) {
   wd_az_job_verdict(res, &job);
   /* The first line says which attempt it is about when the directory holds several. */
   int first = 1;
-  const char *note = res->set ? res->set->attempt_note : "";
-  if (job.host) print_first(f, job.host_line, note, &first);
-  if (job.found && (job.nlinks > 1 || job.deadlock)) print_first(f, job.line, note, &first);
-  print_first(f, res->summary, note, &first);
+  const wd_az_set *set = res->set;
+  if (job.host) print_first(f, job.host_line, set, &first);
+  if (job.found && (job.nlinks > 1 || job.deadlock)) print_first(f, job.line, set, &first);
+  print_first(f, res->summary, set, &first);
   if (res->set && res->set->clock_note[0]) fprintf(f, "clocks: %s\n", res->set->clock_note);
   print_straggler_line(f, res);
   for (size_t i = 0; i < res->ncomms; i++) {
