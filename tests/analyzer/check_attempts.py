@@ -173,14 +173,24 @@ def main():
         check("4 of 5 dumps" in p.stderr, f"--settle with --episode=2 counts episode 2's 4 dumps ({p.stderr.strip()[:120]})")
         p = subprocess.run([ANA, "-q", "--settle=5,1.5,0", d], capture_output=True, text=True, timeout=120)
         check("8 of 5 dumps" in p.stderr, f"--settle alone counts every dump ({p.stderr.strip()[:120]})")
+        # Only episode 1's dumps and snapshots: nothing of episode 2, no verdict; post-mortem
+        # dumps beside them (processes that died; an episode posted on SIGABRT is answered by
+        # teardown dumps alike) are judged alone.
         pm = os.path.join(root, "pm-only")
         merged(pm, e1)
         for f in os.listdir(hs):
             doc = json.load(open(os.path.join(hs, f)))
-            doc["reason"] = "postmortem"
             json.dump(doc, open(os.path.join(pm, f.replace("-0001-", "-0009-")), "w"))
         p = subprocess.run([ANA, "--episode=2", pm], capture_output=True, text=True, timeout=120)
-        check(p.returncode == 3 and not p.stdout, f"--episode=2 with only post-mortem dumps and episode 1's: no verdict (rc {p.returncode}, {p.stdout[:120]})")
+        check(p.returncode == 3 and not p.stdout, f"--episode=2 with episode 1's dumps and snapshots only: no verdict (rc {p.returncode}, {p.stdout[:120]})")
+        for f in os.listdir(pm):
+            if "-0009-" in f:
+                doc = json.load(open(os.path.join(pm, f)))
+                doc["reason"] = "postmortem"
+                json.dump(doc, open(os.path.join(pm, f), "w"))
+        line = first_line("--episode=2", pm)
+        check(line.startswith("OK") and "set aside 4 dumps" in line,
+              f"--episode=2 with post-mortem dumps: judged from them alone ({line[:80]} ... {line[-90:]})")
 
         # One host name, one pid, two machines (containers): two processes, not one.
         c0, c1 = os.path.join(root, "c0"), os.path.join(root, "c1")

@@ -1317,8 +1317,9 @@ static int is_final(const wd_az_dump *d) {
  * stall and peer dumps are judged with the snapshots and teardown dumps (each process's newest);
  * stall and peer dumps of earlier episodes (ones that resumed, or a process that did not answer
  * the latest) are set aside. --episode=K (the automatic verdict's): episode K's stall and peer
- * dumps and what processes left as they ended (postmortem, teardown), never a snapshot or an
- * earlier episode's dump, which would show a moment before the hang; no dump of K, no verdict. */
+ * dumps and what processes left as they ended (postmortem, teardown: an episode posted on
+ * SIGABRT is answered by those), never a snapshot or an earlier episode's dump, which would show
+ * a moment before the hang; none of these, no verdict. */
 static void select_episode(wd_az_set *set) {
   int want = g_episode;
   set->episode = want;
@@ -1334,13 +1335,10 @@ static void select_episode(wd_az_set *set) {
     if (!several) return;
     want = latest;
   }
-  int answered = 0;
-  for (size_t i = 0; i < set->ndumps && g_episode >= 0; i++)
-    answered |= !set->dumps[i].aside && set->dumps[i].job_episode == want;
   size_t aside = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     wd_az_dump *d = &set->dumps[i];
-    int other = g_episode >= 0 ? !answered || (d->job_episode != want && !(d->job_episode < 0 && is_final(d)))
+    int other = g_episode >= 0 ? d->job_episode != want && !(d->job_episode < 0 && is_final(d))
                                : d->job_episode >= 0 && d->job_episode != want;
     if (!d->aside && other) d->aside = 1, aside++;
   }
