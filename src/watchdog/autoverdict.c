@@ -440,6 +440,14 @@ void wd_av_resumed(uint64_t now, uint64_t began_ns) {
   }
 }
 
+int wd_av_episode_resumed(unsigned k) {
+  if (!av.cfg || !av.base[0] || !k) return 0;
+  char path[WD_PATH_MAX + 48];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/verdict-%u.resumed", av.base, k);
+  return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
+}
+
 void wd_av_teardown(uint64_t now, int expected) {
   (void)now;
   if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;

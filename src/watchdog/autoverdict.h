@@ -33,6 +33,9 @@ void wd_av_dumped(unsigned k, uint64_t now, int own); /* own: its own stall dump
 /* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's
  * verdict files (as verdict-<k>.resumed) when this process opened it, and to the metrics. */
 void wd_av_resumed(uint64_t now, uint64_t began_ns);
+/* Whether the job said episode k resumed (its verdict-<k>.resumed: a regular file of this user,
+ * not followed through a link). One lstat on the dump directory. */
+int wd_av_episode_resumed(unsigned k);
 /* This process is ending on SIGABRT (PyTorch's watchdog fired first, NCCL-FACTS "How PyTorch
  * ends a hung job"): nobody may live long enough to make the verdict, so the first such process
  * of the job posts the episode (the job's live processes answer with peer dumps: the rank that

@@ -38,6 +38,7 @@
 #include "watchdog/stall.h"
 
 #define WD_MAX_STALLS 64
+#define WD_PEER_MEMO 64
 
 static struct {
   pthread_t thread;
@@ -57,6 +58,13 @@ static struct {
   unsigned npeer_dumps;
   unsigned nsignal_dumps;
   unsigned nresumed;      /* own stall dumps of resumed episodes: the oldest are kept, later ones removed */
+  /* The episodes this process answered with a peer dump (the latest WD_PEER_MEMO; 0: refunded):
+   * once the peer budget is spent, those the job says resumed give theirs back (wd_peer_refund),
+   * so that a rank that only ever answers (a slow checkpoint's saver) still has a dump for the
+   * real hang. */
+  unsigned peer_k[WD_PEER_MEMO];
+  unsigned npeer_k;
+  uint64_t peer_refund_ns; /* when the answered episodes were last looked at (once a timeout) */
   char episode_path[WD_PATH_MAX + 64]; /* this process's stall dump of the current episode */
   int episode; /* a stall episode is in progress: one dump per episode */
   unsigned nepisodes; /* stall episodes so far (metrics) */
@@ -439,6 +447,23 @@ static void wd_check_signal(void) {
     WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
 }
 
+/* The peer budget is spent: episodes this process answered that resumed (the opener's
+ * verdict-<k>.resumed) give their dump back. Looked at once per timeout at most: a flood of
+ * triggers must not turn into a flood of lookups on the shared directory. */
+static void wd_peer_refund(uint64_t now) {
+  if (wd_wd.cfg->max_dumps <= 0 || wd_wd.npeer_dumps < (unsigned)wd_wd.cfg->max_dumps) return;
+  if (wd_wd.peer_refund_ns && now - wd_wd.peer_refund_ns < wd_wd.cfg->timeout_ns) return;
+  wd_wd.peer_refund_ns = now;
+  unsigned back = 0;
+  for (unsigned i = 0; i < WD_PEER_MEMO && i < wd_wd.npeer_k; i++)
+    if (wd_wd.peer_k[i] && wd_av_episode_resumed(wd_wd.peer_k[i])) {
+      wd_wd.peer_k[i] = 0;
+      back++;
+    }
+  wd_wd.npeer_dumps -= back < wd_wd.npeer_dumps ? back : wd_wd.npeer_dumps;
+  if (back) WD_INFO("%u answered stall episode(s) resumed: their peer dumps no longer count", back);
+}
+
 /* In a large job many ranks stall at once and each posts a trigger: a process answers the
  * first and lets the others of the same burst go (one dump per process per episode is what the
  * analyzer needs), so 1,000 stalled ranks do not make every rank write 1,000 dumps. */
@@ -461,7 +486,9 @@ static void wd_check_triggers(uint64_t now) {
   }
   wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
   char path[WD_PATH_MAX + 64];
+  wd_peer_refund(now);
   if (wd_dump("peer", &extra, 1, path, sizeof(path)) == 0) {
+    wd_wd.peer_k[wd_wd.npeer_k++ % WD_PEER_MEMO] = wd_wd.watch.next - 1;
     wd_wd.peer_dump_ns = now;
     wd_wd.peer_mark = wd_progress_mark();
     WD_WARN("another process reported a stall (%s): dump %s", name, path);
@@ -603,6 +630,8 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.npeer_dumps = 0;
   wd_wd.nsignal_dumps = 0;
   wd_wd.nresumed = 0;
+  wd_wd.npeer_k = 0;
+  wd_wd.peer_refund_ns = 0;
   wd_wd.episode_path[0] = '\0';
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;

@@ -51,6 +51,11 @@
  *            2.5 s late (the 1 s timeout passes; the episode resumes), then the real hang in the
  *            next AllReduce. Every process logs the real hang's verdict naming global rank 3 and
  *            dp AllReduce seq 6; none logs "OK".
+ *   saver    NCCL_WATCHDOG_MAX_DUMPS=2 and three checkpoint-like stalls that resume before the
+ *            real hang (as in "routine"): process 3, the slow saver, only ever answers with peer
+ *            dumps; those of resumed episodes give their budget back, so it still dumps for the
+ *            real hang, and every process logs a verdict naming global rank 3 as never having
+ *            entered (not "left no dump").
  * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
  */
 #include <dirent.h>
@@ -136,23 +141,25 @@ static void rank_main(int r, int fd) {
   if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
-  if (!strcmp(g_case, "routine")) {
+  if (!strcmp(g_case, "routine") || !strcmp(g_case, "saver")) {
     /* Routine snapshots, each one written (its log line) before the next is asked for: signals
      * sent faster would merge. At most 3 s each. */
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; !strcmp(g_case, "routine") && i < 32; i++) {
       int before = wdh_log_count(-1);
       kill(getpid(), SIGUSR1);
       for (int w = 0; w < 300 && wdh_log_count(-1) == before; w++) wdh_sleep_ms(10);
     }
     wdh_sleep_ms(500);
     /* The checkpoint: process 3 saves it while the others wait at the next AllReduce. */
-    if (r == 3) {
-      wdh_sleep_ms(2500);
-      wdh_run_ops(&dp, NULL, &cfg, 1);
-    } else if (r <= 2) {
-      hang_in(&dp, 2500);
+    for (int ck = 0; ck < (!strcmp(g_case, "saver") ? 3 : 1); ck++) {
+      if (r == 3) {
+        wdh_sleep_ms(2500);
+        wdh_run_ops(&dp, NULL, &cfg, 1);
+      } else if (r <= 2) {
+        hang_in(&dp, 2500);
+      }
+      wdh_sleep_ms(2000); /* the resumed episode settles */
     }
-    wdh_sleep_ms(2000); /* the resumed episode settles */
     /* The real hang, as in "job", one AllReduce later on dp. */
     if (r <= 1) hang_in(&dp, 0);
     else if (r == 2) hang_in(&pp, 0);
@@ -444,6 +451,23 @@ static void case_aborted(void) {
   WDH_CHECK(count_files("verdict-1.txt") == 1, "no verdict-1.txt");
 }
 
+/* "saver": three resumed episodes, then the real hang, on a budget of two peer dumps. */
+static void case_saver(void) {
+  int n = wait_logs("JOB: root cause", 4, 40000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged a verdict of the real hang within 40 s", n);
+  for (int r = 0; r < 4; r++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+    char *t = read_all(path);
+    const char *line = t ? strstr(t, "JOB: root cause") : NULL;
+    WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered") && strstr(line, "seq 8") &&
+                  !strstr(line, "left no dump"),
+              "process %d: the line does not say global rank 3 never entered (dp seq 8): %.400s", r,
+              line ? line : "(none)");
+    free(t);
+  }
+}
+
 /* "routine": the real hang's verdict in every log, never an "OK". */
 static void case_routine(void) {
   int n = wait_logs("JOB: root cause", 4, 40000);
@@ -490,7 +514,7 @@ int main(int argc, char **argv) {
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
       strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged") &&
-      strcmp(g_case, "foreign") && strcmp(g_case, "flood") && strcmp(g_case, "routine"))
+      strcmp(g_case, "foreign") && strcmp(g_case, "flood") && strcmp(g_case, "routine") && strcmp(g_case, "saver"))
     return 2;
   if (!strcmp(g_case, "foreign") && geteuid() != 0) {
     printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
@@ -506,6 +530,7 @@ int main(int argc, char **argv) {
   setenv("NCCL_WATCHDOG_METRICS", "200ms", 1);
   setenv("NCCL_WATCHDOG_METRICS_DIR", dir, 1);
   setenv("NCCL_WATCHDOG_HOSTNAME", "mhost", 1);
+  if (!strcmp(g_case, "saver")) setenv("NCCL_WATCHDOG_MAX_DUMPS", "2", 1);
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -540,6 +565,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "killed")) case_killed(pids);
   else if (!strcmp(g_case, "aborted")) case_aborted();
   else if (!strcmp(g_case, "routine")) case_routine();
+  else if (!strcmp(g_case, "saver")) case_saver();
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);
