@@ -1,8 +1,8 @@
 /*
  * What the hot path's building blocks cost on this machine: a clock read of each kind, one
  * locked read-modify-write, a system call, and the plugin's own clock read (wd_now_ns: the coarse
- * clock through the vDSO's entry where wd_clock_setup finds it, base/clock.h). Tight loops on one thread; ns per operation, the best
- * of 5 runs. Printed by run-bench.sh beside the machine line, so the figures of a run come with
+ * clock through the vDSO's entry where wd_clock_setup finds it, base/clock.h). Tight loops on
+ * one thread; ns per operation, the best of 5 runs. Printed by run-bench.sh beside the machine line, so the figures of a run come with
  * the machine they were taken on.
  */
 #include <stdatomic.h>

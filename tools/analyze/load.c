@@ -1305,12 +1305,8 @@ void wd_az_set_attempt(int attempt) { g_attempt = attempt; }
 static int g_episode = -1; /* --episode: the job's stall episode to judge, -1 every dump's newest */
 void wd_az_set_episode(int episode) { g_episode = episode; }
 
-/* What a process left as it ended: judged with any episode (a process that died or was torn
- * down answers no trigger). */
-static int is_final(const wd_az_dump *d) {
-  const char *r = wd_az_s(d->reason);
-  if (!r) return 0;
-  return !strcmp(r, "postmortem") || !strcmp(r, "term") || !strcmp(r, "sigabrt") || !strcmp(r, "abort");
+int wd_az_reason_is_final(const char *r) {
+  return r && (!strcmp(r, "postmortem") || !strcmp(r, "term") || !strcmp(r, "sigabrt") || !strcmp(r, "abort"));
 }
 
 /* A verdict is about one stall episode: by default the latest of the judged attempt, whose
@@ -1338,7 +1334,7 @@ static void select_episode(wd_az_set *set) {
   size_t aside = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     wd_az_dump *d = &set->dumps[i];
-    int other = g_episode >= 0 ? d->job_episode != want && !(d->job_episode < 0 && is_final(d))
+    int other = g_episode >= 0 ? d->job_episode != want && !(d->job_episode < 0 && wd_az_reason_is_final(wd_az_s(d->reason)))
                                : d->job_episode >= 0 && d->job_episode != want;
     if (!d->aside && other) d->aside = 1, aside++;
   }

@@ -58,5 +58,8 @@ void wd_az_clock_offsets(wd_az_set *set);
 void wd_az_set_attempt(int attempt);
 /* --episode: judge the dumps that answered the job's stall episode K only. */
 void wd_az_set_episode(int episode);
+/* Whether a dump's reason says what a process left as it ended (postmortem, term, sigabrt,
+ * abort): judged with any episode, as a process that died or was torn down answers no trigger. */
+int wd_az_reason_is_final(const char *reason);
 
 #endif

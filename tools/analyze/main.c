@@ -311,8 +311,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
         if (!strcmp(kind, "stall") || !strcmp(kind, "peer"))
           mine = answers_episode(dirfd(d), e->d_name, len, episode);
         else
-          mine = !strcmp(kind, "postmortem") || !strcmp(kind, "term") || !strcmp(kind, "sigabrt") ||
-                 !strcmp(kind, "abort");
+          mine = wd_az_reason_is_final(kind);
       }
       n += mine;
     } else if (depth < 1 && ok && S_ISDIR(st.st_mode) && strcmp(e->d_name, "triggers")) {
