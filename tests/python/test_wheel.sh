@@ -54,8 +54,11 @@ grep -q "^JOB: root cause rank 0 of pp_d1 (global rank 2 on host node-b" <<<"$ou
 grep -q "^NCCL WARN verdict of stall episode 1: JOB: root cause rank 0 of pp_d1 (global rank 2" <<<"$out" ||
   { printf '%s\n' "$out"; fail "no automatic verdict from the installed plugin's own analyzer"; }
 # By hand through the module, and through the Python API.
-"$V/python" -m nccl_watchdog analyze "$tmp/demo-dumps" | head -1 | grep -q "global rank 2 on host node-b" ||
-  fail "python -m nccl_watchdog analyze did not name global rank 2"
+# The whole report first: `| head -1` could close the pipe while the analyzer still writes, and
+# its SIGPIPE would fail the pipeline (pipefail) whatever the first line said.
+report=$("$V/python" -m nccl_watchdog analyze "$tmp/demo-dumps") || fail "python -m nccl_watchdog analyze failed"
+grep -q "global rank 2 on host node-b" <<<"${report%%$'\n'*}" ||
+  fail "python -m nccl_watchdog analyze did not name global rank 2: ${report%%$'\n'*}"
 "$V/python" - "$tmp/demo-dumps" <<'EOF' || fail "the Python API"
 import glob, os, sys
 import nccl_watchdog as nw
