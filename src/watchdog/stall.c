@@ -323,10 +323,10 @@ static uint32_t wd_graph_stalls(wd_context *ctx, uint64_t now, const wd_config *
     s->replay = in ? l->w_replay : l->w_replay + 1;
     s->graph_state = l->w_state;
     snprintf(s->waiting_on, sizeof(s->waiting_on),
-             in ? "in it on the GPU in replay %llu of CUDA graph %u (launch %u): the start record "
+             in ? "the GPU, inside replay %llu of CUDA graph %u (launch %u): the start record "
                   "of that replay completed, its end record did not"
-                : "not reached in replay %llu of CUDA graph %u (launch %u): the graph was launched "
-                  "again and the GPU has not got to it",
+                : "the GPU to reach it in replay %llu of CUDA graph %u (launch %u): the graph was "
+                  "launched again and the GPU has not got to it",
              (unsigned long long)s->replay, l->graph, l->pos);
   }
   return nst;
