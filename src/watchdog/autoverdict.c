@@ -46,6 +46,9 @@ static struct {
   int state;
   unsigned k;
   uint64_t opened_ns;
+  /* The last episode this process opened, analyzed or not: its resume is marked for the others
+   * (verdict-K.resumed: the analyzer's RESUMED line, the peer dumps' budget). */
+  unsigned mark_k;
   time_t opened_wall; /* the same moment on the wall clock, against files' mtimes */
   av_child analyzer_run, hook, salvage;
   /* The episode whose verdict line this process logs. */
@@ -383,6 +386,7 @@ void wd_av_stop(void) {
 }
 
 void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
+  if (av.cfg) av.mark_k = k;
   if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
   av.k = k;
   av.opened_ns = now;
@@ -427,10 +431,12 @@ void wd_av_resumed(uint64_t now, uint64_t began_ns) {
           "operation, not a hang)", secs);
   av.stats.resumed++;
   av.stats.open_episode = 0;
-  if (!av.cfg || !av.k || !av.opened_ns) return;
+  if (!av.cfg || !av.mark_k || !av.base[0]) return;
+  unsigned k = av.mark_k;
+  av.mark_k = 0;
   char path[WD_PATH_MAX + 48], text[256];
-  snprintf(path, sizeof path, "%s/verdict-%u.resumed", av.base, av.k);
-  snprintf(text, sizeof text, "stall episode %u resumed after %.1f s (host %s, pid %d)\n", av.k, secs,
+  snprintf(path, sizeof path, "%s/verdict-%u.resumed", av.base, k);
+  snprintf(text, sizeof text, "stall episode %u resumed after %.1f s (host %s, pid %d)\n", k, secs,
            av.host, (int)getpid());
   int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd >= 0) {
@@ -439,6 +445,8 @@ void wd_av_resumed(uint64_t now, uint64_t began_ns) {
     close(fd);
   }
 }
+
+void wd_av_unmark(void) { av.mark_k = 0; }
 
 int wd_av_episode_resumed(unsigned k) {
   if (!av.cfg || !av.base[0] || !k) return 0;

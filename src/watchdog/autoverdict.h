@@ -33,6 +33,9 @@ void wd_av_dumped(unsigned k, uint64_t now, int own); /* own: its own stall dump
 /* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's
  * verdict files (as verdict-<k>.resumed) when this process opened it, and to the metrics. */
 void wd_av_resumed(uint64_t now, uint64_t began_ns);
+/* This process's stall episode ended without a resume (an abort, a finalize), or its stall joined
+ * another process's episode: no resume of an episode it opened is to be marked. */
+void wd_av_unmark(void);
 /* Whether the job said episode k resumed (its verdict-<k>.resumed: a regular file of this user,
  * not followed through a link). One lstat on the dump directory. */
 int wd_av_episode_resumed(unsigned k);

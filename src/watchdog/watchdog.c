@@ -377,6 +377,7 @@ static void wd_check_stalls(uint64_t now) {
     } else if (wd_wd.episode) {
       WD_INFO("stall episode over: the stalled communicator was finalized");
     }
+    if (!alive || (wd_wd.episode_nccl && records == wd_wd.episode_records)) wd_av_unmark();
     wd_wd.episode = 0;
     wd_wd.episode_path[0] = '\0';
     wd_wd.fold_k = 0;
@@ -417,6 +418,7 @@ static void wd_check_stalls(uint64_t now) {
   int joined = posted == 0;
   unsigned k = wd_wd.watch.next - 1; /* the episode posted or joined */
   if (posted == 1) wd_av_opened(k, now, stalls, n);
+  else wd_av_unmark();
   if (posted == 0) wd_fold(k, now);
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];

@@ -56,6 +56,9 @@
  *            dumps; those of resumed episodes give their budget back, so it still dumps for the
  *            real hang, and every process logs a verdict naming global rank 3 as never having
  *            entered (not "left no dump").
+ *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
+ *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
+ *            real hang, and the analyzer run by hand names global rank 3 as never entering seq 8.
  * Each process copies the lines it logged into <dir>/log-<rank>.txt (it is SIGKILLed at the end).
  */
 #include <dirent.h>
@@ -82,6 +85,9 @@ static int become(uid_t uid, gid_t gid) {
 }
 
 static const char *g_dir, *g_case;
+
+/* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
+static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
 
 /* The next AllReduce of c, whose data never comes (or comes after resume_ms). */
 static void hang_in(wdh_comm *c, unsigned resume_ms) {
@@ -141,7 +147,7 @@ static void rank_main(int r, int fd) {
   if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
-  if (!strcmp(g_case, "routine") || !strcmp(g_case, "saver")) {
+  if (!strcmp(g_case, "routine") || saver_case()) {
     /* Routine snapshots, each one written (its log line) before the next is asked for: signals
      * sent faster would merge. At most 3 s each. */
     for (int i = 0; !strcmp(g_case, "routine") && i < 32; i++) {
@@ -151,7 +157,7 @@ static void rank_main(int r, int fd) {
     }
     wdh_sleep_ms(500);
     /* The checkpoint: process 3 saves it while the others wait at the next AllReduce. */
-    for (int ck = 0; ck < (!strcmp(g_case, "saver") ? 3 : 1); ck++) {
+    for (int ck = 0; ck < (saver_case() ? 3 : 1); ck++) {
       if (r == 3) {
         wdh_sleep_ms(2500);
         wdh_run_ops(&dp, NULL, &cfg, 1);
@@ -214,6 +220,18 @@ static int count_files(const char *prefix) {
   int n = 0;
   struct dirent *e;
   while (d && (e = readdir(d)) != NULL) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+static int count_resumed(void) {
+  DIR *d = opendir(g_dir);
+  int n = 0;
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    size_t l = strlen(e->d_name);
+    n += l > 8 && !strncmp(e->d_name, "verdict-", 8) && !strcmp(e->d_name + l - 8, ".resumed");
+  }
   if (d) closedir(d);
   return n;
 }
@@ -477,6 +495,25 @@ static void case_saver(void) {
   check_real_hang(want, "left no dump", 0);
 }
 
+/* "saverquiet": as "saver" with no automatic verdict. The processes that opened the resumed
+ * episodes still mark them resumed (verdict-K.resumed), process 3's peer budget comes back, and
+ * the analyzer run by hand on the real hang names global rank 3 as never having entered. */
+static void case_saverquiet(void) {
+  for (int i = 0; i < 200 && count_resumed() < 3; i++) wdh_sleep_ms(100);
+  WDH_CHECK(count_resumed() == 3, "%d of 3 resumed episodes marked without the automatic verdict",
+            count_resumed());
+  WDH_CHECK(count_files("verdict-") == 3, "a verdict was made with NCCL_WATCHDOG_VERDICT=0");
+  char line[2048] = "";
+  for (int i = 0; i < 40; i++) {
+    wdh_sleep_ms(500);
+    if (wdh_analyzer_first_line(g_dir, "", line, sizeof line) == 0) break;
+    if (strstr(line, "global rank 3") && strstr(line, "never entered") && strstr(line, "seq 8")) break;
+  }
+  WDH_CHECK(strstr(line, "global rank 3") && strstr(line, "never entered") && strstr(line, "seq 8") &&
+                !strstr(line, "left no dump"),
+            "the analyzer does not name global rank 3 as never entering dp seq 8: %.400s", line);
+}
+
 /* "routine": the real hang's verdict in every log, never an "OK". */
 static void case_routine(void) {
   const char *const want[] = {"seq 6", NULL};
@@ -511,7 +548,7 @@ int main(int argc, char **argv) {
   g_case = argc > 1 ? argv[1] : "job";
   if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
       strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged") &&
-      strcmp(g_case, "foreign") && strcmp(g_case, "flood") && strcmp(g_case, "routine") && strcmp(g_case, "saver"))
+      strcmp(g_case, "foreign") && strcmp(g_case, "flood") && strcmp(g_case, "routine") && !saver_case())
     return 2;
   if (!strcmp(g_case, "foreign") && geteuid() != 0) {
     printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
@@ -527,7 +564,8 @@ int main(int argc, char **argv) {
   setenv("NCCL_WATCHDOG_METRICS", "200ms", 1);
   setenv("NCCL_WATCHDOG_METRICS_DIR", dir, 1);
   setenv("NCCL_WATCHDOG_HOSTNAME", "mhost", 1);
-  if (!strcmp(g_case, "saver")) setenv("NCCL_WATCHDOG_MAX_DUMPS", "2", 1);
+  if (saver_case()) setenv("NCCL_WATCHDOG_MAX_DUMPS", "2", 1);
+  if (!strcmp(g_case, "saverquiet")) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -563,6 +601,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "aborted")) case_aborted();
   else if (!strcmp(g_case, "routine")) case_routine();
   else if (!strcmp(g_case, "saver")) case_saver();
+  else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);
