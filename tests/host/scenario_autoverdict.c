@@ -56,6 +56,9 @@
  *            dumps; those of resumed episodes give their budget back, so it still dumps for the
  *            real hang, and every process logs a verdict naming global rank 3 as never having
  *            entered (not "left no dump").
+ *   unanswered  the job case with NCCL_WATCHDOG_PEER_DUMPS=0 and no automatic verdict: process 3
+ *            writes nothing; the analyzer run by hand reads its ring file (rewritten while read)
+ *            as its live state, not a post-mortem: global rank 3 never entered pp seq 3.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
  *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
  *            real hang, and the analyzer run by hand names global rank 3 as never entering seq 8.
@@ -88,6 +91,13 @@ static const char *g_dir, *g_case;
 
 /* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
 static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
+static int known_case(void) {
+  static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
+                                      "flood", "routine", "saver", "saverquiet", "unanswered"};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+    if (!strcmp(g_case, cases[i])) return 1;
+  return 0;
+}
 
 /* The next AllReduce of c, whose data never comes (or comes after resume_ms). */
 static void hang_in(wdh_comm *c, unsigned resume_ms) {
@@ -514,6 +524,22 @@ static void case_saverquiet(void) {
             "the analyzer does not name global rank 3 as never entering dp seq 8: %.400s", line);
 }
 
+/* "unanswered": the job case with no peer dumps and no automatic verdict: processes 0-2 dump
+ * their own stalls, process 3 (alive, stuck outside NCCL) writes nothing. Its ring file, kept in
+ * the dump directory, is rewritten every poll: the analyzer run by hand reads it as the running
+ * process's state, not a post-mortem, and names global rank 3 as never entering pp seq 3. */
+static void case_unanswered(void) {
+  for (int i = 0; i < 100 && wdh_list_dumps(g_dir, "stall", NULL, 0) < 3; i++) wdh_sleep_ms(100);
+  WDH_CHECK(wdh_list_dumps(g_dir, "stall", NULL, 0) == 3, "%d of 3 stall dumps", wdh_list_dumps(g_dir, "stall", NULL, 0));
+  char line[2048] = "";
+  WDH_CHECK(wdh_analyzer_first_line(g_dir, "", line, sizeof line) != 0, "no analyzer");
+  WDH_CHECK(strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") && !strstr(line, "died") &&
+                !strstr(line, "left no dump"),
+            "the analyzer does not name the running global rank 3 as never entering pp seq 3: %.400s", line);
+  WDH_CHECK(strstr(line, "ring file") && strstr(line, "running processes"),
+            "the line does not say which ring files it set aside: %.400s", line);
+}
+
 /* "routine": the real hang's verdict in every log, never an "OK". */
 static void case_routine(void) {
   const char *const want[] = {"seq 6", NULL};
@@ -546,10 +572,7 @@ int main(int argc, char **argv) {
   const char *az = getenv("WDH_ANALYZER");
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
-  if (strcmp(g_case, "job") && strcmp(g_case, "missing") && strcmp(g_case, "resumed") &&
-      strcmp(g_case, "aborted") && strcmp(g_case, "killed") && strcmp(g_case, "forged") &&
-      strcmp(g_case, "foreign") && strcmp(g_case, "flood") && strcmp(g_case, "routine") && !saver_case())
-    return 2;
+  if (!known_case()) return 2;
   if (!strcmp(g_case, "foreign") && geteuid() != 0) {
     printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
     return 77;
@@ -565,7 +588,8 @@ int main(int argc, char **argv) {
   setenv("NCCL_WATCHDOG_METRICS_DIR", dir, 1);
   setenv("NCCL_WATCHDOG_HOSTNAME", "mhost", 1);
   if (saver_case()) setenv("NCCL_WATCHDOG_MAX_DUMPS", "2", 1);
-  if (!strcmp(g_case, "saverquiet")) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
+  if (!strcmp(g_case, "saverquiet") || !strcmp(g_case, "unanswered")) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
+  if (!strcmp(g_case, "unanswered")) setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -602,6 +626,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "routine")) case_routine();
   else if (!strcmp(g_case, "saver")) case_saver();
   else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
+  else if (!strcmp(g_case, "unanswered")) case_unanswered();
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);

@@ -11,8 +11,11 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+
+#include "flightrec/ringfile.h"
 
 #define DUMP_FORMAT "nccl-watchdog-dump"
 #define DUMP_VERSION 1
@@ -1554,6 +1557,79 @@ static void adopt_identity(wd_az_set *set) {
   free(ix);
 }
 
+/* The live part's generation of a ring file now (its header re-read), 0 when it cannot be read
+ * as one. A running process's watchdog rewrites it every poll (NCCL_WATCHDOG_POLL, 1 s by
+ * default); a dead process's never changes. Read as the dumps are: a regular file, no link. */
+static uint64_t ring_live_gen(const char *path) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return 0;
+  wd_rf_header h;
+  struct stat st;
+  int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+  close(fd);
+  if (!ok || memcmp(h.magic, WD_RF_MAGIC, sizeof h.magic) != 0 || h.ident_sum != wd_rf_ident_sum(&h)) return 0;
+  return h.live_gen;
+}
+
+#define LIVE_RING_WAIT_MS 2500 /* two polls at the default, and a slow one */
+#define LIVE_RING_STEP_MS 100
+
+/* A ring file stands for a process that died (reason postmortem) only if it is not being
+ * rewritten: ring files kept among the dumps (NCCL_WATCHDOG_RING_DIR inside the dump directory)
+ * of processes still running would call each rank that has not answered the episode yet dead.
+ * Those become "live" evidence instead: the process's state at its watchdog's last poll, used
+ * only where the process left no other dump in the judged cut (live_rings_keep). One wait for
+ * all of them, only when there are ring files, ended as soon as each has been seen rewritten; a
+ * file that records a fatal signal is dead already. Returns how many are live. */
+static size_t find_live_rings(wd_az_set *set) {
+  wd_az_str pm = wd_az_intern("postmortem");
+  uint64_t *gen = calloc(set->ndumps ? set->ndumps : 1, sizeof(*gen));
+  if (!gen) return 0;
+  size_t probing = 0, aside = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    size_t n = d->path ? strlen(d->path) : 0;
+    if (d->aside || d->reason != pm || d->fatal_signal > 0 || n < 5 || strcmp(d->path + n - 5, ".ring") != 0) continue;
+    if ((gen[i] = ring_live_gen(d->path)) != 0) probing++;
+  }
+  for (int waited = 0; probing && waited < LIVE_RING_WAIT_MS; waited += LIVE_RING_STEP_MS) {
+    struct timespec ts = {0, LIVE_RING_STEP_MS * 1000000L};
+    nanosleep(&ts, NULL);
+    for (size_t i = 0; i < set->ndumps; i++) {
+      if (!gen[i]) continue;
+      uint64_t now = ring_live_gen(set->dumps[i].path);
+      if (!now || now == gen[i]) continue;
+      set->dumps[i].reason = wd_az_intern("live");
+      gen[i] = 0;
+      probing--;
+      aside++;
+    }
+  }
+  free(gen);
+  return aside;
+}
+
+/* A live ring file stands in for its process only where that process has nothing else in the
+ * judged cut (it has not answered the episode: no peer dumps, a spent budget): its own dumps
+ * say more (stacks, the moment of the episode). Returns how many were set aside. */
+static size_t live_rings_keep(wd_az_set *set) {
+  wd_az_str live = wd_az_intern("live");
+  size_t aside = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    if (d->aside || d->reason != live) continue;
+    for (size_t j = 0; j < set->ndumps && !d->aside; j++) {
+      const wd_az_dump *e = &set->dumps[j];
+      if (j != i && !e->aside && e->reason != live && e->host == d->host && e->pid == d->pid &&
+          e->proc_start_ns == d->proc_start_ns)
+        d->aside = 1, aside++;
+    }
+  }
+  for (size_t i = 0; aside && i < set->ncranks; i++)
+    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  return aside;
+}
+
 void wd_az_select(wd_az_set *set, int all_dumps) {
   adopt_identity(set);
   size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
@@ -1561,7 +1637,15 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   if (!idx) return;
   set->episode = -1;
   set->resumed_note[0] = '\0';
+  size_t live = all_dumps ? 0 : find_live_rings(set);
   if (!all_dumps) select_attempt(set), select_episode(set);
+  if (live) {
+    size_t aside = live_rings_keep(set), n = strlen(set->attempt_note);
+    snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+             "%s%zu ring file%s of running processes (rewritten while read: not post-mortems), %zu set "
+             "aside for their own dumps",
+             n ? "; " : "", live, live == 1 ? "" : "s", aside);
+  }
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;
   g_postmortem = wd_az_intern("postmortem");
