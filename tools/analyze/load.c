@@ -1571,8 +1571,10 @@ static uint64_t ring_live_gen(const char *path) {
   return h.live_gen;
 }
 
-#define LIVE_RING_WAIT_MS 2500 /* two polls at the default, and a slow one */
-#define LIVE_RING_STEP_MS 100
+/* When a ring file's header is read again, in ms after the first reading: two polls at the
+ * default and a slow one, in three re-reads (a job's directory may hold a ring file per
+ * communicator of every process: no tight loop over a shared file system). */
+static const int live_ring_reread_ms[] = {300, 1100, 2500};
 
 /* A ring file stands for a process that died (reason postmortem) only if it is not being
  * rewritten: ring files kept among the dumps (NCCL_WATCHDOG_RING_DIR inside the dump directory)
@@ -1582,49 +1584,60 @@ static uint64_t ring_live_gen(const char *path) {
  * all of them, only when there are ring files, ended as soon as each has been seen rewritten; a
  * file that records a fatal signal is dead already. Returns how many are live. */
 static size_t find_live_rings(wd_az_set *set) {
-  wd_az_str pm = wd_az_intern("postmortem");
+  wd_az_str pm = wd_az_intern("postmortem"), live_reason = wd_az_intern("live");
   uint64_t *gen = calloc(set->ndumps ? set->ndumps : 1, sizeof(*gen));
   if (!gen) return 0;
-  size_t probing = 0, aside = 0;
+  size_t probing = 0, live = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     const wd_az_dump *d = &set->dumps[i];
     size_t n = d->path ? strlen(d->path) : 0;
     if (d->aside || d->reason != pm || d->fatal_signal > 0 || n < 5 || strcmp(d->path + n - 5, ".ring") != 0) continue;
     if ((gen[i] = ring_live_gen(d->path)) != 0) probing++;
   }
-  for (int waited = 0; probing && waited < LIVE_RING_WAIT_MS; waited += LIVE_RING_STEP_MS) {
-    struct timespec ts = {0, LIVE_RING_STEP_MS * 1000000L};
+  int waited = 0;
+  for (size_t r = 0; probing && r < sizeof live_ring_reread_ms / sizeof live_ring_reread_ms[0]; r++) {
+    int ms = live_ring_reread_ms[r] - waited;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+    waited = live_ring_reread_ms[r];
     for (size_t i = 0; i < set->ndumps; i++) {
       if (!gen[i]) continue;
       uint64_t now = ring_live_gen(set->dumps[i].path);
       if (!now || now == gen[i]) continue;
-      set->dumps[i].reason = wd_az_intern("live");
+      set->dumps[i].reason = live_reason;
       gen[i] = 0;
       probing--;
-      aside++;
+      live++;
     }
   }
   free(gen);
-  return aside;
+  return live;
 }
 
 /* A live ring file stands in for its process only where that process has nothing else in the
  * judged cut (it has not answered the episode: no peer dumps, a spent budget): its own dumps
- * say more (stacks, the moment of the episode). Returns how many were set aside. */
+ * say more (stacks, the moment of the episode). One pass over the dumps sorted by host and pid.
+ * Returns how many were set aside. */
 static size_t live_rings_keep(wd_az_set *set) {
   wd_az_str live = wd_az_intern("live");
-  size_t aside = 0;
-  for (size_t i = 0; i < set->ndumps; i++) {
-    wd_az_dump *d = &set->dumps[i];
-    if (d->aside || d->reason != live) continue;
-    for (size_t j = 0; j < set->ndumps && !d->aside; j++) {
-      const wd_az_dump *e = &set->dumps[j];
-      if (j != i && !e->aside && e->reason != live && e->host == d->host && e->pid == d->pid &&
-          e->proc_start_ns == d->proc_start_ns)
-        d->aside = 1, aside++;
+  size_t n = set->ndumps, aside = 0, *ix = malloc((n ? n : 1) * sizeof(*ix));
+  if (!ix) return 0;
+  for (size_t i = 0; i < n; i++) ix[i] = i;
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_host_pid);
+  for (size_t a = 0, b; a < n; a = b) {
+    for (b = a; b < n && !cmp_host_pid(&ix[a], &ix[b]); b++) {
+    }
+    for (size_t k = a; k < b; k++) {
+      wd_az_dump *d = &set->dumps[ix[k]];
+      if (d->aside || d->reason != live) continue;
+      for (size_t j = a; j < b && !d->aside; j++) {
+        const wd_az_dump *e = &set->dumps[ix[j]];
+        if (!e->aside && e->reason != live && e->proc_start_ns == d->proc_start_ns) d->aside = 1, aside++;
+      }
     }
   }
+  free(ix);
   for (size_t i = 0; aside && i < set->ncranks; i++)
     if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
   return aside;
