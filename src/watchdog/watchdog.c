@@ -377,7 +377,7 @@ static void wd_check_stalls(uint64_t now) {
     } else if (wd_wd.episode) {
       WD_INFO("stall episode over: the stalled communicator was finalized");
     }
-    if (!alive || (wd_wd.episode_nccl && records == wd_wd.episode_records)) wd_av_unmark();
+    wd_av_unmark(); /* a resume above has marked its episode already */
     wd_wd.episode = 0;
     wd_wd.episode_path[0] = '\0';
     wd_wd.fold_k = 0;

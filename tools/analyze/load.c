@@ -1567,7 +1567,7 @@ static uint64_t ring_live_gen(const char *path) {
   struct stat st;
   int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
   close(fd);
-  if (!ok || memcmp(h.magic, WD_RF_MAGIC, sizeof h.magic) != 0 || h.ident_sum != wd_rf_ident_sum(&h)) return 0;
+  if (!ok || !wd_az_is_ringfile((const char *)&h, sizeof h) || h.ident_sum != wd_rf_ident_sum(&h)) return 0;
   return h.live_gen;
 }
 
