@@ -201,7 +201,7 @@ void wd_context_recycle(wd_context *ctx) {
 }
 
 void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *name, int nnodes,
-                     int nranks, int rank, int kch_on, int gpu_events) {
+                     int nranks, int rank, int kch_on, int gpu_events, uint64_t poll_ns) {
   ctx->magic = WD_CTX_MAGIC;
   ctx->abi = abi;
   ctx->comm_id = comm_id;
@@ -232,6 +232,8 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
     h->abi = abi;
     h->cuda_dev = ctx->cuda_dev;
     h->comm_id = comm_id;
+    uint64_t poll_ms = poll_ns / 1000000u;
+    h->poll_ms = poll_ms > UINT32_MAX ? UINT32_MAX : (uint32_t)poll_ms;
     wd_hostname(h->host, sizeof h->host);
     snprintf(h->comm_name, sizeof h->comm_name, "%s", ctx->name);
     snprintf(h->gpu_uuid, sizeof h->gpu_uuid, "%s", ctx->gpu_uuid);

@@ -90,9 +90,10 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
 void wd_context_refresh_file(wd_context *ctx);
 /* Make a context finalized long ago fit for another communicator (pools, rings, counters). */
 void wd_context_recycle(wd_context *ctx);
-/* Fill in the identity of the communicator it profiles. */
+/* Fill in the identity of the communicator it profiles; poll_ns: how often the watchdog refreshes
+ * its ring file's live part (recorded there for readers). */
 void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *name, int nnodes,
-                     int nranks, int rank, int kch_on, int gpu_events);
+                     int nranks, int rank, int kch_on, int gpu_events, uint64_t poll_ns);
 /* Its handles stop matching (finalize); the memory stays for late callbacks. */
 void wd_context_retire(wd_context *ctx, uint64_t now);
 void wd_context_free(wd_context *ctx);

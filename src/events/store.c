@@ -13,6 +13,7 @@
 #include "events/blacklist.h"
 #include "events/budget.h"
 #include "flightrec/record.h"
+#include "flightrec/ringfile.h"
 
 /* Long enough that no late callback of a finalized communicator (NCCL's shared proxy thread) can
  * still be inside one of its slots when the context is reset for another communicator. */
@@ -76,6 +77,11 @@ int wd_store_open(const wd_config *cfg) {
   wd_store.cfg = cfg;
   wd_store.pid = getpid();
   wd_store.abi_max = 0;
+  /* Ring files name this process by its start as /proc tells it: the analyzer, on this machine,
+   * can then tell it alive (tools/analyze/load.c, find_live_rings). */
+  wd_process_id me;
+  wd_process_identity(&me);
+  wd_ringfile_set_process_start(me.start_wall_ns);
   wd_store.detached_bl = wd_blacklist_create(65536);
   if (wd_store.detached_bl == NULL ||
       wd_pool_init(&wd_store.detached, WD_CHUNK_SLOTS, 16 * WD_CHUNK_SLOTS, WD_SLOT_DETACHED_BIT, NULL, 0) != 0) {
@@ -226,7 +232,7 @@ wd_context *wd_store_add(int abi, uint64_t comm_id, const char *name, int nnodes
     WD_WARN("communicator %s rank %d: no memory for %u captured-launch slots: hangs inside its "
             "CUDA graphs' replays may go unseen", name ? name : "", rank, cfg->graph_launches);
   wd_context_bind(ctx, abi, comm_id, name, nnodes, nranks, rank,
-                  (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0, cfg->gpu_events);
+                  (cfg->event_mask & (1 << WD_T_KERNELCH)) != 0, cfg->gpu_events, cfg->poll_ns);
 
   pthread_mutex_lock(&wd_store.lock);
   if (reg_add((uintptr_t)ctx) != 0) {

@@ -99,6 +99,10 @@ static int wd_rf_mkdir(const char *dir) {
   return 0;
 }
 
+void wd_ringfile_set_process_start(uint64_t wall_ns) {
+  if (wall_ns) wd_rf_process_start = wall_ns;
+}
+
 int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32_t ring_cap,
                        uint32_t proxy_ring_cap) {
   memset(f, 0, sizeof(*f));

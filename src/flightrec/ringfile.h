@@ -68,9 +68,15 @@ typedef struct wd_rf_header {
   uint64_t file_bytes, strtab_off, ring_off, proxy_ring_off;
   /* Identity, at communicator init. */
   int32_t pid, rank, nranks, nnodes, abi, cuda_dev;
-  int32_t global_rank, rsv1; /* the job's RANK (environment), -1 when unset */
+  int32_t global_rank; /* the job's RANK (environment), -1 when unset */
+  /* How often its watchdog rewrites the live part (NCCL_WATCHDOG_POLL), 0 where unknown (files
+   * written before it was recorded): how long a reader waits before it calls the file dead. */
+  uint32_t poll_ms;
   uint64_t comm_id;
-  uint64_t process_start_wall_ns; /* names the process incarnation with the pid */
+  /* Names the process incarnation with the pid: its start by the kernel's account (boot time
+   * plus its start tick, as /proc tells anyone on the machine) where it was set, else the
+   * first ring file's creation. */
+  uint64_t process_start_wall_ns;
   uint64_t bind_wall_ns, bind_mono_ns; /* record stamps are CLOCK_MONOTONIC: their wall time */
   char host[64];
   char comm_name[128];
@@ -123,6 +129,11 @@ typedef struct wd_ringfile {
   char path[512];
 } wd_ringfile;
 
+/* The process's start on the wall clock by the kernel's account (base/host.h,
+ * wd_process_identity), written into every ring file's header: a reader on the same machine
+ * can then tell the process that wrote a file from another with its pid (0: not known). Set
+ * before the first ring file. */
+void wd_ringfile_set_process_start(uint64_t wall_ns);
 /* Create dir (0700, also its parent) and a new file in it named
  * <host>-<pid>-<process start s>-<n>.ring (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), sized for the two
  * rings and mapped MAP_SHARED. The rings' records live in it. Returns 0, or -1 (errno) with f

@@ -59,6 +59,14 @@
  *   unanswered  the job case with NCCL_WATCHDOG_PEER_DUMPS=0 and no automatic verdict: process 3
  *            writes nothing; the analyzer run by hand reads its ring file (rewritten while read)
  *            as its live state, not a post-mortem: global rank 3 never entered pp seq 3.
+ *   slowpoll  "unanswered" with process 3's watchdog polling every 8 s (the others 100 ms): its
+ *            ring file is rewritten once in 8 s, so the analyzer's first three re-reads (2.5 s)
+ *            may see no change; the file records the poll, and the analyzer reads it again until
+ *            one poll and a quarter have passed: global rank 3 never entered, never "died".
+ *   stopped  "unanswered" under the machine's own host name, process 3 stopped (SIGSTOP: its
+ *            watchdog cannot rewrite anything) before the analyzer runs by hand: /proc tells the
+ *            process that wrote the ring file alive, the line says it is stopped and names global
+ *            rank 3 as never entering; SIGKILLed and reaped, the same analyzer says it died.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
  *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
  *            real hang, and the analyzer run by hand names global rank 3 as never entering seq 8.
@@ -91,9 +99,14 @@ static const char *g_dir, *g_case;
 
 /* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
 static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
+/* The cases where process 3 answers nothing and the analyzer is run by hand. */
+static int unanswered_case(void) {
+  return !strcmp(g_case, "unanswered") || !strcmp(g_case, "slowpoll") || !strcmp(g_case, "stopped");
+}
 static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
-                                      "flood", "routine", "saver", "saverquiet", "unanswered"};
+                                      "flood", "routine", "saver", "saverquiet", "unanswered",
+                                      "slowpoll", "stopped"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -146,6 +159,7 @@ static void rank_main(int r, int fd) {
   wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
   if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
   if (!strcmp(g_case, "foreign") && become(JOB_UID, JOB_UID) != 0) _exit(1);
+  if (!strcmp(g_case, "slowpoll") && r == 3) setenv("NCCL_WATCHDOG_POLL", "8s", 1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm dp, pp;
@@ -528,16 +542,34 @@ static void case_saverquiet(void) {
  * their own stalls, process 3 (alive, stuck outside NCCL) writes nothing. Its ring file, kept in
  * the dump directory, is rewritten every poll: the analyzer run by hand reads it as the running
  * process's state, not a post-mortem, and names global rank 3 as never entering pp seq 3. */
-static void case_unanswered(void) {
+static void case_unanswered(pid_t *pids) {
   for (int i = 0; i < 100 && wdh_list_dumps(g_dir, "stall", NULL, 0) < 3; i++) wdh_sleep_ms(100);
   WDH_CHECK(wdh_list_dumps(g_dir, "stall", NULL, 0) == 3, "%d of 3 stall dumps", wdh_list_dumps(g_dir, "stall", NULL, 0));
+  int stopped = !strcmp(g_case, "stopped");
+  if (stopped) {
+    WDH_CHECK(kill(pids[3], SIGSTOP) == 0, "cannot stop process 3");
+    wdh_sleep_ms(300);
+  }
   char line[2048] = "";
+  uint64_t t0 = wdh_now_ns();
   WDH_CHECK(wdh_analyzer_first_line(g_dir, "", line, sizeof line) != 0, "no analyzer");
+  fprintf(stderr, "autoverdict %s: the analyzer took %.1f s\n", g_case, (double)(wdh_now_ns() - t0) / 1e9);
   WDH_CHECK(strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") && !strstr(line, "died") &&
                 !strstr(line, "left no dump"),
             "the analyzer does not name the running global rank 3 as never entering pp seq 3: %.400s", line);
   WDH_CHECK(strstr(line, "ring file") && strstr(line, "running processes"),
             "the line does not say which ring files it set aside: %.400s", line);
+  if (!stopped) return;
+  WDH_CHECK(strstr(line, "2 of them stopped"), "the line does not say that process 3 (two communicators) is stopped: %.600s",
+            strstr(line, "[") ? strstr(line, "[") : line);
+  /* Gone now: its ring file is a post-mortem again. */
+  kill(pids[3], SIGKILL);
+  waitpid(pids[3], NULL, 0);
+  pids[3] = 0;
+  WDH_CHECK(wdh_analyzer_first_line(g_dir, "", line, sizeof line) != 0, "no analyzer");
+  WDH_CHECK(strstr(line, "global rank 3") && (strstr(line, "died") || strstr(line, "post-mortem ring file")) &&
+                !strstr(line, "stopped"),
+            "the analyzer does not say that the killed global rank 3 died: %.400s", line);
 }
 
 /* "routine": the real hang's verdict in every log, never an "OK". */
@@ -588,8 +620,10 @@ int main(int argc, char **argv) {
   setenv("NCCL_WATCHDOG_METRICS_DIR", dir, 1);
   setenv("NCCL_WATCHDOG_HOSTNAME", "mhost", 1);
   if (saver_case()) setenv("NCCL_WATCHDOG_MAX_DUMPS", "2", 1);
-  if (!strcmp(g_case, "saverquiet") || !strcmp(g_case, "unanswered")) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
-  if (!strcmp(g_case, "unanswered")) setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
+  if (!strcmp(g_case, "saverquiet") || unanswered_case()) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
+  if (unanswered_case()) setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
+  /* The machine's own name: the analyzer asks /proc about processes of this machine only. */
+  if (!strcmp(g_case, "stopped")) unsetenv("NCCL_WATCHDOG_HOSTNAME");
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -626,7 +660,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "routine")) case_routine();
   else if (!strcmp(g_case, "saver")) case_saver();
   else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
-  else if (!strcmp(g_case, "unanswered")) case_unanswered();
+  else if (unanswered_case()) case_unanswered(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);

@@ -55,7 +55,7 @@ static void test_read_since(void) {
 static wd_context *new_ctx(uint64_t id, const char *name) {
   wd_context *c = wd_context_alloc(64, 1024, 1024, NULL, 0);
   CU_ASSERT_PTR_NOT_NULL_FATAL(c);
-  wd_context_bind(c, 6, id, name, 1, 4, 0, 1, 0);
+  wd_context_bind(c, 6, id, name, 1, 4, 0, 1, 0, 0);
   return c;
 }
 

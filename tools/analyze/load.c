@@ -1557,10 +1557,19 @@ static void adopt_identity(wd_az_set *set) {
   free(ix);
 }
 
-/* The live part's generation of a ring file now (its header re-read), 0 when it cannot be read
- * as one. A running process's watchdog rewrites it every poll (NCCL_WATCHDOG_POLL, 1 s by
- * default); a dead process's never changes. Read as the dumps are: a regular file, no link. */
-static uint64_t ring_live_gen(const char *path) {
+/* What a ring file's header says now: its live part's generation (0: it cannot be read as a ring
+ * file), how often its watchdog rewrites that part (0: not recorded), whose it is. A running
+ * process's watchdog rewrites it every poll (NCCL_WATCHDOG_POLL, 1 s by default); a dead
+ * process's never changes. Read as the dumps are: a regular file, no link. */
+typedef struct ring_now {
+  uint64_t gen, proc_start_ns;
+  uint32_t poll_ms;
+  int32_t pid;
+  char host[64];
+} ring_now;
+
+static int ring_read_now(const char *path, ring_now *out) {
+  memset(out, 0, sizeof *out);
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
   wd_rf_header h;
@@ -1568,49 +1577,152 @@ static uint64_t ring_live_gen(const char *path) {
   int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
   close(fd);
   if (!ok || !wd_az_is_ringfile((const char *)&h, sizeof h) || h.ident_sum != wd_rf_ident_sum(&h)) return 0;
-  return h.live_gen;
+  out->gen = h.live_gen;
+  out->poll_ms = h.poll_ms;
+  out->pid = h.pid;
+  out->proc_start_ns = h.process_start_wall_ns;
+  memcpy(out->host, h.host, sizeof out->host);
+  out->host[sizeof out->host - 1] = '\0';
+  return out->gen != 0;
+}
+
+/* This machine's short host name, as the plugin writes it (up to the first dot). */
+static void this_host(char *out, size_t len) {
+  char buf[256];
+  if (gethostname(buf, sizeof buf) != 0) buf[0] = '\0';
+  buf[sizeof buf - 1] = '\0';
+  buf[strcspn(buf, ".")] = '\0';
+  snprintf(out, len, "%s", buf);
+}
+
+/* Whether process pid of this machine is the one that made a ring file whose process started
+ * (as it recorded, from this machine's /proc) at start_ns on the wall clock: it exists, has not
+ * exited (a zombie has), and started then (another process with that pid, of another PID
+ * namespace or since, started at another time; two seconds of slack for a wall clock stepped
+ * between the two readings of the boot time). Files that recorded something else (older ones:
+ * their first ring file's creation) never match, and are probed instead. Only this machine's
+ * /proc and clock: never another host's. *state: its state letter ('T': stopped by SIGSTOP or
+ * a debugger). */
+static int proc_alive_here(int32_t pid, uint64_t start_ns, char *state) {
+  static unsigned long long btime;
+  char path[64], buf[1024];
+  if (pid <= 0 || start_ns == 0) return 0;
+  if (!btime) {
+    FILE *f = fopen("/proc/stat", "re");
+    while (f && fgets(buf, sizeof buf, f))
+      if (!strncmp(buf, "btime ", 6)) btime = strtoull(buf + 6, NULL, 10);
+    if (f) fclose(f);
+    if (!btime) return 0;
+  }
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  /* After the command name's closing parenthesis: the state (field 3), then field 22, the start
+   * in clock ticks after boot. */
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ' || !p[2]) return 0;
+  *state = p[2];
+  if (*state == 'Z' || *state == 'X' || *state == 'x') return 0;
+  int field = 3;
+  for (p += 3; *p && field < 22; p++)
+    if (*p == ' ') field++;
+  long hz = sysconf(_SC_CLK_TCK);
+  if (field != 22 || hz <= 0) return 0;
+  unsigned long long ticks = strtoull(p, NULL, 10);
+  unsigned long long started = btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
+  unsigned long long gap = started > start_ns ? started - start_ns : start_ns - started;
+  return gap <= 2000000000ull;
 }
 
 /* When a ring file's header is read again, in ms after the first reading: two polls at the
  * default and a slow one, in three re-reads (a job's directory may hold a ring file per
- * communicator of every process: no tight loop over a shared file system). */
+ * communicator of every process: no tight loop over a shared file system). A file whose
+ * watchdog polls slower is read again every 2.5 s until one of its polls and a quarter more
+ * have passed, never past live_ring_max_ms (NCCL_WATCHDOG_POLL may be up to a minute: a
+ * process polling slower than that is called dead only after the wait). */
 static const int live_ring_reread_ms[] = {300, 1100, 2500};
+#define LIVE_RING_STEP_MS 2500
+#define LIVE_RING_MAX_MS 15000
 
-/* A ring file stands for a process that died (reason postmortem) only if it is not being
- * rewritten: ring files kept among the dumps (NCCL_WATCHDOG_RING_DIR inside the dump directory)
- * of processes still running would call each rank that has not answered the episode yet dead.
+/* How long file's probe lasts: three default polls' worth, or its own poll and a quarter. */
+static int live_ring_deadline_ms(uint32_t poll_ms) {
+  uint64_t ms = (uint64_t)poll_ms + poll_ms / 4 + 500;
+  if (ms < 2500) ms = 2500;
+  return ms > LIVE_RING_MAX_MS ? LIVE_RING_MAX_MS : (int)ms;
+}
+
+/* A ring file stands for a process that died (reason postmortem) only if that process is gone:
+ * ring files kept among the dumps (NCCL_WATCHDOG_RING_DIR inside the dump directory) of
+ * processes still running would call each rank that has not answered the episode yet dead.
  * Those become "live" evidence instead: the process's state at its watchdog's last poll, used
- * only where the process left no other dump in the judged cut (live_rings_keep). One wait for
- * all of them, only when there are ring files, ended as soon as each has been seen rewritten; a
- * file that records a fatal signal is dead already. Returns how many are live. */
-static size_t find_live_rings(wd_az_set *set) {
+ * only where the process left no other dump in the judged cut (live_rings_keep). A file of this
+ * machine is settled by /proc (its process alive, maybe stopped: its watchdog cannot rewrite
+ * anything); the others by their headers, re-read until each has been seen rewritten or its
+ * watchdog's poll has passed (one wait for all, only when there are such files). A file that
+ * records a fatal signal is dead already. Returns how many are live; *stopped: how many of
+ * them are stopped processes of this machine. */
+static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
   wd_az_str pm = wd_az_intern("postmortem"), live_reason = wd_az_intern("live");
   uint64_t *gen = calloc(set->ndumps ? set->ndumps : 1, sizeof(*gen));
-  if (!gen) return 0;
+  int *deadline = calloc(set->ndumps ? set->ndumps : 1, sizeof(*deadline));
+  *stopped = 0;
+  if (!gen || !deadline) {
+    free(gen);
+    free(deadline);
+    return 0;
+  }
+  char here[64];
+  this_host(here, sizeof here);
   size_t probing = 0, live = 0;
+  int last = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
-    const wd_az_dump *d = &set->dumps[i];
+    wd_az_dump *d = &set->dumps[i];
     size_t n = d->path ? strlen(d->path) : 0;
     if (d->aside || d->reason != pm || d->fatal_signal > 0 || n < 5 || strcmp(d->path + n - 5, ".ring") != 0) continue;
-    if ((gen[i] = ring_live_gen(d->path)) != 0) probing++;
+    ring_now r;
+    if (!ring_read_now(d->path, &r)) continue;
+    char state = '?';
+    if (here[0] && !strcmp(r.host, here) && proc_alive_here(r.pid, r.proc_start_ns, &state)) {
+      d->reason = live_reason;
+      live++;
+      if (state == 'T' || state == 't') ++*stopped;
+      continue;
+    }
+    gen[i] = r.gen;
+    deadline[i] = live_ring_deadline_ms(r.poll_ms);
+    if (deadline[i] > last) last = deadline[i];
+    probing++;
   }
   int waited = 0;
-  for (size_t r = 0; probing && r < sizeof live_ring_reread_ms / sizeof live_ring_reread_ms[0]; r++) {
-    int ms = live_ring_reread_ms[r] - waited;
+  for (size_t r = 0; probing && waited < last; r++) {
+    int at = r < sizeof live_ring_reread_ms / sizeof live_ring_reread_ms[0]
+                 ? live_ring_reread_ms[r]
+                 : waited + LIVE_RING_STEP_MS;
+    if (at > last) at = last;
+    int ms = at - waited;
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-    waited = live_ring_reread_ms[r];
+    waited = at;
     for (size_t i = 0; i < set->ndumps; i++) {
       if (!gen[i]) continue;
-      uint64_t now = ring_live_gen(set->dumps[i].path);
-      if (!now || now == gen[i]) continue;
-      set->dumps[i].reason = live_reason;
-      gen[i] = 0;
+      ring_now now;
+      int read = ring_read_now(set->dumps[i].path, &now);
+      if (read && now.gen != gen[i]) {
+        set->dumps[i].reason = live_reason;
+        live++;
+      } else if (read && waited < deadline[i]) {
+        continue;
+      }
+      gen[i] = 0; /* rewritten, past its poll, or gone */
       probing--;
-      live++;
     }
   }
   free(gen);
+  free(deadline);
   return live;
 }
 
@@ -1650,14 +1762,18 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   if (!idx) return;
   set->episode = -1;
   set->resumed_note[0] = '\0';
-  size_t live = all_dumps ? 0 : find_live_rings(set);
+  size_t stopped = 0, live = all_dumps ? 0 : find_live_rings(set, &stopped);
   if (!all_dumps) select_attempt(set), select_episode(set);
   if (live) {
     size_t aside = live_rings_keep(set), n = strlen(set->attempt_note);
     snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
-             "%s%zu ring file%s of running processes (rewritten while read: not post-mortems), %zu set "
-             "aside for their own dumps",
+             "%s%zu ring file%s of running processes (rewritten while read, or alive on this machine: "
+             "not post-mortems), %zu set aside for their own dumps",
              n ? "; " : "", live, live == 1 ? "" : "s", aside);
+    n = strlen(set->attempt_note);
+    if (stopped)
+      snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+               ", %zu of them stopped (state T: SIGSTOP or a debugger), their watchdogs frozen too", stopped);
   }
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;
