@@ -99,8 +99,13 @@ static int wd_rf_mkdir(const char *dir) {
   return 0;
 }
 
-void wd_ringfile_set_process_start(uint64_t wall_ns) {
-  if (wall_ns) wd_rf_process_start = wall_ns;
+static char wd_rf_boot_id[40];
+static uint64_t wd_rf_pidns;
+
+void wd_ringfile_set_process(uint64_t start_wall_ns, const char *boot_id, uint64_t pidns_ino) {
+  if (start_wall_ns) wd_rf_process_start = start_wall_ns;
+  snprintf(wd_rf_boot_id, sizeof wd_rf_boot_id, "%s", boot_id ? boot_id : "");
+  wd_rf_pidns = pidns_ino;
 }
 
 int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32_t ring_cap,
@@ -157,6 +162,9 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
   h->proxy_ring_off = h->ring_off + (uint64_t)ring_cap * sizeof(wd_record);
   h->process_start_wall_ns = wd_rf_process_start;
   h->pid = (int32_t)getpid();
+  memcpy(h->boot_id, wd_rf_boot_id, sizeof h->boot_id);
+  h->pidns_ino = wd_rf_pidns;
+  h->where_sum = wd_rf_where_sum(h);
   const char *rank = getenv("RANK"); /* torchrun, most launchers; SLURM_PROCID otherwise */
   if (!rank) rank = getenv("SLURM_PROCID");
   char *end = NULL;

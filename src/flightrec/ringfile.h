@@ -97,6 +97,12 @@ typedef struct wd_rf_header {
   uint32_t nopen, open_total;
   wd_rf_open_ev open[WD_RF_OPEN_EVENTS];
   uint64_t open_sum; /* FNV-1a 64 of nopen .. open[] */
+  /* Written at creation (zero in files of earlier plugins): the machine's boot and the PID
+   * namespace pid belongs to, so that a reader asks /proc about pid only where it names the same
+   * process table (containers on one machine each number their processes from 1). */
+  char boot_id[40];
+  uint64_t pidns_ino; /* inode of /proc/self/ns/pid */
+  uint64_t where_sum; /* FNV-1a 64 of boot_id .. pidns_ino */
 } wd_rf_header;
 
 _Static_assert(sizeof(wd_rf_header) <= WD_RF_HEADER_BYTES, "ring file header fits its page");
@@ -116,6 +122,9 @@ static inline uint64_t wd_rf_live_sum(const wd_rf_header *h) {
 static inline uint64_t wd_rf_open_sum(const wd_rf_header *h) {
   return wd_rf_fnv(&h->nopen, offsetof(wd_rf_header, open_sum) - offsetof(wd_rf_header, nopen));
 }
+static inline uint64_t wd_rf_where_sum(const wd_rf_header *h) {
+  return wd_rf_fnv(h->boot_id, offsetof(wd_rf_header, where_sum) - offsetof(wd_rf_header, boot_id));
+}
 static inline uint64_t wd_rf_file_bytes(uint32_t ring_cap, uint32_t proxy_ring_cap) {
   return WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN +
          ((uint64_t)ring_cap + proxy_ring_cap) * sizeof(wd_record);
@@ -130,10 +139,11 @@ typedef struct wd_ringfile {
 } wd_ringfile;
 
 /* The process's start on the wall clock by the kernel's account (base/host.h,
- * wd_process_identity), written into every ring file's header: a reader on the same machine
- * can then tell the process that wrote a file from another with its pid (0: not known). Set
- * before the first ring file. */
-void wd_ringfile_set_process_start(uint64_t wall_ns);
+ * wd_process_identity), the machine's boot id and the inode of the process's PID namespace,
+ * written into every ring file's header: a reader on the same machine, in the same namespace,
+ * can then tell the process that wrote a file from another with its pid (0 or "": not known).
+ * Set before the first ring file. */
+void wd_ringfile_set_process(uint64_t start_wall_ns, const char *boot_id, uint64_t pidns_ino);
 /* Create dir (0700, also its parent) and a new file in it named
  * <host>-<pid>-<process start s>-<n>.ring (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), sized for the two
  * rings and mapped MAP_SHARED. The rings' records live in it. Returns 0, or -1 (errno) with f

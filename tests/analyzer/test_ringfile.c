@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "base/host.h"
 #include "flightrec/ring.h"
 #include "flightrec/ringfile.h"
 #include "load.h"
@@ -35,6 +37,17 @@ static void put_colls(wd_ring *r, uint64_t t0, int n) {
   }
 }
 
+/* The identity a communicator's init gives a file (one node, ABI v6). */
+static void name_file(wd_rf_header *h, int rank, int nranks, uint64_t comm_id, const char *host, const char *name) {
+  h->rank = rank;
+  h->nranks = nranks;
+  h->nnodes = 1;
+  h->abi = 6;
+  h->comm_id = comm_id;
+  snprintf(h->host, sizeof h->host, "%s", host);
+  snprintf(h->comm_name, sizeof h->comm_name, "%s", name);
+}
+
 /* A file for comm 0xabc rank 2 of 4: 40 Coll starts (seq 0..39) through a 16-record ring, 5
  * ProxyOp starts in the proxy ring. Returns its bytes (malloc'ed). */
 static char *make_file(size_t *len, char *path, size_t path_len) {
@@ -45,13 +58,7 @@ static char *make_file(size_t *len, char *path, size_t path_len) {
   wd_ring_init_at(&r, 16, wd_ringfile_ring(&f, 0), 16);
   wd_ring_init_at(&pr, 16, wd_ringfile_ring(&f, 1), 16);
   wd_rf_header *h = wd_ringfile_header(&f);
-  h->rank = 2;
-  h->nranks = 4;
-  h->nnodes = 1;
-  h->abi = 6;
-  h->comm_id = 0xabc;
-  snprintf(h->host, sizeof h->host, "testhost");
-  snprintf(h->comm_name, sizeof h->comm_name, "pm");
+  name_file(h, 2, 4, 0xabc, "testhost", "pm");
   wd_ringfile_seal_identity(&f);
   /* As strtab.c does when the process interns a string: into every open file. */
   wd_ringfile_note_string(1, "AllReduce");
@@ -214,6 +221,60 @@ static void test_corrupt(void) {
   free(orig);
 }
 
+/* A ring file of process getpid() that says it started start_ns, in PID namespace pidns, on this
+ * machine (boot id, host name): its path in out. */
+static int make_placed(const wd_process_id *me, uint64_t start_ns, uint64_t pidns, char *out, size_t len) {
+  wd_ringfile_set_process(start_ns, me->boot_id, pidns);
+  wd_ringfile f;
+  if (wd_ringfile_create(&f, g_dir, "here", 16, 16) != 0) return -1;
+  snprintf(out, len, "%s", f.path);
+  wd_rf_header *h = wd_ringfile_header(&f);
+  char host[64];
+  wd_hostname(host, sizeof host);
+  name_file(h, 0, 2, 0xd0d, host, "placed");
+  wd_ringfile_seal_identity(&f);
+  wd_ringfile_live_begin(&f);
+  wd_ringfile_live_end(&f);
+  wd_ringfile_close(&f, 1);
+  return 0;
+}
+
+/* Whether the analyzer tells a ring file of a running process of this machine from a dead one's
+ * by /proc, and only where /proc speaks of that process: the same PID namespace and start. */
+static void test_placed(void) {
+  wd_process_id me;
+  wd_process_identity(&me);
+  struct stat ns;
+  if (!me.start_wall_ns || !me.boot_id[0] || stat("/proc/self/ns/pid", &ns) != 0) {
+    printf("skipped: no /proc identity here\n");
+    return;
+  }
+  char alive[600], other_ns[600], reused[600];
+  CU_ASSERT_EQUAL_FATAL(make_placed(&me, me.start_wall_ns, (uint64_t)ns.st_ino, alive, sizeof alive), 0);
+  CU_ASSERT_EQUAL_FATAL(make_placed(&me, me.start_wall_ns, (uint64_t)ns.st_ino + 1, other_ns, sizeof other_ns), 0);
+  CU_ASSERT_EQUAL_FATAL(make_placed(&me, me.start_wall_ns - 10000000000ull, (uint64_t)ns.st_ino, reused, sizeof reused), 0);
+  wd_ringfile_set_process(0, "", 0);
+  wd_az_set set;
+  memset(&set, 0, sizeof set);
+  CU_ASSERT_EQUAL(wd_az_load_path(&set, alive, 1), 0);
+  CU_ASSERT_EQUAL(wd_az_load_path(&set, other_ns, 1), 0);
+  CU_ASSERT_EQUAL(wd_az_load_path(&set, reused, 1), 0);
+  CU_ASSERT_EQUAL_FATAL(set.ndumps, 3);
+  wd_az_select(&set, 0);
+  for (size_t i = 0; i < set.ndumps; i++) {
+    const char *reason = wd_az_s(set.dumps[i].reason);
+    const char *want = !strcmp(set.dumps[i].path, alive) ? "live" : "postmortem";
+    if (strcmp(reason, want) != 0) printf("%s: %s, want %s\n", set.dumps[i].path, reason, want);
+    CU_ASSERT_STRING_EQUAL(reason, want);
+  }
+  CU_ASSERT_PTR_NOT_NULL(strstr(set.attempt_note, "1 ring file of running processes"));
+  wd_az_set_free(&set);
+  wd_az_load_release();
+  unlink(alive);
+  unlink(other_ns);
+  unlink(reused);
+}
+
 int main(void) {
   const char *tmp = getenv("TMPDIR");
   snprintf(g_dir, sizeof g_dir, "%s/wd-rf-test.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -223,6 +284,7 @@ int main(void) {
   CU_add_test(s, "write, decode, load, a torn record", test_decode);
   CU_add_test(s, "records wrapped before the ring was allocated whole", test_wrapped);
   CU_add_test(s, "every byte corrupted, truncations, versions, garbage", test_corrupt);
+  CU_add_test(s, "a running process's file told apart by /proc, only its own", test_placed);
   CU_basic_set_mode(CU_BRM_VERBOSE);
   CU_basic_run_tests();
   unsigned failed = CU_get_number_of_failures();

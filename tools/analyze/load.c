@@ -1562,10 +1562,11 @@ static void adopt_identity(wd_az_set *set) {
  * process's watchdog rewrites it every poll (NCCL_WATCHDOG_POLL, 1 s by default); a dead
  * process's never changes. Read as the dumps are: a regular file, no link. */
 typedef struct ring_now {
-  uint64_t gen, proc_start_ns;
+  uint64_t gen, proc_start_ns, pidns_ino;
   uint32_t poll_ms;
   int32_t pid;
   char host[64];
+  char boot_id[40]; /* "" where the file does not say (or its check fails) */
 } ring_now;
 
 static int ring_read_now(const char *path, ring_now *out) {
@@ -1583,26 +1584,50 @@ static int ring_read_now(const char *path, ring_now *out) {
   out->proc_start_ns = h.process_start_wall_ns;
   memcpy(out->host, h.host, sizeof out->host);
   out->host[sizeof out->host - 1] = '\0';
+  if (h.where_sum == wd_rf_where_sum(&h) && h.boot_id[0] && h.pidns_ino) {
+    memcpy(out->boot_id, h.boot_id, sizeof out->boot_id);
+    out->boot_id[sizeof out->boot_id - 1] = '\0';
+    out->pidns_ino = h.pidns_ino;
+  }
   return out->gen != 0;
 }
 
-/* This machine's short host name, as the plugin writes it (up to the first dot). */
-static void this_host(char *out, size_t len) {
+/* Where the analyzer runs, as a ring file names where its process ran: the short host name (up
+ * to the first dot), the boot id, the PID namespace's inode. */
+typedef struct here_t {
+  char host[64], boot_id[40];
+  uint64_t pidns_ino;
+} here_t;
+
+static void this_place(here_t *out) {
+  memset(out, 0, sizeof *out);
   char buf[256];
   if (gethostname(buf, sizeof buf) != 0) buf[0] = '\0';
   buf[sizeof buf - 1] = '\0';
   buf[strcspn(buf, ".")] = '\0';
-  snprintf(out, len, "%s", buf);
+  snprintf(out->host, sizeof out->host, "%s", buf);
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+  if (f) {
+    if (fgets(out->boot_id, sizeof out->boot_id, f)) out->boot_id[strcspn(out->boot_id, "\n")] = '\0';
+    fclose(f);
+  }
+  struct stat st;
+  if (stat("/proc/self/ns/pid", &st) == 0) out->pidns_ino = (uint64_t)st.st_ino;
 }
 
-/* Whether process pid of this machine is the one that made a ring file whose process started
- * (as it recorded, from this machine's /proc) at start_ns on the wall clock: it exists, has not
- * exited (a zombie has), and started then (another process with that pid, of another PID
- * namespace or since, started at another time; two seconds of slack for a wall clock stepped
- * between the two readings of the boot time). Files that recorded something else (older ones:
- * their first ring file's creation) never match, and are probed instead. Only this machine's
- * /proc and clock: never another host's. *state: its state letter ('T': stopped by SIGSTOP or
- * a debugger). */
+/* Whether /proc here speaks of the process that wrote r: the same host name, machine boot and
+ * PID namespace (an older file, without boot and namespace, never: it is probed). */
+static int same_place(const here_t *here, const ring_now *r) {
+  return here->host[0] && here->boot_id[0] && here->pidns_ino && r->boot_id[0] &&
+         !strcmp(r->host, here->host) && !strcmp(r->boot_id, here->boot_id) && r->pidns_ino == here->pidns_ino;
+}
+
+/* Whether process pid of this machine and PID namespace (same_place) is the one that made a
+ * ring file whose process started (as it recorded, from this machine's /proc) at start_ns on the
+ * wall clock: it exists, has not exited (a zombie has), and started then (the pid reused since
+ * started at another time; two seconds of slack for a wall clock stepped between the two
+ * readings of the boot time). Only this machine's /proc and clock: never another host's.
+ * *state: its state letter ('T': stopped by SIGSTOP or a debugger). */
 static int proc_alive_here(int32_t pid, uint64_t start_ns, char *state) {
   static unsigned long long btime;
   char path[64], buf[1024];
@@ -1675,8 +1700,8 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
     free(deadline);
     return 0;
   }
-  char here[64];
-  this_host(here, sizeof here);
+  here_t here;
+  this_place(&here);
   size_t probing = 0, live = 0;
   int last = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
@@ -1686,7 +1711,7 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
     ring_now r;
     if (!ring_read_now(d->path, &r)) continue;
     char state = '?';
-    if (here[0] && !strcmp(r.host, here) && proc_alive_here(r.pid, r.proc_start_ns, &state)) {
+    if (same_place(&here, &r) && proc_alive_here(r.pid, r.proc_start_ns, &state)) {
       d->reason = live_reason;
       live++;
       if (state == 'T' || state == 't') ++*stopped;
