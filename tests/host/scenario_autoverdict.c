@@ -63,9 +63,9 @@
  *            ring file is rewritten once in 8 s, so the analyzer's first three re-reads (2.5 s)
  *            may see no change; the file records the poll, and the analyzer reads it again until
  *            one poll and a quarter have passed: global rank 3 never entered, never "died".
- *   stopped  "unanswered" under the machine's own host name, process 3 stopped (SIGSTOP: its
- *            watchdog cannot rewrite anything) before the analyzer runs by hand: /proc tells the
- *            process that wrote the ring file alive, the line says it is stopped and names global
+ *   stopped  "unanswered" with process 3 stopped (SIGSTOP: its watchdog cannot rewrite
+ *            anything) before the analyzer runs by hand: /proc tells the process that wrote the
+ *            ring file alive (this machine's boot and PID namespace, whatever host name it took), the line says it is stopped and names global
  *            rank 3 as never entering; SIGKILLed and reaped, the same analyzer says it died.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
  *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
@@ -622,8 +622,6 @@ int main(int argc, char **argv) {
   if (saver_case()) setenv("NCCL_WATCHDOG_MAX_DUMPS", "2", 1);
   if (!strcmp(g_case, "saverquiet") || unanswered_case()) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
   if (unanswered_case()) setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
-  /* The machine's own name: the analyzer asks /proc about processes of this machine only. */
-  if (!strcmp(g_case, "stopped")) unsetenv("NCCL_WATCHDOG_HOSTNAME");
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);

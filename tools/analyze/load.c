@@ -1565,7 +1565,6 @@ typedef struct ring_now {
   uint64_t gen, proc_start_ns, pidns_ino;
   uint32_t poll_ms;
   int32_t pid;
-  char host[64];
   char boot_id[40]; /* "" where the file does not say (or its check fails) */
 } ring_now;
 
@@ -1582,8 +1581,6 @@ static int ring_read_now(const char *path, ring_now *out) {
   out->poll_ms = h.poll_ms;
   out->pid = h.pid;
   out->proc_start_ns = h.process_start_wall_ns;
-  memcpy(out->host, h.host, sizeof out->host);
-  out->host[sizeof out->host - 1] = '\0';
   if (h.where_sum == wd_rf_where_sum(&h) && h.boot_id[0] && h.pidns_ino) {
     memcpy(out->boot_id, h.boot_id, sizeof out->boot_id);
     out->boot_id[sizeof out->boot_id - 1] = '\0';
@@ -1592,20 +1589,15 @@ static int ring_read_now(const char *path, ring_now *out) {
   return out->gen != 0;
 }
 
-/* Where the analyzer runs, as a ring file names where its process ran: the short host name (up
- * to the first dot), the boot id, the PID namespace's inode. */
+/* Where the analyzer runs, as a ring file names where its process ran: the machine's boot id and
+ * the PID namespace's inode. */
 typedef struct here_t {
-  char host[64], boot_id[40];
+  char boot_id[40];
   uint64_t pidns_ino;
 } here_t;
 
 static void this_place(here_t *out) {
   memset(out, 0, sizeof *out);
-  char buf[256];
-  if (gethostname(buf, sizeof buf) != 0) buf[0] = '\0';
-  buf[sizeof buf - 1] = '\0';
-  buf[strcspn(buf, ".")] = '\0';
-  snprintf(out->host, sizeof out->host, "%s", buf);
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
   if (f) {
     if (fgets(out->boot_id, sizeof out->boot_id, f)) out->boot_id[strcspn(out->boot_id, "\n")] = '\0';
@@ -1615,11 +1607,12 @@ static void this_place(here_t *out) {
   if (stat("/proc/self/ns/pid", &st) == 0) out->pidns_ino = (uint64_t)st.st_ino;
 }
 
-/* Whether /proc here speaks of the process that wrote r: the same host name, machine boot and
- * PID namespace (an older file, without boot and namespace, never: it is probed). */
+/* Whether /proc here speaks of the process that wrote r: the same machine boot and PID namespace,
+ * whatever host name the file was given (NCCL_WATCHDOG_HOSTNAME names a container's node; an
+ * older file, without boot and namespace, never: it is probed). */
 static int same_place(const here_t *here, const ring_now *r) {
-  return here->host[0] && here->boot_id[0] && here->pidns_ino && r->boot_id[0] &&
-         !strcmp(r->host, here->host) && !strcmp(r->boot_id, here->boot_id) && r->pidns_ino == here->pidns_ino;
+  return here->boot_id[0] && here->pidns_ino && r->boot_id[0] && !strcmp(r->boot_id, here->boot_id) &&
+         r->pidns_ino == here->pidns_ino;
 }
 
 /* Whether process pid of this machine and PID namespace (same_place) is the one that made a
