@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char host_override[64];
@@ -27,6 +28,35 @@ void wd_hostname(char *out, size_t len) {
   snprintf(out, len, "%s", buf[0] ? buf : "unknown");
 }
 
+int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns) {
+  /* Field 22 of /proc/<pid>/stat, after the command name's closing parenthesis: start time in
+   * clock ticks after boot; /proc/stat's btime: the boot on the wall clock. */
+  char path[64], buf[1024];
+  if (pid > 0) snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  else snprintf(path, sizeof path, "/proc/self/stat");
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  if (!p || p[1] != ' ' || !p[2]) return -1;
+  if (state) *state = p[2];
+  int field = 2;
+  for (; *p && field < 22; p++)
+    if (*p == ' ') field++;
+  if (field != 22) return -1;
+  unsigned long long start = strtoull(p, NULL, 10), btime = 0;
+  f = fopen("/proc/stat", "re");
+  while (f && fgets(buf, sizeof buf, f))
+    if (!strncmp(buf, "btime ", 6)) btime = strtoull(buf + 6, NULL, 10);
+  if (f) fclose(f);
+  long hz = sysconf(_SC_CLK_TCK);
+  if (!btime || hz <= 0) return -1;
+  *start_wall_ns = btime * 1000000000ull + start * (1000000000ull / (unsigned long long)hz);
+  return 0;
+}
+
 void wd_process_identity(wd_process_id *out) {
   memset(out, 0, sizeof(*out));
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
@@ -34,27 +64,9 @@ void wd_process_identity(wd_process_id *out) {
     if (fgets(out->boot_id, sizeof out->boot_id, f)) out->boot_id[strcspn(out->boot_id, "\n")] = 0;
     fclose(f);
   }
-  /* Field 22 of /proc/self/stat, after the command name's closing parenthesis: start time in
-   * clock ticks after boot; /proc/stat's btime: the boot on the wall clock. */
-  char buf[1024];
-  unsigned long long start = 0, btime = 0;
-  f = fopen("/proc/self/stat", "re");
-  if (f) {
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    char *p = strrchr(buf, ')');
-    for (int field = 2; p && *p && field < 22; p++)
-      if (*p == ' ') field++;
-    if (p) start = strtoull(p, NULL, 10);
-  }
-  f = fopen("/proc/stat", "re");
-  while (f && fgets(buf, sizeof buf, f))
-    if (!strncmp(buf, "btime ", 6)) btime = strtoull(buf + 6, NULL, 10);
-  if (f) fclose(f);
-  long hz = sysconf(_SC_CLK_TCK);
-  if (btime && hz > 0)
-    out->start_wall_ns = btime * 1000000000ull + start * (1000000000ull / (unsigned long long)hz);
+  if (wd_proc_start(0, NULL, &out->start_wall_ns) != 0) out->start_wall_ns = 0;
+  struct stat ns;
+  if (stat("/proc/self/ns/pid", &ns) == 0) out->pidns_ino = (uint64_t)ns.st_ino;
 }
 
 /* A number of bytes from a one-line file ("max" or absent: none). */

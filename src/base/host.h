@@ -14,13 +14,19 @@ void wd_hostname_override(const char *name);
 
 /* What tells this process apart from any other of the job, whatever the host name or pid (one
  * PID namespace per container, cloned images): the kernel's boot id (a machine), the process's
- * start on the wall clock (from /proc: its start tick after boot plus the boot time) and on the
- * monotonic clock. Read once; "" and 0 when unknown. */
+ * start on the wall clock (from /proc: its start tick after boot plus the boot time) and the
+ * inode of its PID namespace (which process table its pid is of). Read once; "" and 0 when
+ * unknown. */
 typedef struct wd_process_id {
   char boot_id[40];
   uint64_t start_wall_ns;
+  uint64_t pidns_ino;
 } wd_process_id;
 void wd_process_identity(wd_process_id *out);
+/* What /proc of this machine says of process pid (0: this one): its state letter ('T' stopped,
+ * 'Z' exited) in *state (may be NULL) and its start on the wall clock, as wd_process_identity
+ * reads its own. 0, or -1 when /proc cannot tell (no such process). */
+int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns);
 
 /* The tightest limit on this process's memory, in bytes, and what it is ("cgroup memory.max",
  * "ulimit -v"); 0 when none is known. A cgroup's limit counts /dev/shm pages (the ring files). */

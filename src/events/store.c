@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -82,8 +81,7 @@ int wd_store_open(const wd_config *cfg) {
    * can then tell it alive (tools/analyze/load.c, find_live_rings). */
   wd_process_id me;
   wd_process_identity(&me);
-  struct stat ns;
-  wd_ringfile_set_process(me.start_wall_ns, me.boot_id, stat("/proc/self/ns/pid", &ns) == 0 ? (uint64_t)ns.st_ino : 0);
+  wd_ringfile_set_process(me.start_wall_ns, me.boot_id, me.pidns_ino);
   wd_store.detached_bl = wd_blacklist_create(65536);
   if (wd_store.detached_bl == NULL ||
       wd_pool_init(&wd_store.detached, WD_CHUNK_SLOTS, 16 * WD_CHUNK_SLOTS, WD_SLOT_DETACHED_BIT, NULL, 0) != 0) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "base/host.h"
 #include "flightrec/ringfile.h"
 
 #define DUMP_FORMAT "nccl-watchdog-dump"
@@ -1589,28 +1590,10 @@ static int ring_read_now(const char *path, ring_now *out) {
   return out->gen != 0;
 }
 
-/* Where the analyzer runs, as a ring file names where its process ran: the machine's boot id and
- * the PID namespace's inode. */
-typedef struct here_t {
-  char boot_id[40];
-  uint64_t pidns_ino;
-} here_t;
-
-static void this_place(here_t *out) {
-  memset(out, 0, sizeof *out);
-  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
-  if (f) {
-    if (fgets(out->boot_id, sizeof out->boot_id, f)) out->boot_id[strcspn(out->boot_id, "\n")] = '\0';
-    fclose(f);
-  }
-  struct stat st;
-  if (stat("/proc/self/ns/pid", &st) == 0) out->pidns_ino = (uint64_t)st.st_ino;
-}
-
 /* Whether /proc here speaks of the process that wrote r: the same machine boot and PID namespace,
  * whatever host name the file was given (NCCL_WATCHDOG_HOSTNAME names a container's node; an
  * older file, without boot and namespace, never: it is probed). */
-static int same_place(const here_t *here, const ring_now *r) {
+static int same_place(const wd_process_id *here, const ring_now *r) {
   return here->boot_id[0] && here->pidns_ino && r->boot_id[0] && !strcmp(r->boot_id, here->boot_id) &&
          r->pidns_ino == here->pidns_ino;
 }
@@ -1622,37 +1605,10 @@ static int same_place(const here_t *here, const ring_now *r) {
  * readings of the boot time). Only this machine's /proc and clock: never another host's.
  * *state: its state letter ('T': stopped by SIGSTOP or a debugger). */
 static int proc_alive_here(int32_t pid, uint64_t start_ns, char *state) {
-  static unsigned long long btime;
-  char path[64], buf[1024];
-  if (pid <= 0 || start_ns == 0) return 0;
-  if (!btime) {
-    FILE *f = fopen("/proc/stat", "re");
-    while (f && fgets(buf, sizeof buf, f))
-      if (!strncmp(buf, "btime ", 6)) btime = strtoull(buf + 6, NULL, 10);
-    if (f) fclose(f);
-    if (!btime) return 0;
-  }
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  /* After the command name's closing parenthesis: the state (field 3), then field 22, the start
-   * in clock ticks after boot. */
-  char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ' || !p[2]) return 0;
-  *state = p[2];
+  uint64_t started;
+  if (pid <= 0 || start_ns == 0 || wd_proc_start(pid, state, &started) != 0) return 0;
   if (*state == 'Z' || *state == 'X' || *state == 'x') return 0;
-  int field = 3;
-  for (p += 3; *p && field < 22; p++)
-    if (*p == ' ') field++;
-  long hz = sysconf(_SC_CLK_TCK);
-  if (field != 22 || hz <= 0) return 0;
-  unsigned long long ticks = strtoull(p, NULL, 10);
-  unsigned long long started = btime * 1000000000ull + ticks * (1000000000ull / (unsigned long long)hz);
-  unsigned long long gap = started > start_ns ? started - start_ns : start_ns - started;
+  uint64_t gap = started > start_ns ? started - start_ns : start_ns - started;
   return gap <= 2000000000ull;
 }
 
@@ -1660,7 +1616,7 @@ static int proc_alive_here(int32_t pid, uint64_t start_ns, char *state) {
  * default and a slow one, in three re-reads (a job's directory may hold a ring file per
  * communicator of every process: no tight loop over a shared file system). A file whose
  * watchdog polls slower is read again every 2.5 s until one of its polls and a quarter more
- * have passed, never past live_ring_max_ms (NCCL_WATCHDOG_POLL may be up to a minute: a
+ * have passed, never past LIVE_RING_MAX_MS (NCCL_WATCHDOG_POLL may be up to a minute: a
  * process polling slower than that is called dead only after the wait). */
 static const int live_ring_reread_ms[] = {300, 1100, 2500};
 #define LIVE_RING_STEP_MS 2500
@@ -1693,8 +1649,8 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
     free(deadline);
     return 0;
   }
-  here_t here;
-  this_place(&here);
+  wd_process_id here;
+  wd_process_identity(&here);
   size_t probing = 0, live = 0;
   int last = 0;
   for (size_t i = 0; i < set->ndumps; i++) {

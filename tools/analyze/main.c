@@ -17,6 +17,7 @@
 
 #include <time.h>
 
+#include "base/host.h"
 #include "job.h"
 #include "load.h"
 #include "ringfile.h"
@@ -542,15 +543,11 @@ static int salvage_file(const char *path, const char *dir, int quiet) {
   /* The salvage runs on the node whose memory holds the file (the poller's, or a user's there),
    * and a file refreshed in this boot's /dev/shm is of this boot: its machine is this one, which
    * tells it from a node of the same host name (cloned images, containers). */
-  char boot[64] = "";
-  FILE *bf = fopen("/proc/sys/kernel/random/boot_id", "re");
-  if (bf) {
-    if (fgets(boot, sizeof boot, bf)) boot[strcspn(boot, "\n")] = '\0';
-    fclose(bf);
-  }
+  wd_process_id here;
+  wd_process_identity(&here);
   cJSON *ident = cJSON_GetObjectItem(doc, "identity");
   if (!ident) ident = cJSON_AddObjectToObject(doc, "identity");
-  if (ident && boot[0] && !cJSON_GetObjectItem(ident, "bootId")) cJSON_AddStringToObject(ident, "bootId", boot);
+  if (ident && here.boot_id[0] && !cJSON_GetObjectItem(ident, "bootId")) cJSON_AddStringToObject(ident, "bootId", here.boot_id);
   const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
   const char *host = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "host"));
   const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "commId"));
