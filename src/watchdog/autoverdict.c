@@ -21,6 +21,7 @@
 #include "base/host.h"
 #include "base/log.h"
 #include "dump/dumpfile.h"
+#include "flightrec/ringfile.h"
 
 extern char **environ;
 
@@ -59,8 +60,21 @@ static struct {
   unsigned own_k;
   uint64_t own_until_ns;
   unsigned salvaged_k; /* the last episode this node's ring files were salvaged for */
+  /* This node's running processes' ring files, read when the poller answered episode silent_k:
+   * those still not rewritten at silent_due_ns are of processes whose watchdog is silent. */
+  unsigned silent_k;
+  uint64_t silent_due_ns;
+  uint32_t nsilent;
+  struct {
+    char name[256];
+    uint64_t gen;
+  } silent[AV_SALVAGE_MAX];
+  av_child copy; /* the salvage of those files */
   wd_av_stats stats;
 } av;
+
+/* The paths a salvage is given (copied by the exec: reused once the child is spawned). */
+static char av_paths[AV_SALVAGE_MAX][WD_PATH_MAX + 300];
 
 /* ---- children ---------------------------------------------------------------------------- */
 
@@ -331,7 +345,6 @@ static void av_salvage(uint64_t now, unsigned k) {
   long long since = me.start_wall_ns ? (long long)(me.start_wall_ns / 1000000000ull) - 1 : (long long)av.watch->start_sec;
   DIR *d = opendir(av.cfg->ring_dir);
   if (!d) return;
-  static char paths[AV_SALVAGE_MAX][WD_PATH_MAX + 300];
   char *argv[AV_SALVAGE_MAX + 4];
   char out[WD_PATH_MAX + 96];
   snprintf(out, sizeof out, "--salvage=%s/%s", av.base, av.host);
@@ -350,8 +363,8 @@ static void av_salvage(uint64_t now, unsigned k) {
     struct stat st;
     if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || st.st_mtime < since) continue;
-    snprintf(paths[argc - 3], sizeof paths[0], "%s/%s", av.cfg->ring_dir, e->d_name);
-    argv[argc] = paths[argc - 3];
+    snprintf(av_paths[argc - 3], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, e->d_name);
+    argv[argc] = av_paths[argc - 3];
     argc++;
   }
   closedir(d);
@@ -363,6 +376,114 @@ static void av_salvage(uint64_t now, unsigned k) {
     av.salvage = (av_child){pid, now + av.cfg->verdict_limit_ns};
     WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
             "post-mortem dumps in %s/%s", k, argc - 3, av.base, av.host);
+  }
+}
+
+/* ---- running processes of this node whose watchdog is silent ------------------------------ */
+
+/* A ring file of this node (name in dir), as its header says, if the running process of this
+ * machine and PID namespace that wrote it still has it open (not finalized): its live part's
+ * generation and its watchdog's poll. Read as the analyzer reads dumps: a regular file of this
+ * user, no link. 0 when it is not such a file. */
+static int av_ring_running(int dir, const char *name, const wd_process_id *me, uint64_t *gen, uint32_t *poll_ms) {
+  int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return 0;
+  wd_rf_header h;
+  struct stat st;
+  int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+           pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+  close(fd);
+  if (!ok || memcmp(h.magic, WD_RF_MAGIC, sizeof h.magic) != 0 || h.ident_sum != wd_rf_ident_sum(&h) ||
+      h.where_sum != wd_rf_where_sum(&h) || h.pid <= 0 || h.pid == (int32_t)getpid() || h.finalized ||
+      !me->boot_id[0] || strncmp(h.boot_id, me->boot_id, sizeof h.boot_id) != 0 || h.pidns_ino != me->pidns_ino)
+    return 0;
+  /* The process that wrote it, not one that reuses its pid: it started when the header says. */
+  char state = '?';
+  uint64_t started = 0;
+  if (wd_proc_start(h.pid, &state, &started) != 0 || state == 'Z' || state == 'X' || state == 'x' ||
+      h.process_start_wall_ns == 0)
+    return 0;
+  uint64_t gap = started > h.process_start_wall_ns ? started - h.process_start_wall_ns : h.process_start_wall_ns - started;
+  if (gap > 2000000000ull) return 0;
+  *gen = h.live_gen;
+  *poll_ms = h.poll_ms;
+  return 1;
+}
+
+/* When the poller answered episode k: note this node's other running processes' ring files and
+ * when each must have been rewritten (its watchdog's poll and a quarter, at least 2.5 s, at
+ * most 15 s, as the analyzer waits for a file it cannot ask /proc about). A watchdog that is
+ * running answers the episode itself; one that is silent (its process stopped, or stuck in the
+ * kernel) would leave the verdict with no word from that rank, as the analyzer on another node
+ * cannot see this node's memory. */
+static void av_silent_arm(uint64_t now, unsigned k) {
+  if (!av.analyzer[0] || !av.cfg->ring_dir[0] || !av.watch->poller || av.silent_k == k) return;
+  av.silent_k = k;
+  av.nsilent = 0;
+  wd_process_id me;
+  wd_process_identity(&me);
+  DIR *d = opendir(av.cfg->ring_dir);
+  if (!d) return;
+  uint64_t wait_ms = 0;
+  struct dirent *e;
+  size_t hl = strlen(av.host);
+  while ((e = readdir(d)) != NULL && av.nsilent < AV_SALVAGE_MAX) {
+    size_t n = strlen(e->d_name);
+    if (n < 6 || n >= sizeof av.silent[0].name || strcmp(e->d_name + n - 5, ".ring") != 0 ||
+        strncmp(e->d_name, av.host, hl) != 0 || e->d_name[hl] != '-')
+      continue;
+    uint64_t gen;
+    uint32_t poll_ms;
+    if (!av_ring_running(dirfd(d), e->d_name, &me, &gen, &poll_ms)) continue;
+    memcpy(av.silent[av.nsilent].name, e->d_name, n + 1);
+    av.silent[av.nsilent++].gen = gen;
+    uint64_t ms = (uint64_t)poll_ms + poll_ms / 4 + 500;
+    if (ms > wait_ms) wait_ms = ms;
+  }
+  closedir(d);
+  if (wait_ms < 2500) wait_ms = 2500;
+  if (wait_ms > 15000) wait_ms = 15000;
+  av.silent_due_ns = now + wait_ms * 1000000ull;
+}
+
+/* Once due: the files still not rewritten go to the analyzer's salvage, which writes each as
+ * its running process's state for episode k (reason "live", <...>-e<k>-live.json beside the
+ * dumps; the verdict uses it only where that process has no answer of its own). */
+static void av_silent_check(uint64_t now) {
+  if (!av.nsilent || now < av.silent_due_ns || av.copy.pid > 0) return;
+  uint32_t n = av.nsilent;
+  av.nsilent = 0;
+  wd_process_id me;
+  wd_process_identity(&me);
+  int dir = open(av.cfg->ring_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return;
+  char *argv[AV_SALVAGE_MAX + 5];
+  char out[WD_PATH_MAX + 96], ep[32];
+  snprintf(out, sizeof out, "--salvage=%s/%s", av.base, av.host);
+  snprintf(ep, sizeof ep, "--episode=%u", av.silent_k);
+  int argc = 0;
+  argv[argc++] = av.analyzer;
+  argv[argc++] = "-q";
+  argv[argc++] = out;
+  argv[argc++] = ep;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t gen;
+    uint32_t poll_ms;
+    if (!av_ring_running(dir, av.silent[i].name, &me, &gen, &poll_ms) || gen != av.silent[i].gen) continue;
+    snprintf(av_paths[argc - 4], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, av.silent[i].name);
+    argv[argc] = av_paths[argc - 4];
+    argc++;
+  }
+  close(dir);
+  argv[argc] = NULL;
+  if (argc == 4) return;
+  pid_t pid = av_spawn(argv, NULL, NULL);
+  if (pid > 0) {
+    setpriority(PRIO_PROCESS, (id_t)pid, 19);
+    av.copy = (av_child){pid, now + av.cfg->verdict_limit_ns};
+    WD_WARN("stall episode %u: %d ring file(s) of running processes on this node whose watchdog did "
+            "not answer (not rewritten past their poll) copied as their live state into %s/%s",
+            av.silent_k, argc - 4, av.base, av.host);
   }
 }
 
@@ -423,6 +544,7 @@ void wd_av_dumped(unsigned k, uint64_t now, int own) {
   }
   if (!av.stats.open_episode) av.stats.open_episode = k;
   av_salvage(now, k);
+  av_silent_arm(now, k);
 }
 
 void wd_av_resumed(uint64_t now, uint64_t began_ns) {
@@ -503,6 +625,8 @@ void wd_av_poll(uint64_t now) {
       WD_WARN("NCCL_WATCHDOG_ON_VERDICT failed (status 0x%x): see %s/verdict-%u.hook.log", st, av.base, av.k);
   }
   av_reap(&av.salvage, now, &st, &killed);
+  av_reap(&av.copy, now, &st, &killed);
+  av_silent_check(now);
   if (av_look(av.wait_k, av.wait_until_ns, now)) {
     if (av.own_k == av.wait_k) av.own_k = 0;
     av.wait_k = 0;

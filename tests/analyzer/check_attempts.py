@@ -173,6 +173,22 @@ def main():
         check("4 of 5 dumps" in p.stderr, f"--settle with --episode=2 counts episode 2's 4 dumps ({p.stderr.strip()[:120]})")
         p = subprocess.run([ANA, "-q", "--settle=5,1.5,0", d], capture_output=True, text=True, timeout=120)
         check("8 of 5 dumps" in p.stderr, f"--settle alone counts every dump ({p.stderr.strip()[:120]})")
+        # A node's copy of a running process's ring file, made when its watchdog did not answer
+        # (<host>-<pid>-e<K>-live.json, autoverdict.c): it counts for its process only where that
+        # process has no answer of its own (a watchdog merely late: never one process twice).
+        ans = sorted(f for f in os.listdir(d) if f.endswith(".json") and "-0002-" in f)[0]
+        host, pid = ans.split("-")[0], ans.split("-")[1]
+        doc = json.load(open(os.path.join(d, ans)))
+        doc["reason"] = "live"
+        copies = [os.path.join(d, f"{host}-{pid}-e2-live.json"), os.path.join(d, f"{host}-99999-e2-live.json"),
+                  os.path.join(d, f"{host}-99998-e1-live.json")]
+        for c in copies:
+            json.dump(doc, open(c, "w"))
+        p = subprocess.run([ANA, "-q", "--settle=6,1.5,0", "--episode=2", d], capture_output=True, text=True, timeout=120)
+        check("5 of 6 dumps" in p.stderr,
+              f"--settle counts a copy for a process without an answer, of its episode only ({p.stderr.strip()[:120]})")
+        for c in copies:
+            os.unlink(c)
         # Only episode 1's dumps and snapshots: nothing of episode 2, no verdict; post-mortem
         # dumps beside them (processes that died; an episode posted on SIGABRT is answered by
         # teardown dumps alike) are judged alone.

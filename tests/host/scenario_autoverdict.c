@@ -67,6 +67,13 @@
  *            anything) before the analyzer runs by hand: /proc tells the process that wrote the
  *            ring file alive (this machine's boot and PID namespace, whatever host name it took), the line says it is stopped and names global
  *            rank 3 as never entering; SIGKILLed and reaped, the same analyzer says it died.
+ *   frozen   the job case with ring files in node memory (NCCL_WATCHDOG_RING_DIR outside the dump
+ *            directory, as in production) and process 3 stopped (SIGSTOP: a debugger, or a
+ *            process whose watchdog cannot run) once the ranks are ready: it answers nothing, and
+ *            the analyzer, as on another node, cannot see its ring files. The node's poller finds
+ *            them not rewritten past their poll while their process lives, copies them into the
+ *            dump directory as its live state for the episode, and every other process logs a
+ *            verdict naming global rank 3 as never entering pp seq 3, stopped, not "left no dump".
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
  *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
  *            real hang, and the analyzer run by hand names global rank 3 as never entering seq 8.
@@ -106,7 +113,7 @@ static int unanswered_case(void) {
 static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
-                                      "slowpoll", "stopped"};
+                                      "slowpoll", "stopped", "frozen"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -572,6 +579,27 @@ static void case_unanswered(pid_t *pids) {
             "the analyzer does not say that the killed global rank 3 died: %.400s", line);
 }
 
+/* "frozen": process 3 stopped from the start; the poller copies its ring files as its state. */
+static void case_frozen(pid_t *pids) {
+  WDH_CHECK(kill(pids[3], SIGSTOP) == 0, "cannot stop process 3");
+  int n = wait_logs("verdict of stall episode 1: ", 3, 30000);
+  WDH_CHECK(n == 3, "%d of 3 running processes logged the verdict", n);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
+  char *t = read_all(path);
+  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
+                strstr(line, "stopped") && !strstr(line, "left no dump") && !strstr(line, "died"),
+            "the line does not name the stopped global rank 3 as never entering pp seq 3: %.600s",
+            line ? line : "(none)");
+  fprintf(stderr, "autoverdict frozen: %.1500s\n", line ? line : "(none)");
+  WDH_CHECK(t && strstr(t, "whose watchdog did not answer"), "the poller did not say it copied process 3's ring files");
+  free(t);
+  WDH_CHECK(wdh_list_dumps(g_dir, "live", NULL, 0) == 1, "%d copies of ring files, not one for process 3 (its 2 communicators)",
+            wdh_list_dumps(g_dir, "live", NULL, 0));
+  kill(pids[3], SIGCONT);
+}
+
 /* "routine": the real hang's verdict in every log, never an "OK". */
 static void case_routine(void) {
   const char *const want[] = {"seq 6", NULL};
@@ -631,6 +659,11 @@ int main(int argc, char **argv) {
   if (!strcmp(g_case, "forged")) plant_forged();
   pid_t flooder = 0;
   char rings[64] = "";
+  if (!strcmp(g_case, "frozen")) { /* node memory, as in production */
+    snprintf(rings, sizeof rings, "/tmp/wdh-frozen-rings-XXXXXX");
+    WDH_CHECK(mkdtemp(rings) != NULL, "mkdtemp");
+    setenv("NCCL_WATCHDOG_RING_DIR", rings, 1);
+  }
   if (!strcmp(g_case, "flood")) {
     /* Ring files in node memory, as in production, not among the dumps: several episodes'
      * analyzers run here, each must judge the processes' dumps, not their live ring files. */
@@ -659,6 +692,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "saver")) case_saver();
   else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
   else if (unanswered_case()) case_unanswered(pids);
+  else if (!strcmp(g_case, "frozen")) case_frozen(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);

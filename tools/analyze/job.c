@@ -202,6 +202,8 @@ static void now_text(const wd_az_result *res, const wd_az_crank *cr, char *out, 
     wd_az_fmt(out, len, "main thread in %s", f);
   } else if (strcmp(wd_az_s(d->reason), "postmortem") == 0) {
     wd_az_fmt(out, len, "gone (the process died)");
+  } else if (d->live_state) {
+    wd_az_live_text(d, out, len);
   } else {
     wd_az_fmt(out, len, "no stack in its dump");
   }

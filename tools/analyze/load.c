@@ -716,6 +716,9 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
   d->poll_ms = num(get(root, "config"), "pollMs", 0);
   d->fatal_signal = inum(get(get(root, "postmortem"), "fatal"), "signal", 0);
+  const char *st = str(get(root, "live"), "state");
+  d->live_state = st && st[0] && !st[1] ? st[0] : 0;
+  d->silent_ms = num(get(root, "live"), "watchdogSilentMs", -1);
   return 0;
 }
 
@@ -1569,6 +1572,23 @@ typedef struct ring_now {
   char boot_id[40]; /* "" where the file does not say (or its check fails) */
 } ring_now;
 
+/* The header's part ring_now holds: 0 when it is not a ring file's header or its identity fails
+ * its check. */
+static int ring_now_of(const wd_rf_header *h, ring_now *out) {
+  memset(out, 0, sizeof *out);
+  if (!wd_az_is_ringfile((const char *)h, sizeof *h) || h->ident_sum != wd_rf_ident_sum(h)) return 0;
+  out->gen = h->live_gen;
+  out->poll_ms = h->poll_ms;
+  out->pid = h->pid;
+  out->proc_start_ns = h->process_start_wall_ns;
+  if (h->where_sum == wd_rf_where_sum(h) && h->boot_id[0] && h->pidns_ino) {
+    memcpy(out->boot_id, h->boot_id, sizeof out->boot_id);
+    out->boot_id[sizeof out->boot_id - 1] = '\0';
+    out->pidns_ino = h->pidns_ino;
+  }
+  return 1;
+}
+
 static int ring_read_now(const char *path, ring_now *out) {
   memset(out, 0, sizeof *out);
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -1577,17 +1597,7 @@ static int ring_read_now(const char *path, ring_now *out) {
   struct stat st;
   int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
   close(fd);
-  if (!ok || !wd_az_is_ringfile((const char *)&h, sizeof h) || h.ident_sum != wd_rf_ident_sum(&h)) return 0;
-  out->gen = h.live_gen;
-  out->poll_ms = h.poll_ms;
-  out->pid = h.pid;
-  out->proc_start_ns = h.process_start_wall_ns;
-  if (h.where_sum == wd_rf_where_sum(&h) && h.boot_id[0] && h.pidns_ino) {
-    memcpy(out->boot_id, h.boot_id, sizeof out->boot_id);
-    out->boot_id[sizeof out->boot_id - 1] = '\0';
-    out->pidns_ino = h.pidns_ino;
-  }
-  return out->gen != 0;
+  return ok && ring_now_of(&h, out) && out->gen != 0;
 }
 
 /* Whether /proc here speaks of the process that wrote r: the same machine boot and PID namespace,
@@ -1610,6 +1620,18 @@ static int proc_alive_here(int32_t pid, uint64_t start_ns, char *state) {
   if (*state == 'Z' || *state == 'X' || *state == 'x') return 0;
   uint64_t gap = started > start_ns ? started - start_ns : start_ns - started;
   return gap <= 2000000000ull;
+}
+
+int wd_az_ring_alive_here(const void *data, size_t len, char *state) {
+  wd_rf_header h;
+  ring_now r;
+  wd_process_id here;
+  *state = '?';
+  if (len < sizeof h) return 0;
+  memcpy(&h, data, sizeof h); /* the buffer need not be aligned */
+  if (!ring_now_of(&h, &r)) return 0;
+  wd_process_identity(&here);
+  return same_place(&here, &r) && proc_alive_here(r.pid, r.proc_start_ns, state);
 }
 
 /* When a ring file's header is read again, in ms after the first reading: two polls at the
@@ -1738,17 +1760,38 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   set->resumed_note[0] = '\0';
   size_t stopped = 0, live = all_dumps ? 0 : find_live_rings(set, &stopped);
   if (!all_dumps) select_attempt(set), select_episode(set);
+  /* Copies a node made of its silent processes' ring files (the salvage's, for this episode). */
+  size_t copies = 0, copies_stopped = 0;
+  for (size_t i = 0; !all_dumps && i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (d->aside || !d->live_state) continue;
+    copies++;
+    copies_stopped += d->live_state == 'T' || d->live_state == 't';
+  }
+  size_t aside = live || copies ? live_rings_keep(set) : 0, n = strlen(set->attempt_note);
   if (live) {
-    size_t aside = live_rings_keep(set), n = strlen(set->attempt_note);
     snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
              "%s%zu ring file%s of running processes (rewritten while read, or alive on this machine: "
-             "not post-mortems), %zu set aside for their own dumps",
-             n ? "; " : "", live, live == 1 ? "" : "s", aside);
+             "not post-mortems)",
+             n ? "; " : "", live, live == 1 ? "" : "s");
     n = strlen(set->attempt_note);
     if (stopped)
       snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
                ", %zu of them stopped (state T: SIGSTOP or a debugger), their watchdogs frozen too", stopped);
+    n = strlen(set->attempt_note);
   }
+  if (copies) {
+    snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+             "%sthe ring files of %zu running process%s whose watchdog did not answer, copied by %s node",
+             n ? "; " : "", copies, copies == 1 ? "" : "es", copies == 1 ? "its" : "their");
+    n = strlen(set->attempt_note);
+    if (copies_stopped)
+      snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+               ", %zu of them stopped (state T: SIGSTOP or a debugger)", copies_stopped);
+    n = strlen(set->attempt_note);
+  }
+  if (live || copies)
+    snprintf(set->attempt_note + n, sizeof set->attempt_note - n, "; %zu set aside for their own dumps", aside);
   for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
   g_sort_set = set;
   g_postmortem = wd_az_intern("postmortem");

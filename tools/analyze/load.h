@@ -61,5 +61,9 @@ void wd_az_set_episode(int episode);
 /* Whether a dump's reason says what a process left as it ended (postmortem, term, sigabrt,
  * abort): judged with any episode, as a process that died or was torn down answers no trigger. */
 int wd_az_reason_is_final(const char *reason);
+/* Whether the process that wrote the ring file starting with data (len bytes: its header) runs
+ * now on this machine, in this PID namespace, as /proc tells (never another host's): 1 with its
+ * state letter in *state ('T' stopped, 'D' in the kernel, 'S' asleep, 'R' running). */
+int wd_az_ring_alive_here(const void *data, size_t len, char *state);
 
 #endif

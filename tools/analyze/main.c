@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "base/host.h"
+#include "flightrec/ringfile.h"
 #include "job.h"
 #include "load.h"
 #include "ringfile.h"
@@ -67,7 +68,10 @@ static void usage(FILE *f) {
           "                     pass it is cut, and a job with a cut dump gets no \"OK\" (default:\n"
           "                     half the machine's memory, at most 8192; 0: no bound)\n"
           "  --salvage=DIR      write each ring file given (or found in a directory given) as a\n"
-          "                     dump with reason \"postmortem\" into DIR, and stop there\n"
+          "                     dump with reason \"postmortem\" into DIR, and stop there; the file\n"
+          "                     of a process that still runs on this machine is written as its\n"
+          "                     live state (reason \"live\"; with --episode=K, standing in for its\n"
+          "                     answer to episode K)\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
           "  --attempt=N        judge attempt N of a restarted job (0: the first; default the latest)\n"
           "  --episode=K        judge the job's stall episode K: its dumps, and post-mortem and\n"
@@ -282,13 +286,41 @@ static int answers_episode(int dfd, const char *name, size_t len, long k) {
   return end != e + 13 && v == k;
 }
 
+/* Whether a live ring file's copy (<host>-<pid>-<commId>-e<K>-live.json, kind starting at
+ * name[dash]) stands in for a process's answer to episode k. */
+static int copy_answers_episode(const char *name, size_t dash, long k) {
+  size_t at = dash > 1 ? dash - 2 : 0; /* back from "-live" to the "-e" before it */
+  while (at > 0 && name[at] != '-') at--;
+  if (name[at] != '-' || name[at + 1] != 'e') return 0;
+  char *end;
+  long v = strtol(name + at + 2, &end, 10);
+  return end == name + dash - 1 && v == k;
+}
+
 /* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). episode >= 0:
  * only that episode's answers (its stall and peer dumps) and dumps of a process's end
  * (postmortem, term, sigabrt, abort); never a snapshot or another episode's dump. */
+/* The pid in name's component that ends at name[end] (a '-'), -1 when it is not a number. */
+static long pid_before(const char *name, size_t end) {
+  size_t at = end;
+  while (at > 0 && name[at - 1] != '-') at--;
+  if (at == 0 || at == end) return -1;
+  char *stop;
+  long v = strtol(name + at, &stop, 10);
+  return stop == name + end ? v : -1;
+}
+
+#define COUNT_PIDS 1024 /* processes of one host folder told apart (more: counted as files) */
+
 static long count_dumps(const char *dir, int depth, long since, long episode) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
+  /* A node's copy of a silent process's ring file counts for that process only where it has no
+   * answer of its own (its watchdog was merely late, writing a dump to a slow file system):
+   * one process never counts twice against the dumps the verdict waits for. */
+  long *answered = malloc(2 * COUNT_PIDS * sizeof(long)), *copied = answered ? answered + COUNT_PIDS : NULL;
+  size_t nans = 0, ncopy = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
@@ -309,10 +341,25 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
         size_t dash = base;
         while (dash > 0 && e->d_name[dash - 1] != '-') dash--;
         if (dash > 0 && base - dash < sizeof kind) memcpy(kind, e->d_name + dash, base - dash);
-        if (!strcmp(kind, "stall") || !strcmp(kind, "peer"))
+        if (!strcmp(kind, "stall") || !strcmp(kind, "peer")) {
           mine = answers_episode(dirfd(d), e->d_name, len, episode);
-        else
+          /* <host>-<pid>-<seq>-<kind> */
+          size_t seq = dash > 1 ? dash - 2 : 0;
+          while (seq > 0 && e->d_name[seq] != '-') seq--;
+          long pid = mine && seq ? pid_before(e->d_name, seq) : -1;
+          if (pid > 0 && answered && nans < COUNT_PIDS) answered[nans++] = pid;
+        } else if (!strcmp(kind, "live")) { /* <host>-<pid>-e<K>-live */
+          mine = copy_answers_episode(e->d_name, dash, episode);
+          size_t at = dash > 1 ? dash - 2 : 0;
+          while (at > 0 && e->d_name[at] != '-') at--;
+          long pid = mine && at ? pid_before(e->d_name, at) : -1;
+          if (pid > 0 && copied && ncopy < COUNT_PIDS) {
+            copied[ncopy++] = pid;
+            mine = 0; /* counted below, unless answered */
+          }
+        } else {
           mine = wd_az_reason_is_final(kind);
+        }
       }
       n += mine;
     } else if (depth < 1 && ok && S_ISDIR(st.st_mode) && strcmp(e->d_name, "triggers")) {
@@ -322,6 +369,12 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
     }
   }
   closedir(d);
+  for (size_t i = 0; i < ncopy; i++) {
+    size_t j = 0;
+    while (j < nans && answered[j] != copied[i]) j++;
+    n += j == nans;
+  }
+  free(answered);
   return n;
 }
 
@@ -524,8 +577,70 @@ out:
   return rc;
 }
 
-/* One ring file to DIR/<host>-<pid>-<commId>-postmortem.json (never overwriting one). */
-static int salvage_file(const char *path, const char *dir, int quiet) {
+/* What a process's state letter (/proc/<pid>/stat) says of it, for on-call. */
+static const char *state_text(char st) {
+  switch (st) {
+  case 'T': return "stopped (SIGSTOP, or a debugger)";
+  case 't': return "stopped by a debugger";
+  case 'D': return "in the kernel, uninterruptible (D: a hung file system or driver call)";
+  case 'S': return "asleep";
+  case 'R': return "running";
+  default: return "alive";
+  }
+}
+
+/* A ring file of a process that still runs here becomes its live state (reason "live"), not a
+ * post-mortem: where it is stopped, what its watchdog last wrote and when, and, for the
+ * automatic verdict (episode >= 0), the episode it stands in for (its watchdog did not answer). */
+static void mark_live(cJSON *doc, const wd_rf_header *h, char state, long episode) {
+  cJSON_ReplaceItemInObject(doc, "reason", cJSON_CreateString("live"));
+  cJSON *lv = cJSON_DetachItemFromObject(doc, "postmortem");
+  if (!lv) lv = cJSON_CreateObject();
+  if (!lv) return;
+  char st[2] = {state, '\0'};
+  cJSON_AddStringToObject(lv, "state", st);
+  cJSON_AddStringToObject(lv, "stateText", state_text(state));
+  cJSON_AddNumberToObject(lv, "pollMs", h->poll_ms);
+  /* This machine's wall clock against what its watchdog stamped on the same machine. */
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+  if (h->live_gen && h->live_wall_ns && now > h->live_wall_ns)
+    cJSON_AddNumberToObject(lv, "watchdogSilentMs", (double)((now - h->live_wall_ns) / 1000000ull));
+  cJSON_AddItemToObject(doc, "live", lv);
+  cJSON *ident = cJSON_GetObjectItem(doc, "identity");
+  if (!ident) ident = cJSON_AddObjectToObject(doc, "identity");
+  if (!ident) return;
+  char hex[24];
+  snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)h->process_start_wall_ns);
+  if (h->process_start_wall_ns) cJSON_AddStringToObject(ident, "processStartNs", hex);
+  if (episode >= 0) cJSON_AddNumberToObject(ident, "jobEpisode", (double)episode);
+}
+
+/* A salvaged dump to DIR/<host>-<pid>-<what>.json (never overwriting one). */
+static int write_salvaged(cJSON *doc, const char *dir, const char *what, const char *from) {
+  const char *host = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "host"));
+  char out[1024];
+  snprintf(out, sizeof out, "%s/%s-%d-%s.json", dir, host && *host ? host : "host",
+           (int)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "pid")), what);
+  char *text = cJSON_PrintUnformatted(doc);
+  int fd = text ? open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+  int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+  if (fd >= 0) ok = close(fd) == 0 && ok;
+  free(text);
+  if (!ok) {
+    fprintf(stderr, "nccl-watchdog-analyze: cannot write %s: %s\n", out, strerror(errno));
+    return -1;
+  }
+  printf("%s -> %s\n", from, out);
+  return 0;
+}
+
+/* One ring file to DIR/<host>-<pid>-<commId>-postmortem.json. When its process still runs on
+ * this machine, its live state instead, held in live (one dump per process, its communicators
+ * together, as the process's own dumps are: a verdict waiting for one dump per process must not
+ * start with half of one). 0, or -1 when it cannot be read or written. */
+static int salvage_file(const char *path, const char *dir, int quiet, long episode, cJSON *live) {
   FILE *f = fopen(path, "rb");
   char why[256] = "cannot open";
   char *buf = NULL;
@@ -534,6 +649,11 @@ static int salvage_file(const char *path, const char *dir, int quiet) {
       fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL)
     len = (long)fread(buf, 1, (size_t)len, f);
   if (f) fclose(f);
+  char state = '?';
+  int alive = buf && wd_az_ring_alive_here(buf, (size_t)len, &state);
+  wd_rf_header h;
+  memset(&h, 0, sizeof h);
+  if (alive) memcpy(&h, buf, sizeof h);
   cJSON *doc = buf ? wd_az_ringfile_decode(buf, (size_t)len, path, why, sizeof why) : NULL;
   free(buf);
   if (!doc) {
@@ -548,28 +668,35 @@ static int salvage_file(const char *path, const char *dir, int quiet) {
   cJSON *ident = cJSON_GetObjectItem(doc, "identity");
   if (!ident) ident = cJSON_AddObjectToObject(doc, "identity");
   if (ident && here.boot_id[0] && !cJSON_GetObjectItem(ident, "bootId")) cJSON_AddStringToObject(ident, "bootId", here.boot_id);
-  const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
-  const char *host = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "host"));
-  const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "commId"));
-  char out[1024];
-  snprintf(out, sizeof out, "%s/%s-%d-%s-postmortem.json", dir, host && *host ? host : "host",
-           (int)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "pid")), id ? id : "0x0");
-  char *text = cJSON_PrintUnformatted(doc);
-  cJSON_Delete(doc);
-  int fd = text ? open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
-  int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-  if (fd >= 0) ok = close(fd) == 0 && ok;
-  free(text);
-  if (!ok) {
-    fprintf(stderr, "nccl-watchdog-analyze: cannot write %s: %s\n", out, strerror(errno));
-    return -1;
+  if (alive) {
+    mark_live(doc, &h, state, episode);
+    printf("%s: its process (pid %d) runs: its live state\n", path, h.pid);
+    cJSON *held;
+    cJSON_ArrayForEach(held, live) {
+      if ((int)cJSON_GetNumberValue(cJSON_GetObjectItem(held, "pid")) != h.pid) continue;
+      cJSON *to = cJSON_GetObjectItem(held, "comms"), *from = cJSON_GetObjectItem(doc, "comms");
+      cJSON *c = from ? cJSON_DetachItemFromArray(from, 0) : NULL;
+      if (c && to) cJSON_AddItemToArray(to, c);
+      else cJSON_Delete(c);
+      cJSON_Delete(doc);
+      return 0;
+    }
+    cJSON_AddItemToArray(live, doc);
+    return 0;
   }
-  printf("%s -> %s\n", path, out);
-  return 0;
+  const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
+  const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "commId"));
+  char what[64];
+  snprintf(what, sizeof what, "%s-postmortem", id ? id : "0x0");
+  int rc = write_salvaged(doc, dir, what, path);
+  cJSON_Delete(doc);
+  return rc;
 }
 
 static int salvage(const args *a) {
   int written = 0, failed = 0;
+  cJSON *live = cJSON_CreateArray();
+  if (!live) return EXIT_OUTPUT;
   for (int i = 0; i < a->ninputs; i++) {
     struct stat st;
     if (stat(a->inputs[i], &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -580,13 +707,21 @@ static int salvage(const args *a) {
         if (n < 6 || strcmp(e->d_name + n - 5, ".ring") != 0) continue;
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", a->inputs[i], e->d_name);
-        salvage_file(path, a->salvage, a->quiet) == 0 ? written++ : failed++;
+        salvage_file(path, a->salvage, a->quiet, a->episode, live) == 0 ? written++ : failed++;
       }
       if (d) closedir(d);
     } else {
-      salvage_file(a->inputs[i], a->salvage, a->quiet) == 0 ? written++ : failed++;
+      salvage_file(a->inputs[i], a->salvage, a->quiet, a->episode, live) == 0 ? written++ : failed++;
     }
   }
+  /* Running processes' states, one dump each: <host>-<pid>[-e<K>]-live.json. */
+  cJSON *doc;
+  cJSON_ArrayForEach(doc, live) {
+    char what[48] = "live";
+    if (a->episode >= 0) snprintf(what, sizeof what, "e%ld-live", a->episode);
+    if (write_salvaged(doc, a->salvage, what, "(its communicators' ring files)") != 0) failed++;
+  }
+  cJSON_Delete(live);
   if (written == 0) return EXIT_NO_DUMP;
   return failed ? EXIT_OUTPUT : EXIT_OK;
 }

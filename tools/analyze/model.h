@@ -180,6 +180,11 @@ typedef struct wd_az_dump {
   double timeout_ms;   /* config.timeoutMs, 0 when absent */
   double poll_ms;      /* config.pollMs, 0 when absent */
   int fatal_signal;    /* postmortem.fatal.signal: what ended a dead process, 0 unknown */
+  /* A running process's ring file copied by its node (reason "live", live.*): its state letter
+   * ('T' stopped, 'D' in the kernel; 0 when not such a copy) and how long its watchdog had
+   * written nothing, -1 unknown. */
+  char live_state;
+  double silent_ms;
   int threads_disabled;
   int main_tid;        /* -1 when no thread list */
   wd_az_str main_name;

@@ -65,6 +65,18 @@ static int op_stuck_thr(const wd_az_op *op, double thr) {
   return (is(op->status, "reached") || is(op->status, "gpu_done")) && op->since_ms >= thr;
 }
 
+void wd_az_live_text(const wd_az_dump *d, char *out, size_t len) {
+  const char *st = d->live_state == 'T'   ? "stopped (state T: SIGSTOP or a debugger)"
+                   : d->live_state == 't' ? "stopped by a debugger (state t)"
+                   : d->live_state == 'D' ? "in the kernel, uninterruptible (state D: a hung file system or driver)"
+                                          : "alive";
+  if (d->silent_ms >= 0)
+    wd_az_fmt(out, len, "the process runs, %s, its watchdog silent for %.0f s (its ring file, copied by its node)",
+              st, d->silent_ms / 1000.0);
+  else
+    wd_az_fmt(out, len, "the process runs, %s, its watchdog silent (its ring file, copied by its node)", st);
+}
+
 /* A dump a process wrote, or left, as it ended: SIGABRT (PyTorch's watchdog), SIGTERM (the
  * launcher), a finalize with operations in flight (ncclCommAbort), or its ring file. Such a
  * process waited no timeout of ours: whatever it was still in, quiet, it never finished. */
@@ -201,6 +213,11 @@ void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
   const char *reason = wd_az_s(d->reason);
   if (reason && strcmp(reason, "postmortem") == 0)
     wd_az_fmt(frames, sizeof(frames), "none: the process died, this is its ring file");
+  else if (d->live_state) {
+    char lt[384];
+    wd_az_live_text(d, lt, sizeof lt);
+    wd_az_fmt(frames, sizeof(frames), "none: %s", lt);
+  }
   else if (d->threads_disabled) wd_az_fmt(frames, sizeof(frames), "backtraces disabled");
   else if (!d->nframes) wd_az_fmt(frames, sizeof(frames), "no stack");
   else wd_az_frames_text(d, WD_AZ_FRAMES, frames, sizeof(frames));

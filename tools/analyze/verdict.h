@@ -122,6 +122,9 @@ void wd_az_ident_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
 void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len);
 /* What a rank was doing: in-flight ops of its process, last records, main thread frames. */
 void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
+/* Where a running process whose ring file its node copied is (d->live_state set): its state and
+ * how long its watchdog had been silent. */
+void wd_az_live_text(const wd_az_dump *d, char *out, size_t len);
 int64_t wd_az_enq(const wd_az_crank *cr, wd_az_str func);
 /* A dump written or left as the process ended (sigabrt, term, abort, postmortem). */
 int wd_az_is_teardown(const wd_az_dump *d);
