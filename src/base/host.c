@@ -57,6 +57,36 @@ int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns) {
   return 0;
 }
 
+int wd_proc_job(int pid, char *out, size_t len) {
+  static const char *const keys[] = {"SLURM_JOB_ID=", "TORCHELASTIC_RUN_ID=", "NCCL_WATCHDOG_DUMP_DIR="};
+  enum { NKEYS = 3, VAL = 256 };
+  char path[64], vals[NKEYS][VAL] = {{0}}, entry[VAL + 32];
+  if (!out || !len) return -1;
+  if (pid > 0) snprintf(path, sizeof path, "/proc/%d/environ", pid);
+  else snprintf(path, sizeof path, "/proc/self/environ");
+  FILE *f = fopen(path, "re");
+  if (!f) return -1;
+  /* Entries end with a NUL; only each one's start is kept (a key and its value's first bytes),
+   * and at most 4 MiB are read (the kernel's limit on an environment is larger). */
+  size_t el = 0, total = 0;
+  int c;
+  while ((c = getc(f)) != EOF && total++ < (4u << 20)) {
+    if (c != 0) {
+      if (el < sizeof entry - 1) entry[el++] = (char)c;
+      continue;
+    }
+    entry[el] = 0;
+    for (int k = 0; k < NKEYS; k++)
+      if (!strncmp(entry, keys[k], strlen(keys[k]))) snprintf(vals[k], VAL, "%s", entry + strlen(keys[k]));
+    el = 0;
+  }
+  int err = ferror(f);
+  fclose(f);
+  if (err) return -1;
+  snprintf(out, len, "%s\n%s\n%s", vals[0], vals[1], vals[2]);
+  return 0;
+}
+
 void wd_process_identity(wd_process_id *out) {
   memset(out, 0, sizeof(*out));
   FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");

@@ -27,6 +27,11 @@ void wd_process_identity(wd_process_id *out);
  * 'Z' exited) in *state (may be NULL) and its start on the wall clock, as wd_process_identity
  * reads its own. 0, or -1 when /proc cannot tell (no such process). */
 int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns);
+/* The job process pid (0: this one) belongs to, as the launcher named it in its environment at
+ * exec (/proc/<pid>/environ): SLURM_JOB_ID, TORCHELASTIC_RUN_ID and NCCL_WATCHDOG_DUMP_DIR, each
+ * possibly empty, into out; two processes with equal strings are of one job as far as anything
+ * on the machine can tell. 0, or -1 when /proc cannot tell (another user's, no such process). */
+int wd_proc_job(int pid, char *out, size_t len);
 
 /* The tightest limit on this process's memory, in bytes, and what it is ("cgroup memory.max",
  * "ulimit -v"); 0 when none is known. A cgroup's limit counts /dev/shm pages (the ring files). */

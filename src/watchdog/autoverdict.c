@@ -28,6 +28,7 @@ extern char **environ;
 #define AV_HOOK_LIMIT_NS (60ull * 1000000000ull) /* the hook's time limit */
 #define AV_LINE 2048
 #define AV_SALVAGE_MAX 64 /* ring files of dead processes turned into dumps per episode */
+#define WD_AV_JOB 800     /* a job's name from a process's environment (wd_proc_job) */
 
 enum { AV_IDLE, AV_RUNNING };
 
@@ -382,10 +383,11 @@ static void av_salvage(uint64_t now, unsigned k) {
 /* ---- running processes of this node whose watchdog is silent ------------------------------ */
 
 /* A ring file of this node (name in dir), as its header says, if the running process of this
- * machine and PID namespace that wrote it still has it open (not finalized): its live part's
- * generation and its watchdog's poll. Read as the analyzer reads dumps: a regular file of this
- * user, no link. 0 when it is not such a file. */
-static int av_ring_running(int dir, const char *name, const wd_process_id *me, uint64_t *gen, uint32_t *poll_ms) {
+ * machine and PID namespace that wrote it, of this job (job: wd_proc_job's), still has it open
+ * (not finalized): its live part's generation and its watchdog's poll. Read as the analyzer
+ * reads dumps: a regular file of this user, no link. 0 when it is not such a file. */
+static int av_ring_running(int dir, const char *name, const wd_process_id *me, const char *job,
+                           uint64_t *gen, uint32_t *poll_ms) {
   int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
   wd_rf_header h;
@@ -405,6 +407,9 @@ static int av_ring_running(int dir, const char *name, const wd_process_id *me, u
     return 0;
   uint64_t gap = started > h.process_start_wall_ns ? started - h.process_start_wall_ns : h.process_start_wall_ns - started;
   if (gap > 2000000000ull) return 0;
+  /* Of this job: another job of the same user on this node shares the ring folder. */
+  char its[WD_AV_JOB];
+  if (wd_proc_job(h.pid, its, sizeof its) != 0 || strcmp(its, job) != 0) return 0;
   *gen = h.live_gen;
   *poll_ms = h.poll_ms;
   return 1;
@@ -422,6 +427,8 @@ static void av_silent_arm(uint64_t now, unsigned k) {
   av.nsilent = 0;
   wd_process_id me;
   wd_process_identity(&me);
+  char job[WD_AV_JOB];
+  if (wd_proc_job(0, job, sizeof job) != 0) return;
   DIR *d = opendir(av.cfg->ring_dir);
   if (!d) return;
   uint64_t wait_ms = 0;
@@ -434,7 +441,7 @@ static void av_silent_arm(uint64_t now, unsigned k) {
       continue;
     uint64_t gen;
     uint32_t poll_ms;
-    if (!av_ring_running(dirfd(d), e->d_name, &me, &gen, &poll_ms)) continue;
+    if (!av_ring_running(dirfd(d), e->d_name, &me, job, &gen, &poll_ms)) continue;
     memcpy(av.silent[av.nsilent].name, e->d_name, n + 1);
     av.silent[av.nsilent++].gen = gen;
     uint64_t ms = (uint64_t)poll_ms + poll_ms / 4 + 500;
@@ -455,6 +462,8 @@ static void av_silent_check(uint64_t now) {
   av.nsilent = 0;
   wd_process_id me;
   wd_process_identity(&me);
+  char job[WD_AV_JOB];
+  if (wd_proc_job(0, job, sizeof job) != 0) return;
   int dir = open(av.cfg->ring_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return;
   char *argv[AV_SALVAGE_MAX + 5];
@@ -469,7 +478,7 @@ static void av_silent_check(uint64_t now) {
   for (uint32_t i = 0; i < n; i++) {
     uint64_t gen;
     uint32_t poll_ms;
-    if (!av_ring_running(dir, av.silent[i].name, &me, &gen, &poll_ms) || gen != av.silent[i].gen) continue;
+    if (!av_ring_running(dir, av.silent[i].name, &me, job, &gen, &poll_ms) || gen != av.silent[i].gen) continue;
     snprintf(av_paths[argc - 4], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, av.silent[i].name);
     argv[argc] = av_paths[argc - 4];
     argc++;

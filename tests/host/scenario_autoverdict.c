@@ -74,6 +74,8 @@
  *            them not rewritten past their poll while their process lives, copies them into the
  *            dump directory as its live state for the episode, and every other process logs a
  *            verdict naming global rank 3 as never entering pp seq 3, stopped, not "left no dump".
+ *            A process of another job of the same user (another SLURM_JOB_ID at exec), stopped
+ *            with its ring file in the same folder, is not copied.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
  *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
  *            real hang, and the analyzer run by hand names global rank 3 as never entering seq 8.
@@ -629,6 +631,18 @@ int main(int argc, char **argv) {
     }
     return fclose(f) == 0 ? 0 : 1;
   }
+  if (argc > 1 && !strcmp(argv[1], "otherjob")) { /* "frozen": another job's stopped process */
+    wdh_plugin p;
+    if (wdh_load(&p, wdh_plugin_path(), 0) != 0) return 1;
+    wdh_comm c;
+    wdh_comm_init(&c, &p, 0xc7c7c7c7ull, "other", 1, 1, 0);
+    wdh_op_cfg cfg;
+    wdh_op_cfg_default(&cfg);
+    wdh_run_ops(&c, NULL, &cfg, 2);
+    wdh_sleep_ms(300); /* a poll or more: its ring file's live part is written */
+    raise(SIGSTOP);
+    for (;;) wdh_sleep_ms(1000);
+  }
   const char *az = getenv("WDH_ANALYZER");
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
@@ -679,6 +693,19 @@ int main(int argc, char **argv) {
     WDH_CHECK(chown(dir, JOB_UID, JOB_UID) == 0 && chmod(dir, 02770) == 0, "cannot share %s", dir);
     plant_foreign();
   }
+  pid_t other = 0;
+  if (!strcmp(g_case, "frozen")) {
+    other = fork();
+    if (other == 0) {
+      setenv("SLURM_JOB_ID", "another-job-77", 1);
+      char *const args[] = {self, "otherjob", NULL};
+      execv(self, args);
+      _exit(127);
+    }
+    int st = 0;
+    WDH_CHECK(other > 0 && waitpid(other, &st, WUNTRACED) == other && WIFSTOPPED(st),
+              "the other job's process did not stop (status 0x%x)", st);
+  }
   pid_t pids[4];
   WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
   if (!strcmp(g_case, "job")) case_job(pids);
@@ -696,6 +723,7 @@ int main(int argc, char **argv) {
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);
+  if (other > 0) wdh_kill_ranks(&other, 1);
   if (rings[0]) wdh_rmtree(rings);
   char label[48];
   snprintf(label, sizeof label, "scenario.autoverdict %s", g_case);
