@@ -117,6 +117,38 @@ static void test_wrapped(void) {
   wd_ringfile_close(&f, 0);
 }
 
+/* The files of one process decoded as one dump (the salvage of a running process): against a
+ * later reference instant, the dump's time is that instant and every record's offset from it
+ * grows by the difference; an instant a day away is not believed. */
+static void test_decode_at(void) {
+  size_t len;
+  char path[600];
+  char *buf = make_file(&len, path, sizeof path);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+  char why[256] = "";
+  cJSON *a = wd_az_ringfile_decode(buf, len, path, why, sizeof why);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(a);
+  uint64_t ma = strtoull(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(a, "time"), "mono_ns")), NULL, 16);
+  cJSON *b = wd_az_ringfile_decode_at(buf, len, path, ma + 1500000000ull, why, sizeof why);
+  cJSON *c = wd_az_ringfile_decode_at(buf, len, path, ma + 2 * 86400ull * 1000000000ull, why, sizeof why);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(b);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+  uint64_t mb = strtoull(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(b, "time"), "mono_ns")), NULL, 16);
+  uint64_t mc = strtoull(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "time"), "mono_ns")), NULL, 16);
+  CU_ASSERT_EQUAL(mb, ma + 1500000000ull);
+  CU_ASSERT_EQUAL(mc, ma);
+  cJSON *ra = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(a, "comms"), 0), "ring"), "records");
+  cJSON *rb = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(b, "comms"), 0), "ring"), "records");
+  CU_ASSERT_TRUE_FATAL(cJSON_GetArraySize(ra) > 0 && cJSON_GetArraySize(ra) == cJSON_GetArraySize(rb));
+  for (int i = 0; i < cJSON_GetArraySize(ra); i++)
+    CU_ASSERT_DOUBLE_EQUAL(jnum(cJSON_GetArrayItem(ra, i), "t", NULL) - 1500000000.0,
+                           jnum(cJSON_GetArrayItem(rb, i), "t", NULL), 0.5);
+  cJSON_Delete(a);
+  cJSON_Delete(b);
+  cJSON_Delete(c);
+  free(buf);
+}
+
 static void test_decode(void) {
   size_t len;
   char path[600];
@@ -281,6 +313,7 @@ int main(void) {
   CU_pSuite s = CU_add_suite("ringfile", NULL, NULL);
   CU_add_test(s, "write, decode, load, a torn record", test_decode);
   CU_add_test(s, "records wrapped before the ring was allocated whole", test_wrapped);
+  CU_add_test(s, "one process's files against one instant", test_decode_at);
   CU_add_test(s, "every byte corrupted, truncations, versions, garbage", test_corrupt);
   CU_add_test(s, "a running process's file told apart by /proc, only its own", test_placed);
   CU_basic_set_mode(CU_BRM_VERBOSE);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -636,54 +637,67 @@ static int write_salvaged(cJSON *doc, const char *dir, const char *what, const c
   return 0;
 }
 
-/* One ring file to DIR/<host>-<pid>-<commId>-postmortem.json. When its process still runs on
- * this machine, its live state instead, held in live (one dump per process, its communicators
- * together, as the process's own dumps are: a verdict waiting for one dump per process must not
- * start with half of one). 0, or -1 when it cannot be read or written. */
-static int salvage_file(const char *path, const char *dir, int quiet, long episode, cJSON *live) {
+/* A ring file, whole (at most WD_AZ_MAX_FILE): malloc'ed, NULL when it cannot be read. */
+static char *read_ring(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
-  char why[256] = "cannot open";
   char *buf = NULL;
-  long len = -1;
-  if (f && fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && len <= WD_AZ_MAX_FILE &&
-      fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)len + 1)) != NULL)
-    len = (long)fread(buf, 1, (size_t)len, f);
+  long n = -1;
+  if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= WD_AZ_MAX_FILE &&
+      fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1)) != NULL)
+    n = (long)fread(buf, 1, (size_t)n, f);
   if (f) fclose(f);
-  char state = '?';
-  int alive = buf && wd_az_ring_alive_here(buf, (size_t)len, &state);
-  wd_rf_header h;
-  memset(&h, 0, sizeof h);
-  if (alive) memcpy(&h, buf, sizeof h);
-  cJSON *doc = buf ? wd_az_ringfile_decode(buf, (size_t)len, path, why, sizeof why) : NULL;
-  free(buf);
-  if (!doc) {
-    if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, why);
-    return -1;
-  }
-  /* The salvage runs on the node whose memory holds the file (the poller's, or a user's there),
-   * and a file refreshed in this boot's /dev/shm is of this boot: its machine is this one, which
-   * tells it from a node of the same host name (cloned images, containers). */
+  *len = buf && n >= 0 ? (size_t)n : 0;
+  return buf;
+}
+
+/* A decoded ring file's reference instant (time.mono_ns). */
+static uint64_t doc_mono(const cJSON *doc) {
+  const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(doc, "time"), "mono_ns"));
+  return m ? strtoull(m, NULL, 16) : 0;
+}
+
+/* The salvage runs on the node whose memory holds the file (the poller's, or a user's there),
+ * and a file refreshed in this boot's /dev/shm is of this boot: its machine is this one, which
+ * tells it from a node of the same host name (cloned images, containers). */
+static void add_boot(cJSON *doc) {
   wd_process_id here;
   wd_process_identity(&here);
   cJSON *ident = cJSON_GetObjectItem(doc, "identity");
   if (!ident) ident = cJSON_AddObjectToObject(doc, "identity");
   if (ident && here.boot_id[0] && !cJSON_GetObjectItem(ident, "bootId")) cJSON_AddStringToObject(ident, "bootId", here.boot_id);
+}
+
+/* One ring file to DIR/<host>-<pid>-<commId>-postmortem.json. When its process still runs on
+ * this machine, it is noted in live ({path, pid, mono}) and written with the process's other
+ * files by salvage_live. 0, or -1 when it cannot be read or written. */
+static int salvage_file(const char *path, const char *dir, int quiet, cJSON *live) {
+  char why[256] = "cannot open";
+  size_t len;
+  char *buf = read_ring(path, &len);
+  char state = '?';
+  int alive = buf && wd_az_ring_alive_here(buf, len, &state);
+  int32_t pid = 0;
+  if (alive) memcpy(&pid, buf + offsetof(wd_rf_header, pid), sizeof pid);
+  cJSON *doc = buf ? wd_az_ringfile_decode(buf, len, path, why, sizeof why) : NULL;
+  free(buf);
+  if (!doc) {
+    if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, why);
+    return -1;
+  }
   if (alive) {
-    mark_live(doc, &h, state, episode);
-    printf("%s: its process (pid %d) runs: its live state\n", path, h.pid);
-    cJSON *held;
-    cJSON_ArrayForEach(held, live) {
-      if ((int)cJSON_GetNumberValue(cJSON_GetObjectItem(held, "pid")) != h.pid) continue;
-      cJSON *to = cJSON_GetObjectItem(held, "comms"), *from = cJSON_GetObjectItem(doc, "comms");
-      cJSON *c = from ? cJSON_DetachItemFromArray(from, 0) : NULL;
-      if (c && to) cJSON_AddItemToArray(to, c);
-      else cJSON_Delete(c);
-      cJSON_Delete(doc);
-      return 0;
+    cJSON *e = cJSON_CreateObject();
+    char m[24];
+    snprintf(m, sizeof m, "%llx", (unsigned long long)doc_mono(doc));
+    cJSON_Delete(doc);
+    if (!e || !cJSON_AddStringToObject(e, "path", path) || !cJSON_AddNumberToObject(e, "pid", pid) ||
+        !cJSON_AddStringToObject(e, "mono", m)) {
+      cJSON_Delete(e);
+      return -1;
     }
-    cJSON_AddItemToArray(live, doc);
+    cJSON_AddItemToArray(live, e);
     return 0;
   }
+  add_boot(doc);
   const cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
   const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(c, "commId"));
   char what[64];
@@ -691,6 +705,63 @@ static int salvage_file(const char *path, const char *dir, int quiet, long episo
   int rc = write_salvaged(doc, dir, what, path);
   cJSON_Delete(doc);
   return rc;
+}
+
+/* The running processes' files noted in live, one dump per process (its communicators together,
+ * as the process's own dumps are: a verdict waiting for one dump per process must not start
+ * with half of one), decoded against the latest reference instant among them so that their
+ * times agree: <host>-<pid>[-e<K>]-live.json. Returns how many could not be written. */
+static int salvage_live(cJSON *live, const char *dir, long episode, int quiet) {
+  int failed = 0;
+  cJSON *e;
+  cJSON_ArrayForEach(e, live) {
+    int pid = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "pid"));
+    if (pid <= 0) continue; /* written with an earlier one of its process */
+    uint64_t ref = 0;
+    for (cJSON *o = e; o; o = o->next) {
+      if ((int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "pid")) != pid) continue;
+      uint64_t m = strtoull(cJSON_GetStringValue(cJSON_GetObjectItem(o, "mono")), NULL, 16);
+      if (m > ref) ref = m;
+    }
+    cJSON *doc = NULL;
+    for (cJSON *o = e; o; o = o->next) {
+      if ((int)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "pid")) != pid) continue;
+      cJSON_SetNumberValue(cJSON_GetObjectItem(o, "pid"), 0);
+      const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(o, "path"));
+      char why[256] = "cannot open", state = '?';
+      size_t len;
+      char *buf = read_ring(path, &len);
+      /* Still its process's (it may have ended since it was read). */
+      int alive = buf && wd_az_ring_alive_here(buf, len, &state);
+      wd_rf_header h;
+      memset(&h, 0, sizeof h);
+      if (buf && len >= sizeof h) memcpy(&h, buf, sizeof h);
+      cJSON *one = alive ? wd_az_ringfile_decode_at(buf, len, path, ref, why, sizeof why) : NULL;
+      free(buf);
+      if (!one) {
+        if (!quiet) fprintf(stderr, "nccl-watchdog-analyze: skipped %s: %s\n", path, alive ? why : "its process ended");
+        continue;
+      }
+      printf("%s: its process (pid %d) runs: its live state\n", path, pid);
+      if (!doc) {
+        doc = one;
+        add_boot(doc);
+        mark_live(doc, &h, state, episode);
+        continue;
+      }
+      cJSON *from = cJSON_GetObjectItem(one, "comms"), *to = cJSON_GetObjectItem(doc, "comms");
+      cJSON *c = from ? cJSON_DetachItemFromArray(from, 0) : NULL;
+      if (c && to) cJSON_AddItemToArray(to, c);
+      else cJSON_Delete(c);
+      cJSON_Delete(one);
+    }
+    if (!doc) continue;
+    char what[48] = "live";
+    if (episode >= 0) snprintf(what, sizeof what, "e%ld-live", episode);
+    if (write_salvaged(doc, dir, what, "(its communicators' ring files)") != 0) failed++;
+    cJSON_Delete(doc);
+  }
+  return failed;
 }
 
 static int salvage(const args *a) {
@@ -707,20 +778,14 @@ static int salvage(const args *a) {
         if (n < 6 || strcmp(e->d_name + n - 5, ".ring") != 0) continue;
         char path[1024];
         snprintf(path, sizeof path, "%s/%s", a->inputs[i], e->d_name);
-        salvage_file(path, a->salvage, a->quiet, a->episode, live) == 0 ? written++ : failed++;
+        salvage_file(path, a->salvage, a->quiet, live) == 0 ? written++ : failed++;
       }
       if (d) closedir(d);
     } else {
-      salvage_file(a->inputs[i], a->salvage, a->quiet, a->episode, live) == 0 ? written++ : failed++;
+      salvage_file(a->inputs[i], a->salvage, a->quiet, live) == 0 ? written++ : failed++;
     }
   }
-  /* Running processes' states, one dump each: <host>-<pid>[-e<K>]-live.json. */
-  cJSON *doc;
-  cJSON_ArrayForEach(doc, live) {
-    char what[48] = "live";
-    if (a->episode >= 0) snprintf(what, sizeof what, "e%ld-live", a->episode);
-    if (write_salvaged(doc, a->salvage, what, "(its communicators' ring files)") != 0) failed++;
-  }
+  failed += salvage_live(live, a->salvage, a->episode, a->quiet);
   cJSON_Delete(live);
   if (written == 0) return EXIT_NO_DUMP;
   return failed ? EXIT_OUTPUT : EXIT_OK;

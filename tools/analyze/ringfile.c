@@ -344,6 +344,11 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
 
 cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, char *why,
                              size_t why_len) {
+  return wd_az_ringfile_decode_at(data, len, path, 0, why, why_len);
+}
+
+cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, uint64_t ref_at_least,
+                                char *why, size_t why_len) {
   if (len < WD_RF_HEADER_BYTES || !wd_az_is_ringfile(data, len)) {
     snprintf(why, why_len, "not a ring file (too short or no magic)");
     return NULL;
@@ -400,6 +405,8 @@ cJSON *wd_az_ringfile_decode(const char *data, size_t len, const char *path, cha
   if (h.fatal.signo > 0 && h.fatal_sum == wd_rf_fnv(&h.fatal, sizeof h.fatal) &&
       h.fatal.mono_ns > mono_ref && h.fatal.mono_ns - mono_ref < 86400ull * 1000000000ull)
     mono_ref = h.fatal.mono_ns;
+  /* One instant for all of a process's files, when they are decoded as one dump (salvage). */
+  if (ref_at_least > mono_ref && ref_at_least - mono_ref < 86400ull * 1000000000ull) mono_ref = ref_at_least;
   uint64_t wall_ref = h.bind_wall_ns + (mono_ref - h.bind_mono_ns);
 
   cJSON *root = cJSON_CreateObject();
