@@ -287,7 +287,7 @@ static int answers_episode(int dfd, const char *name, size_t len, long k) {
   return end != e + 13 && v == k;
 }
 
-/* Whether a live ring file's copy (<host>-<pid>-<commId>-e<K>-live.json, kind starting at
+/* Whether a node's copy of a running process's ring files (<host>-<pid>-e<K>-live.json, kind at
  * name[dash]) stands in for a process's answer to episode k. */
 static int copy_answers_episode(const char *name, size_t dash, long k) {
   size_t at = dash > 1 ? dash - 2 : 0; /* back from "-live" to the "-e" before it */
@@ -298,9 +298,6 @@ static int copy_answers_episode(const char *name, size_t dash, long k) {
   return end == name + dash - 1 && v == k;
 }
 
-/* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). episode >= 0:
- * only that episode's answers (its stall and peer dumps) and dumps of a process's end
- * (postmortem, term, sigabrt, abort); never a snapshot or another episode's dump. */
 /* The pid in name's component that ends at name[end] (a '-'), -1 when it is not a number. */
 static long pid_before(const char *name, size_t end) {
   size_t at = end;
@@ -313,15 +310,19 @@ static long pid_before(const char *name, size_t end) {
 
 #define COUNT_PIDS 1024 /* processes of one host folder told apart (more: counted as files) */
 
+/* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). episode >= 0:
+ * only that episode's answers (its stall and peer dumps, a node's copy of a silent process's ring
+ * files made for it) and dumps of a process's end (postmortem, term, sigabrt, abort); never a
+ * snapshot or another episode's dump. Those are counted by process, not by file: every name
+ * is <host>-<pid>-<seq, commId or e<K>>-<kind>, and a process that answered and then died, or
+ * died with several communicators (a post-mortem dump each), or was copied by its node while its
+ * watchdog was merely late, is one of the processes the verdict waits for, not several. */
 static long count_dumps(const char *dir, int depth, long since, long episode) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
-  /* A node's copy of a silent process's ring file counts for that process only where it has no
-   * answer of its own (its watchdog was merely late, writing a dump to a slow file system):
-   * one process never counts twice against the dumps the verdict waits for. */
-  long *answered = malloc(2 * COUNT_PIDS * sizeof(long)), *copied = answered ? answered + COUNT_PIDS : NULL;
-  size_t nans = 0, ncopy = 0;
+  long *pids = episode >= 0 ? malloc(COUNT_PIDS * sizeof(long)) : NULL;
+  size_t npids = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
@@ -342,24 +343,21 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
         size_t dash = base;
         while (dash > 0 && e->d_name[dash - 1] != '-') dash--;
         if (dash > 0 && base - dash < sizeof kind) memcpy(kind, e->d_name + dash, base - dash);
-        if (!strcmp(kind, "stall") || !strcmp(kind, "peer")) {
+        if (!strcmp(kind, "stall") || !strcmp(kind, "peer"))
           mine = answers_episode(dirfd(d), e->d_name, len, episode);
-          /* <host>-<pid>-<seq>-<kind> */
-          size_t seq = dash > 1 ? dash - 2 : 0;
-          while (seq > 0 && e->d_name[seq] != '-') seq--;
-          long pid = mine && seq ? pid_before(e->d_name, seq) : -1;
-          if (pid > 0 && answered && nans < COUNT_PIDS) answered[nans++] = pid;
-        } else if (!strcmp(kind, "live")) { /* <host>-<pid>-e<K>-live */
+        else if (!strcmp(kind, "live")) /* a node's copy of a silent process's ring files */
           mine = copy_answers_episode(e->d_name, dash, episode);
-          size_t at = dash > 1 ? dash - 2 : 0;
-          while (at > 0 && e->d_name[at] != '-') at--;
-          long pid = mine && at ? pid_before(e->d_name, at) : -1;
-          if (pid > 0 && copied && ncopy < COUNT_PIDS) {
-            copied[ncopy++] = pid;
-            mine = 0; /* counted below, unless answered */
-          }
-        } else {
+        else
           mine = wd_az_reason_is_final(kind);
+        /* The process: the component before the one before the kind. */
+        size_t at = dash > 1 ? dash - 2 : 0;
+        while (at > 0 && e->d_name[at] != '-') at--;
+        long pid = mine && at ? pid_before(e->d_name, at) : -1;
+        if (pid > 0 && pids && npids < COUNT_PIDS) {
+          size_t k = 0;
+          while (k < npids && pids[k] != pid) k++;
+          if (k == npids) pids[npids++] = pid;
+          mine = 0; /* counted once, below */
         }
       }
       n += mine;
@@ -370,13 +368,8 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
     }
   }
   closedir(d);
-  for (size_t i = 0; i < ncopy; i++) {
-    size_t j = 0;
-    while (j < nans && answered[j] != copied[i]) j++;
-    n += j == nans;
-  }
-  free(answered);
-  return n;
+  free(pids);
+  return n + (long)npids;
 }
 
 /* --settle: the plugin's automatic verdict waits here for the episode's dumps, out of the job's
