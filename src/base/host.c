@@ -1,6 +1,7 @@
 /* Host identity for file names and dumps. */
 #include "base/host.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,40 @@ int wd_proc_job(int pid, char *out, size_t len) {
   if (err) return -1;
   snprintf(out, len, "%s\n%s\n%s", vals[0], vals[1], vals[2]);
   return 0;
+}
+
+int wd_proc_thread_state(int pid, const char *name, char *state) {
+  char path[96], buf[512];
+  if (pid > 0) snprintf(path, sizeof path, "/proc/%d/task", pid);
+  else snprintf(path, sizeof path, "/proc/self/task");
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  int found = -1;
+  struct dirent *e;
+  while (found != 0 && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    char p[sizeof path + sizeof e->d_name + 8];
+    snprintf(p, sizeof p, "%s/%s/comm", path, e->d_name);
+    FILE *f = fopen(p, "re");
+    if (!f) continue;
+    int ok = fgets(buf, sizeof buf, f) != NULL;
+    fclose(f);
+    buf[strcspn(buf, "\n")] = 0;
+    if (!ok || strcmp(buf, name) != 0) continue;
+    snprintf(p, sizeof p, "%s/%s/stat", path, e->d_name);
+    f = fopen(p, "re");
+    if (!f) continue;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *c = strrchr(buf, ')'); /* the state follows the name, which may hold anything */
+    if (c && c[1] == ' ' && c[2]) {
+      *state = c[2];
+      found = 0;
+    }
+  }
+  closedir(d);
+  return found;
 }
 
 void wd_process_identity(wd_process_id *out) {

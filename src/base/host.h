@@ -32,6 +32,9 @@ int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns);
  * possibly empty, into out; two processes with equal strings are of one job as far as anything
  * on the machine can tell. 0, or -1 when /proc cannot tell (another user's, no such process). */
 int wd_proc_job(int pid, char *out, size_t len);
+/* The state letter of process pid's (0: this one's) thread named name (the watchdog's:
+ * "nccl-watchdog"), as /proc tells it: 0, or -1 when no such thread is found. */
+int wd_proc_thread_state(int pid, const char *name, char *state);
 
 /* The tightest limit on this process's memory, in bytes, and what it is ("cgroup memory.max",
  * "ulimit -v"); 0 when none is known. A cgroup's limit counts /dev/shm pages (the ring files). */

@@ -1,5 +1,6 @@
 /* What /proc tells of a process of this machine (base/host.h): its start and its job. */
 #include <CUnit/Basic.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,10 +79,33 @@ static void test_start(void) {
   CU_ASSERT_EQUAL(wd_proc_start(p, &st, &s1), -1);
 }
 
+static void *sleeper(void *arg) {
+  (void)arg;
+  sleep(30);
+  return NULL;
+}
+
+/* A thread found by its name, and its state: one asleep in a sleep is 'S'; no such name, -1. */
+static void test_thread_state(void) {
+  pthread_t t;
+  CU_ASSERT_EQUAL_FATAL(pthread_create(&t, NULL, sleeper, NULL), 0);
+  pthread_setname_np(t, "nccl-watchdog");
+  usleep(100000);
+  char st = 0;
+  CU_ASSERT_EQUAL(wd_proc_thread_state(0, "nccl-watchdog", &st), 0);
+  CU_ASSERT_EQUAL(st, 'S');
+  CU_ASSERT_EQUAL(wd_proc_thread_state(getpid(), "nccl-watchdog", &st), 0);
+  CU_ASSERT_EQUAL(wd_proc_thread_state(0, "no-such-thread", &st), -1);
+  CU_ASSERT_EQUAL(wd_proc_thread_state(999999999, "nccl-watchdog", &st), -1);
+  pthread_cancel(t);
+  pthread_join(t, NULL);
+}
+
 int main(void) {
   if (CU_initialize_registry() != CUE_SUCCESS) return 2;
   CU_pSuite s = CU_add_suite("host", NULL, NULL);
   CU_add_test(s, "a process's job from its environment", test_job);
   CU_add_test(s, "a process's start", test_start);
+  CU_add_test(s, "a thread's state by its name", test_thread_state);
   return wd_test_run();
 }

@@ -594,6 +594,13 @@ static void mark_live(cJSON *doc, const wd_rf_header *h, char state, long episod
   char st[2] = {state, '\0'};
   cJSON_AddStringToObject(lv, "state", st);
   cJSON_AddStringToObject(lv, "stateText", state_text(state));
+  /* Its watchdog thread's own state: blocked in the kernel (D) while the process sleeps tells a
+   * hung file system (the dump it could not write), which the process's state does not. */
+  char wst;
+  if (wd_proc_thread_state(h->pid, "nccl-watchdog", &wst) == 0) {
+    char w[2] = {wst, '\0'};
+    cJSON_AddStringToObject(lv, "watchdogThreadState", w);
+  }
   cJSON_AddNumberToObject(lv, "pollMs", h->poll_ms);
   /* This machine's wall clock against what its watchdog stamped on the same machine. */
   struct timespec ts;

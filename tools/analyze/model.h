@@ -184,6 +184,7 @@ typedef struct wd_az_dump {
    * ('T' stopped, 'D' in the kernel; 0 when not such a copy) and how long its watchdog had
    * written nothing, -1 unknown. */
   char live_state;
+  char wd_thread_state; /* its watchdog thread's state letter, 0 unknown */
   double silent_ms;
   int threads_disabled;
   int main_tid;        /* -1 when no thread list */

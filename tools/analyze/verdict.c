@@ -70,11 +70,15 @@ void wd_az_live_text(const wd_az_dump *d, char *out, size_t len) {
                    : d->live_state == 't' ? "stopped by a debugger (state t)"
                    : d->live_state == 'D' ? "in the kernel, uninterruptible (state D: a hung file system or driver)"
                                           : "alive";
-  if (d->silent_ms >= 0)
-    wd_az_fmt(out, len, "the process runs, %s, its watchdog silent for %.0f s (its ring file, copied by its node)",
-              st, d->silent_ms / 1000.0);
-  else
-    wd_az_fmt(out, len, "the process runs, %s, its watchdog silent (its ring file, copied by its node)", st);
+  /* The watchdog thread stuck in the kernel while the process is not stopped: a dump write that
+   * never returns (a hung shared file system) is the likeliest. */
+  const char *wd = d->wd_thread_state == 'D' && d->live_state != 'T' && d->live_state != 't'
+                       ? " in the kernel (its thread in state D: a hung file system or driver call?)"
+                       : "";
+  char silent[48] = "";
+  if (d->silent_ms >= 0) snprintf(silent, sizeof silent, " for %.0f s", d->silent_ms / 1000.0);
+  wd_az_fmt(out, len, "the process runs, %s, its watchdog silent%s%s (its ring file, copied by its node)", st,
+            silent, wd);
 }
 
 /* A dump a process wrote, or left, as it ended: SIGABRT (PyTorch's watchdog), SIGTERM (the
