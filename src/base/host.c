@@ -58,6 +58,16 @@ int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns) {
   return 0;
 }
 
+int wd_proc_alive_since(int pid, uint64_t start_wall_ns, char *state) {
+  uint64_t started;
+  char st = '?';
+  if (pid <= 0 || start_wall_ns == 0 || wd_proc_start(pid, &st, &started) != 0) return 0;
+  if (state) *state = st;
+  if (st == 'Z' || st == 'X' || st == 'x') return 0;
+  uint64_t gap = started > start_wall_ns ? started - start_wall_ns : start_wall_ns - started;
+  return gap <= 2000000000ull;
+}
+
 int wd_proc_job(int pid, char *out, size_t len) {
   static const char *const keys[] = {"SLURM_JOB_ID=", "TORCHELASTIC_RUN_ID=", "NCCL_WATCHDOG_DUMP_DIR="};
   enum { NKEYS = 3, VAL = 256 };

@@ -27,6 +27,12 @@ void wd_process_identity(wd_process_id *out);
  * 'Z' exited) in *state (may be NULL) and its start on the wall clock, as wd_process_identity
  * reads its own. 0, or -1 when /proc cannot tell (no such process). */
 int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns);
+/* Whether process pid of this machine (and of the caller's PID namespace) is the one that
+ * started at start_wall_ns, as wd_proc_start read it then: it exists, has not exited (a zombie
+ * has), and started then (a pid reused since started at another time; two seconds of slack for
+ * a wall clock stepped between two readings of the boot time). *state (may be NULL): its state
+ * letter. */
+int wd_proc_alive_since(int pid, uint64_t start_wall_ns, char *state);
 /* The job process pid (0: this one) belongs to, as the launcher named it in its environment at
  * exec (/proc/<pid>/environ): SLURM_JOB_ID, TORCHELASTIC_RUN_ID and NCCL_WATCHDOG_DUMP_DIR, each
  * possibly empty, into out; two processes with equal strings are of one job as far as anything

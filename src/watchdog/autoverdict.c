@@ -400,13 +400,7 @@ static int av_ring_running(int dir, const char *name, const wd_process_id *me, c
       !me->boot_id[0] || strncmp(h.boot_id, me->boot_id, sizeof h.boot_id) != 0 || h.pidns_ino != me->pidns_ino)
     return 0;
   /* The process that wrote it, not one that reuses its pid: it started when the header says. */
-  char state = '?';
-  uint64_t started = 0;
-  if (wd_proc_start(h.pid, &state, &started) != 0 || state == 'Z' || state == 'X' || state == 'x' ||
-      h.process_start_wall_ns == 0)
-    return 0;
-  uint64_t gap = started > h.process_start_wall_ns ? started - h.process_start_wall_ns : h.process_start_wall_ns - started;
-  if (gap > 2000000000ull) return 0;
+  if (!wd_proc_alive_since(h.pid, h.process_start_wall_ns, NULL)) return 0;
   /* Of this job: another job of the same user on this node shares the ring folder. */
   char its[WD_AV_JOB];
   if (wd_proc_job(h.pid, its, sizeof its) != 0 || strcmp(its, job) != 0) return 0;

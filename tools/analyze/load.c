@@ -1610,20 +1610,6 @@ static int same_place(const wd_process_id *here, const ring_now *r) {
          r->pidns_ino == here->pidns_ino;
 }
 
-/* Whether process pid of this machine and PID namespace (same_place) is the one that made a
- * ring file whose process started (as it recorded, from this machine's /proc) at start_ns on the
- * wall clock: it exists, has not exited (a zombie has), and started then (the pid reused since
- * started at another time; two seconds of slack for a wall clock stepped between the two
- * readings of the boot time). Only this machine's /proc and clock: never another host's.
- * *state: its state letter ('T': stopped by SIGSTOP or a debugger). */
-static int proc_alive_here(int32_t pid, uint64_t start_ns, char *state) {
-  uint64_t started;
-  if (pid <= 0 || start_ns == 0 || wd_proc_start(pid, state, &started) != 0) return 0;
-  if (*state == 'Z' || *state == 'X' || *state == 'x') return 0;
-  uint64_t gap = started > start_ns ? started - start_ns : start_ns - started;
-  return gap <= 2000000000ull;
-}
-
 int wd_az_ring_alive_here(const void *data, size_t len, char *state) {
   wd_rf_header h;
   ring_now r;
@@ -1633,7 +1619,7 @@ int wd_az_ring_alive_here(const void *data, size_t len, char *state) {
   memcpy(&h, data, sizeof h); /* the buffer need not be aligned */
   if (!ring_now_of(&h, &r)) return 0;
   wd_process_identity(&here);
-  return same_place(&here, &r) && proc_alive_here(r.pid, r.proc_start_ns, state);
+  return same_place(&here, &r) && wd_proc_alive_since(r.pid, r.proc_start_ns, state);
 }
 
 /* When a ring file's header is read again, in ms after the first reading: two polls at the
@@ -1684,7 +1670,7 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
     ring_now r;
     if (!ring_read_now(d->path, &r)) continue;
     char state = '?';
-    if (same_place(&here, &r) && proc_alive_here(r.pid, r.proc_start_ns, &state)) {
+    if (same_place(&here, &r) && wd_proc_alive_since(r.pid, r.proc_start_ns, &state)) {
       d->reason = live_reason;
       live++;
       if (state == 'T' || state == 't') ++*stopped;
