@@ -42,6 +42,7 @@ static struct {
   const wd_config *cfg;
   wd_trigger_watch *watch;
   char base[WD_PATH_MAX];
+  char dir[WD_PATH_MAX]; /* this process's own dump folder (a host folder of this user's) */
   char host[64];
   char analyzer[WD_PATH_MAX + 64]; /* "" when none was found */
   /* The episode whose verdict this process makes. */
@@ -348,7 +349,7 @@ static void av_salvage(uint64_t now, unsigned k) {
   if (!d) return;
   char *argv[AV_SALVAGE_MAX + 4];
   char out[WD_PATH_MAX + 96];
-  snprintf(out, sizeof out, "--salvage=%s/%s", av.base, av.host);
+  snprintf(out, sizeof out, "--salvage=%s", av.dir);
   int argc = 0;
   argv[argc++] = av.analyzer;
   argv[argc++] = "-q";
@@ -376,7 +377,7 @@ static void av_salvage(uint64_t now, unsigned k) {
     setpriority(PRIO_PROCESS, (id_t)pid, 19);
     av.salvage = (av_child){pid, now + av.cfg->verdict_limit_ns};
     WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
-            "post-mortem dumps in %s/%s", k, argc - 3, av.base, av.host);
+            "post-mortem dumps in %s", k, argc - 3, av.dir);
   }
 }
 
@@ -462,7 +463,7 @@ static void av_silent_check(uint64_t now) {
   if (dir < 0) return;
   char *argv[AV_SALVAGE_MAX + 5];
   char out[WD_PATH_MAX + 96], ep[32];
-  snprintf(out, sizeof out, "--salvage=%s/%s", av.base, av.host);
+  snprintf(out, sizeof out, "--salvage=%s", av.dir);
   snprintf(ep, sizeof ep, "--episode=%u", av.silent_k);
   int argc = 0;
   argv[argc++] = av.analyzer;
@@ -485,18 +486,20 @@ static void av_silent_check(uint64_t now) {
     setpriority(PRIO_PROCESS, (id_t)pid, 19);
     av.copy = (av_child){pid, now + av.cfg->verdict_limit_ns};
     WD_WARN("stall episode %u: %d ring file(s) of running processes on this node whose watchdog did "
-            "not answer (not rewritten past their poll) copied as their live state into %s/%s",
-            av.silent_k, argc - 4, av.base, av.host);
+            "not answer (not rewritten past their poll) copied as their live state into %s",
+            av.silent_k, argc - 4, av.dir);
   }
 }
 
 /* ---- the interface ------------------------------------------------------------------------ */
 
-void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *host) {
+void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *dir,
+                 const char *host) {
   memset(&av, 0, sizeof av);
   av.cfg = cfg;
   av.watch = watch;
   snprintf(av.base, sizeof av.base, "%s", base);
+  snprintf(av.dir, sizeof av.dir, "%s", dir);
   snprintf(av.host, sizeof av.host, "%s", host);
   if (cfg->verdict && cfg->peer_dumps) av_find_analyzer();
 }

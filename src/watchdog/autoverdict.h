@@ -18,9 +18,12 @@
 #include "dump/trigger.h"
 #include "watchdog/stall.h"
 
-/* base: the job's dump directory; host: this host's name. The analyzer is looked up here (one
- * WARN when it cannot be found: no automatic verdict, nothing else changes). */
-void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *host);
+/* base: the job's dump directory; dir: this process's own dump folder in it (a host folder of
+ * this user's: the salvages write there, never into a folder someone else made); host: this
+ * host's name. The analyzer is looked up here (one WARN when it cannot be found: no automatic
+ * verdict, nothing else changes). */
+void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base, const char *dir,
+                 const char *host);
 /* Kills the hook if it still runs; an analyzer or a salvage under way is left to finish (each
  * has its own deadline); forgets everything. */
 void wd_av_stop(void);

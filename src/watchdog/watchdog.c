@@ -663,7 +663,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     int poller = !lr || !*lr || strtol(lr, NULL, 10) == 0;
     uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;
     wd_trigger_watch_init(&wd_wd.watch, wd_wd.base, cfg->ring_dir, poller, every);
-    wd_av_start(cfg, &wd_wd.watch, wd_wd.base, wd_wd.host);
+    wd_av_start(cfg, &wd_wd.watch, wd_wd.base, wd_wd.dir, wd_wd.host);
   }
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wd_wd.wake_fd < 0) {

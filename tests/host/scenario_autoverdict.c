@@ -76,6 +76,8 @@
  *            verdict naming global rank 3 as never entering pp seq 3, stopped, not "left no dump".
  *            A process of another job of the same user (another SLURM_JOB_ID at exec), stopped
  *            with its ring file in the same folder, is not copied.
+ *   foreignfrozen  "frozen" run as in "foreign" (needs root): the poller's copy goes to the job's
+ *            own host folder (mhost~65532), as its dumps do, never into the other member's.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
  *            (verdict-K.resumed, by the process that opened each), process 3 still dumps for the
  *            real hang, and the analyzer run by hand names global rank 3 as never entering seq 8.
@@ -83,6 +85,7 @@
  */
 #include <dirent.h>
 #include <grp.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <signal.h>
@@ -101,11 +104,18 @@
 /* Become uid (group gid, and member of JOB_UID's group): 0, or -1. */
 static int become(uid_t uid, gid_t gid) {
   gid_t groups[1] = {JOB_UID};
-  return setgroups(1, groups) == 0 && setgid(gid) == 0 && setuid(uid) == 0 ? 0 : -1;
+  if (setgroups(1, groups) != 0 || setgid(gid) != 0 || setuid(uid) != 0) return -1;
+  /* As a process the user started: the change of user left it undumpable, its /proc files
+   * readable by root alone (the poller reads a neighbour's environment and state there). */
+  return prctl(PR_SET_DUMPABLE, 1) == 0 ? 0 : -1;
 }
 
 static const char *g_dir, *g_case;
 
+/* "foreign" and "foreignfrozen": the job runs as JOB_UID beside another member's folders. */
+static int foreign_case(void) { return !strcmp(g_case, "foreign") || !strcmp(g_case, "foreignfrozen"); }
+/* "frozen" and "foreignfrozen": process 3 stopped, ring files in node memory. */
+static int frozen_case(void) { return !strcmp(g_case, "frozen") || !strcmp(g_case, "foreignfrozen"); }
 /* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
 static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
 /* The cases where process 3 answers nothing and the analyzer is run by hand. */
@@ -115,7 +125,7 @@ static int unanswered_case(void) {
 static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
-                                      "slowpoll", "stopped", "frozen"};
+                                      "slowpoll", "stopped", "frozen", "foreignfrozen"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -167,7 +177,7 @@ static void keep_log(int r) {
 static void rank_main(int r, int fd) {
   wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
   if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
-  if (!strcmp(g_case, "foreign") && become(JOB_UID, JOB_UID) != 0) _exit(1);
+  if (foreign_case() && become(JOB_UID, JOB_UID) != 0) _exit(1);
   if (!strcmp(g_case, "slowpoll") && r == 3) setenv("NCCL_WATCHDOG_POLL", "8s", 1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
@@ -602,6 +612,16 @@ static void case_frozen(pid_t *pids) {
   kill(pids[3], SIGCONT);
 }
 
+/* "foreignfrozen": "frozen" run as the job's user beside another member's host folder: the
+ * copy goes to the job's own folder, as its dumps do, never into the other member's. */
+static void case_foreignfrozen(pid_t *pids) {
+  case_frozen(pids);
+  WDH_CHECK(entries("mhost") == 0, "%d file(s) written into the other member's host folder", entries("mhost"));
+  char p[4200];
+  snprintf(p, sizeof p, "%s/mhost~65532", g_dir);
+  WDH_CHECK(wdh_list_dumps(p, "live", NULL, 0) == 1, "the copy is not in the job's own host folder");
+}
+
 /* "routine": the real hang's verdict in every log, never an "OK". */
 static void case_routine(void) {
   const char *const want[] = {"seq 6", NULL};
@@ -647,8 +667,8 @@ int main(int argc, char **argv) {
   if (!wdh_plugin_path() || !az || access(az, X_OK) != 0) return 77;
   g_case = argc > 1 ? argv[1] : "job";
   if (!known_case()) return 2;
-  if (!strcmp(g_case, "foreign") && geteuid() != 0) {
-    printf("SKIP scenario.autoverdict foreign: needs root, to run the job as one user and plant as another\n");
+  if (foreign_case() && geteuid() != 0) {
+    printf("SKIP scenario.autoverdict %s: needs root, to run the job as one user and plant as another\n", g_case);
     return 77;
   }
   char tag[32];
@@ -673,7 +693,7 @@ int main(int argc, char **argv) {
   if (!strcmp(g_case, "forged")) plant_forged();
   pid_t flooder = 0;
   char rings[64] = "";
-  if (!strcmp(g_case, "frozen")) { /* node memory, as in production */
+  if (frozen_case()) { /* node memory, as in production */
     snprintf(rings, sizeof rings, "/tmp/wdh-frozen-rings-XXXXXX");
     WDH_CHECK(mkdtemp(rings) != NULL, "mkdtemp");
     setenv("NCCL_WATCHDOG_RING_DIR", rings, 1);
@@ -689,7 +709,8 @@ int main(int argc, char **argv) {
     flooder = fork();
     if (flooder == 0) flood_triggers();
   }
-  if (!strcmp(g_case, "foreign")) {
+  if (foreign_case()) {
+    if (rings[0]) WDH_CHECK(chown(rings, JOB_UID, JOB_UID) == 0, "cannot give the ring folder to the job");
     WDH_CHECK(chown(dir, JOB_UID, JOB_UID) == 0 && chmod(dir, 02770) == 0, "cannot share %s", dir);
     plant_foreign();
   }
@@ -720,6 +741,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
   else if (unanswered_case()) case_unanswered(pids);
   else if (!strcmp(g_case, "frozen")) case_frozen(pids);
+  else if (!strcmp(g_case, "foreignfrozen")) case_foreignfrozen(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);
