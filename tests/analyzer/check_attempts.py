@@ -184,13 +184,14 @@ def main():
         # writes one per ring file): one process, counted once.
         copies = [os.path.join(d, f"{host}-{pid}-e2-live.json"), os.path.join(d, f"{host}-99999-e2-live.json"),
                   os.path.join(d, f"{host}-99998-e1-live.json"), os.path.join(d, f"{host}-99997-0xaaa-postmortem.json"),
-                  os.path.join(d, f"{host}-99997-0xbbb-postmortem.json")]
+                  os.path.join(d, f"{host}-99997-0xbbb-postmortem.json"),
+                  os.path.join(d, f"{host}x-99997-0xbbb-postmortem.json")]  # another host, the same pid
         for c in copies:
             json.dump(doc, open(c, "w"))
-        p = subprocess.run([ANA, "-q", "--settle=7,1.5,0", "--episode=2", d], capture_output=True, text=True, timeout=120)
-        check("6 of 7 dumps" in p.stderr,
+        p = subprocess.run([ANA, "-q", "--settle=8,1.5,0", "--episode=2", d], capture_output=True, text=True, timeout=120)
+        check("7 of 8 dumps" in p.stderr,
               f"--settle counts processes: a copy for one without an answer, of its episode only; one dead process "
-              f"once ({p.stderr.strip()[:120]})")
+              f"once, another host's of the same pid apart ({p.stderr.strip()[:120]})")
         for c in copies:
             os.unlink(c)
         # Only episode 1's dumps and snapshots: nothing of episode 2, no verdict; post-mortem

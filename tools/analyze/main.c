@@ -321,7 +321,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
-  long *pids = episode >= 0 ? malloc(COUNT_PIDS * sizeof(long)) : NULL;
+  uint64_t *pids = episode >= 0 ? malloc(COUNT_PIDS * sizeof(uint64_t)) : NULL;
   size_t npids = 0;
   struct dirent *e;
   while ((e = readdir(d)) != NULL) {
@@ -349,14 +349,15 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
           mine = copy_answers_episode(e->d_name, dash, episode);
         else
           mine = wd_az_reason_is_final(kind);
-        /* The process: the component before the one before the kind. */
+        /* The process: its host and the pid, the component before the one before the kind (a
+         * folder may hold several hosts' dumps, whose pids may be alike). */
         size_t at = dash > 1 ? dash - 2 : 0;
         while (at > 0 && e->d_name[at] != '-') at--;
-        long pid = mine && at ? pid_before(e->d_name, at) : -1;
-        if (pid > 0 && pids && npids < COUNT_PIDS) {
+        if (mine && at && pid_before(e->d_name, at) > 0 && pids && npids < COUNT_PIDS) {
+          uint64_t key = wd_rf_fnv(e->d_name, at);
           size_t k = 0;
-          while (k < npids && pids[k] != pid) k++;
-          if (k == npids) pids[npids++] = pid;
+          while (k < npids && pids[k] != key) k++;
+          if (k == npids) pids[npids++] = key;
           mine = 0; /* counted once, below */
         }
       }
