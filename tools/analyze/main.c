@@ -77,7 +77,7 @@ static void usage(FILE *f) {
           "  --attempt=N        judge attempt N of a restarted job (0: the first; default the latest)\n"
           "  --episode=K        judge the job's stall episode K: its dumps, and post-mortem and\n"
           "                     teardown dumps of processes that ended (no snapshot; --settle\n"
-          "                     then counts these only)\n"
+          "                     then counts these only, one per process)\n"
           "  --stall-ms=MS      an operation without progress for MS counts as stuck\n"
           "                     (default: the timeout recorded in each dump)\n"
           "  --straggler-ms=MS  a rank entering collectives MS later than the median rank is\n"
