@@ -87,8 +87,13 @@ int wd_proc_job(int pid, char *out, size_t len) {
       continue;
     }
     entry[el] = 0;
-    for (int k = 0; k < NKEYS; k++)
-      if (!strncmp(entry, keys[k], strlen(keys[k]))) snprintf(vals[k], VAL, "%s", entry + strlen(keys[k]));
+    for (int k = 0; k < NKEYS; k++) {
+      size_t kl = strlen(keys[k]);
+      if (el < kl || strncmp(entry, keys[k], kl) != 0) continue;
+      size_t vl = el - kl < VAL - 1 ? el - kl : VAL - 1; /* its first bytes tell jobs apart */
+      memcpy(vals[k], entry + kl, vl);
+      vals[k][vl] = 0;
+    }
     el = 0;
   }
   int err = ferror(f);
