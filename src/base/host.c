@@ -29,26 +29,34 @@ void wd_hostname(char *out, size_t len) {
   snprintf(out, len, "%s", buf[0] ? buf : "unknown");
 }
 
-int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns) {
-  /* Field 22 of /proc/<pid>/stat, after the command name's closing parenthesis: start time in
-   * clock ticks after boot; /proc/stat's btime: the boot on the wall clock. */
-  char path[64], buf[1024];
-  if (pid > 0) snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  else snprintf(path, sizeof path, "/proc/self/stat");
+/* A /proc stat file (a process's or a thread's) into buf: the text after the command name's
+ * closing parenthesis (the name may hold anything), whose third character is the state letter;
+ * NULL when it cannot be read. */
+static char *wd_stat_after_name(const char *path, char *buf, size_t len) {
   FILE *f = fopen(path, "re");
-  if (!f) return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  if (!f) return NULL;
+  size_t n = fread(buf, 1, len - 1, f);
   fclose(f);
   buf[n] = 0;
   char *p = strrchr(buf, ')');
-  if (!p || p[1] != ' ' || !p[2]) return -1;
+  return p && p[1] == ' ' && p[2] ? p : NULL;
+}
+
+int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns) {
+  /* Field 22 of /proc/<pid>/stat, after the state (field 3): start time in clock ticks after
+   * boot; /proc/stat's btime: the boot on the wall clock. */
+  char path[64], buf[1024];
+  if (pid > 0) snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  else snprintf(path, sizeof path, "/proc/self/stat");
+  char *p = wd_stat_after_name(path, buf, sizeof buf);
+  if (!p) return -1;
   if (state) *state = p[2];
   int field = 2;
   for (; *p && field < 22; p++)
     if (*p == ' ') field++;
   if (field != 22) return -1;
   unsigned long long start = strtoull(p, NULL, 10), btime = 0;
-  f = fopen("/proc/stat", "re");
+  FILE *f = fopen("/proc/stat", "re");
   while (f && fgets(buf, sizeof buf, f))
     if (!strncmp(buf, "btime ", 6)) btime = strtoull(buf + 6, NULL, 10);
   if (f) fclose(f);
@@ -122,13 +130,8 @@ int wd_proc_thread_state(int pid, const char *name, char *state) {
     buf[strcspn(buf, "\n")] = 0;
     if (!ok || strcmp(buf, name) != 0) continue;
     snprintf(p, sizeof p, "%s/%s/stat", path, e->d_name);
-    f = fopen(p, "re");
-    if (!f) continue;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *c = strrchr(buf, ')'); /* the state follows the name, which may hold anything */
-    if (c && c[1] == ' ' && c[2]) {
+    const char *c = wd_stat_after_name(p, buf, sizeof buf);
+    if (c) {
       *state = c[2];
       found = 0;
     }

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "flightrec/record.h"
 
@@ -124,6 +125,13 @@ static inline uint64_t wd_rf_open_sum(const wd_rf_header *h) {
 }
 static inline uint64_t wd_rf_where_sum(const wd_rf_header *h) {
   return wd_rf_fnv(h->boot_id, offsetof(wd_rf_header, where_sum) - offsetof(wd_rf_header, boot_id));
+}
+/* Whether a file's header names the machine boot and PID namespace given (a reader's own): its
+ * pid then names a process of the reader's /proc, whatever host name it took. Never for a file
+ * that does not say (an older plugin's) or whose where_sum fails. */
+static inline int wd_rf_of_place(const wd_rf_header *h, const char *boot_id, uint64_t pidns_ino) {
+  return boot_id[0] && pidns_ino && h->where_sum == wd_rf_where_sum(h) && h->boot_id[0] &&
+         strncmp(h->boot_id, boot_id, sizeof h->boot_id) == 0 && h->pidns_ino == pidns_ino;
 }
 static inline uint64_t wd_rf_file_bytes(uint32_t ring_cap, uint32_t proxy_ring_cap) {
   return WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN +

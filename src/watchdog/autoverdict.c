@@ -330,6 +330,31 @@ static void av_publish(const char *line) {
   av_parse_line(line);
 }
 
+/* ---- salvages of this node's ring files ----------------------------------------------------- */
+
+/* The start of a salvage's command line: the analyzer writing into this process's own dump
+ * folder (out holds the option). Returns how many arguments it filled. */
+static int av_salvage_argv(char **argv, char *out, size_t len) {
+  snprintf(out, len, "--salvage=%s", av.dir);
+  argv[0] = av.analyzer;
+  argv[1] = "-q";
+  argv[2] = out;
+  return 3;
+}
+
+/* Runs the salvage argv[0..argc) (its first `fixed` arguments the command, the rest ring files)
+ * at low priority, as child c. Returns how many files it was given, 0 when none or it could not
+ * be started. */
+static int av_salvage_start(char **argv, int argc, int fixed, av_child *c, uint64_t now) {
+  argv[argc] = NULL;
+  if (argc == fixed) return 0;
+  pid_t pid = av_spawn(argv, NULL, NULL);
+  if (pid <= 0) return 0;
+  setpriority(PRIO_PROCESS, (id_t)pid, 19);
+  *c = (av_child){pid, now + av.cfg->verdict_limit_ns};
+  return argc - fixed;
+}
+
 /* ---- dead processes of this node ---------------------------------------------------------- */
 
 /* The node's poller turns the ring files of this node's dead processes (pid gone, not ours,
@@ -349,11 +374,7 @@ static void av_salvage(uint64_t now, unsigned k) {
   if (!d) return;
   char *argv[AV_SALVAGE_MAX + 4];
   char out[WD_PATH_MAX + 96];
-  snprintf(out, sizeof out, "--salvage=%s", av.dir);
-  int argc = 0;
-  argv[argc++] = av.analyzer;
-  argv[argc++] = "-q";
-  argv[argc++] = out;
+  int argc = av_salvage_argv(argv, out, sizeof out);
   struct dirent *e;
   while ((e = readdir(d)) != NULL && argc < AV_SALVAGE_MAX + 3) {
     size_t n = strlen(e->d_name);
@@ -370,15 +391,10 @@ static void av_salvage(uint64_t now, unsigned k) {
     argc++;
   }
   closedir(d);
-  argv[argc] = NULL;
-  if (argc == 3) return;
-  pid_t pid = av_spawn(argv, NULL, NULL);
-  if (pid > 0) {
-    setpriority(PRIO_PROCESS, (id_t)pid, 19);
-    av.salvage = (av_child){pid, now + av.cfg->verdict_limit_ns};
+  int n = av_salvage_start(argv, argc, 3, &av.salvage, now);
+  if (n)
     WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
-            "post-mortem dumps in %s", k, argc - 3, av.dir);
-  }
+            "post-mortem dumps in %s", k, n, av.dir);
 }
 
 /* ---- running processes of this node whose watchdog is silent ------------------------------ */
@@ -397,8 +413,7 @@ static int av_ring_running(int dir, const char *name, const wd_process_id *me, c
            pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
   close(fd);
   if (!ok || memcmp(h.magic, WD_RF_MAGIC, sizeof h.magic) != 0 || h.ident_sum != wd_rf_ident_sum(&h) ||
-      h.where_sum != wd_rf_where_sum(&h) || h.pid <= 0 || h.pid == (int32_t)getpid() || h.finalized ||
-      !me->boot_id[0] || strncmp(h.boot_id, me->boot_id, sizeof h.boot_id) != 0 || h.pidns_ino != me->pidns_ino)
+      !wd_rf_of_place(&h, me->boot_id, me->pidns_ino) || h.pid <= 0 || h.pid == (int32_t)getpid() || h.finalized)
     return 0;
   /* The process that wrote it, not one that reuses its pid: it started when the header says. */
   if (!wd_proc_alive_since(h.pid, h.process_start_wall_ns, NULL)) return 0;
@@ -463,12 +478,8 @@ static void av_silent_check(uint64_t now) {
   if (dir < 0) return;
   char *argv[AV_SALVAGE_MAX + 5];
   char out[WD_PATH_MAX + 96], ep[32];
-  snprintf(out, sizeof out, "--salvage=%s", av.dir);
+  int argc = av_salvage_argv(argv, out, sizeof out);
   snprintf(ep, sizeof ep, "--episode=%u", av.silent_k);
-  int argc = 0;
-  argv[argc++] = av.analyzer;
-  argv[argc++] = "-q";
-  argv[argc++] = out;
   argv[argc++] = ep;
   for (uint32_t i = 0; i < n; i++) {
     uint64_t gen;
@@ -479,16 +490,11 @@ static void av_silent_check(uint64_t now) {
     argc++;
   }
   close(dir);
-  argv[argc] = NULL;
-  if (argc == 4) return;
-  pid_t pid = av_spawn(argv, NULL, NULL);
-  if (pid > 0) {
-    setpriority(PRIO_PROCESS, (id_t)pid, 19);
-    av.copy = (av_child){pid, now + av.cfg->verdict_limit_ns};
+  int copied = av_salvage_start(argv, argc, 4, &av.copy, now);
+  if (copied)
     WD_WARN("stall episode %u: %d ring file(s) of running processes on this node whose watchdog did "
             "not answer (not rewritten past their poll) copied as their live state into %s",
-            av.silent_k, argc - 4, av.dir);
-  }
+            av.silent_k, copied, av.dir);
 }
 
 /* ---- the interface ------------------------------------------------------------------------ */

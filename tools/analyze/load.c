@@ -1564,34 +1564,32 @@ static void adopt_identity(wd_az_set *set) {
 }
 
 /* What a ring file's header says now: its live part's generation (0: it cannot be read as a ring
- * file), how often its watchdog rewrites that part (0: not recorded), whose it is. A running
- * process's watchdog rewrites it every poll (NCCL_WATCHDOG_POLL, 1 s by default); a dead
- * process's never changes. Read as the dumps are: a regular file, no link. */
+ * file), how often its watchdog rewrites that part (0: not recorded), whose it is, and whether
+ * /proc here speaks of that process: the same machine boot and PID namespace, whatever host
+ * name the file was given (NCCL_WATCHDOG_HOSTNAME names a container's node; an older file,
+ * without boot and namespace, never: it is probed). A running process's watchdog rewrites it
+ * every poll (NCCL_WATCHDOG_POLL, 1 s by default); a dead process's never changes. Read as the
+ * dumps are: a regular file, no link. */
 typedef struct ring_now {
-  uint64_t gen, proc_start_ns, pidns_ino;
+  uint64_t gen, proc_start_ns;
   uint32_t poll_ms;
   int32_t pid;
-  char boot_id[40]; /* "" where the file does not say (or its check fails) */
+  int here;
 } ring_now;
 
-/* The header's part ring_now holds: 0 when it is not a ring file's header or its identity fails
- * its check. */
-static int ring_now_of(const wd_rf_header *h, ring_now *out) {
+/* 0 when h is not a ring file's header or its identity fails its check. */
+static int ring_now_of(const wd_rf_header *h, const wd_process_id *here, ring_now *out) {
   memset(out, 0, sizeof *out);
   if (!wd_az_is_ringfile((const char *)h, sizeof *h) || h->ident_sum != wd_rf_ident_sum(h)) return 0;
   out->gen = h->live_gen;
   out->poll_ms = h->poll_ms;
   out->pid = h->pid;
   out->proc_start_ns = h->process_start_wall_ns;
-  if (h->where_sum == wd_rf_where_sum(h) && h->boot_id[0] && h->pidns_ino) {
-    memcpy(out->boot_id, h->boot_id, sizeof out->boot_id);
-    out->boot_id[sizeof out->boot_id - 1] = '\0';
-    out->pidns_ino = h->pidns_ino;
-  }
+  out->here = wd_rf_of_place(h, here->boot_id, here->pidns_ino);
   return 1;
 }
 
-static int ring_read_now(const char *path, ring_now *out) {
+static int ring_read_now(const char *path, const wd_process_id *here, ring_now *out) {
   memset(out, 0, sizeof *out);
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -1599,15 +1597,7 @@ static int ring_read_now(const char *path, ring_now *out) {
   struct stat st;
   int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
   close(fd);
-  return ok && ring_now_of(&h, out) && out->gen != 0;
-}
-
-/* Whether /proc here speaks of the process that wrote r: the same machine boot and PID namespace,
- * whatever host name the file was given (NCCL_WATCHDOG_HOSTNAME names a container's node; an
- * older file, without boot and namespace, never: it is probed). */
-static int same_place(const wd_process_id *here, const ring_now *r) {
-  return here->boot_id[0] && here->pidns_ino && r->boot_id[0] && !strcmp(r->boot_id, here->boot_id) &&
-         r->pidns_ino == here->pidns_ino;
+  return ok && ring_now_of(&h, here, out) && out->gen != 0;
 }
 
 int wd_az_ring_alive_here(const void *data, size_t len, char *state) {
@@ -1617,9 +1607,8 @@ int wd_az_ring_alive_here(const void *data, size_t len, char *state) {
   *state = '?';
   if (len < sizeof h) return 0;
   memcpy(&h, data, sizeof h); /* the buffer need not be aligned */
-  if (!ring_now_of(&h, &r)) return 0;
   wd_process_identity(&here);
-  return same_place(&here, &r) && wd_proc_alive_since(r.pid, r.proc_start_ns, state);
+  return ring_now_of(&h, &here, &r) && r.here && wd_proc_alive_since(r.pid, r.proc_start_ns, state);
 }
 
 /* When a ring file's header is read again, in ms after the first reading: two polls at the
@@ -1668,9 +1657,9 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
     size_t n = d->path ? strlen(d->path) : 0;
     if (d->aside || d->reason != pm || d->fatal_signal > 0 || n < 5 || strcmp(d->path + n - 5, ".ring") != 0) continue;
     ring_now r;
-    if (!ring_read_now(d->path, &r)) continue;
+    if (!ring_read_now(d->path, &here, &r)) continue;
     char state = '?';
-    if (same_place(&here, &r) && wd_proc_alive_since(r.pid, r.proc_start_ns, &state)) {
+    if (r.here && wd_proc_alive_since(r.pid, r.proc_start_ns, &state)) {
       d->reason = live_reason;
       live++;
       if (state == 'T' || state == 't') ++*stopped;
@@ -1694,7 +1683,7 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
     for (size_t i = 0; i < set->ndumps; i++) {
       if (!gen[i]) continue;
       ring_now now;
-      int read = ring_read_now(set->dumps[i].path, &now);
+      int read = ring_read_now(set->dumps[i].path, &here, &now);
       if (read && now.gen != gen[i]) {
         set->dumps[i].reason = live_reason;
         live++;

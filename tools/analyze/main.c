@@ -572,18 +572,6 @@ out:
   return rc;
 }
 
-/* What a process's state letter (/proc/<pid>/stat) says of it, for on-call. */
-static const char *state_text(char st) {
-  switch (st) {
-  case 'T': return "stopped (SIGSTOP, or a debugger)";
-  case 't': return "stopped by a debugger";
-  case 'D': return "in the kernel, uninterruptible (D: a hung file system or driver call)";
-  case 'S': return "asleep";
-  case 'R': return "running";
-  default: return "alive";
-  }
-}
-
 /* A ring file of a process that still runs here becomes its live state (reason "live"), not a
  * post-mortem: where it is stopped, what its watchdog last wrote and when, and, for the
  * automatic verdict (episode >= 0), the episode it stands in for (its watchdog did not answer). */
@@ -594,7 +582,7 @@ static void mark_live(cJSON *doc, const wd_rf_header *h, char state, long episod
   if (!lv) return;
   char st[2] = {state, '\0'};
   cJSON_AddStringToObject(lv, "state", st);
-  cJSON_AddStringToObject(lv, "stateText", state_text(state));
+  cJSON_AddStringToObject(lv, "stateText", wd_az_proc_state_text(state));
   /* Its watchdog thread's own state: blocked in the kernel (D) while the process sleeps tells a
    * hung file system (the dump it could not write), which the process's state does not. */
   char wst;

@@ -65,11 +65,19 @@ static int op_stuck_thr(const wd_az_op *op, double thr) {
   return (is(op->status, "reached") || is(op->status, "gpu_done")) && op->since_ms >= thr;
 }
 
+const char *wd_az_proc_state_text(char st) {
+  switch (st) {
+  case 'T': return "stopped (state T: SIGSTOP or a debugger)";
+  case 't': return "stopped by a debugger (state t)";
+  case 'D': return "in the kernel, uninterruptible (state D: a hung file system or driver)";
+  case 'S': return "asleep";
+  case 'R': return "running";
+  default: return "alive";
+  }
+}
+
 void wd_az_live_text(const wd_az_dump *d, char *out, size_t len) {
-  const char *st = d->live_state == 'T'   ? "stopped (state T: SIGSTOP or a debugger)"
-                   : d->live_state == 't' ? "stopped by a debugger (state t)"
-                   : d->live_state == 'D' ? "in the kernel, uninterruptible (state D: a hung file system or driver)"
-                                          : "alive";
+  const char *st = wd_az_proc_state_text(d->live_state);
   /* The watchdog thread stuck in the kernel while the process is not stopped: a dump write that
    * never returns (a hung shared file system) is the likeliest. */
   const char *wd = d->wd_thread_state == 'D' && d->live_state != 'T' && d->live_state != 't'

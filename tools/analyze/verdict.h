@@ -125,6 +125,8 @@ void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
 /* Where a running process whose ring file its node copied is (d->live_state set): its state and
  * how long its watchdog had been silent. */
 void wd_az_live_text(const wd_az_dump *d, char *out, size_t len);
+/* What a /proc state letter says of a process, for on-call ("stopped (state T: ...)"). */
+const char *wd_az_proc_state_text(char st);
 int64_t wd_az_enq(const wd_az_crank *cr, wd_az_str func);
 /* A dump written or left as the process ended (sigabrt, term, abort, postmortem). */
 int wd_az_is_teardown(const wd_az_dump *d);
