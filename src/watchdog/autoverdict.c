@@ -518,9 +518,39 @@ void wd_av_stop(void) {
   memset(&av, 0, sizeof av);
 }
 
+/* The running analyzer, if it ended: its line published, its hook run. 1 when none runs now. */
+static int av_finish(uint64_t now) {
+  int st, killed;
+  if (av.state == AV_RUNNING && av_reap(&av.analyzer_run, now, &st, &killed)) {
+    char line[AV_LINE];
+    av_first_line(st, killed, line, sizeof line);
+    av.state = AV_IDLE;
+    av_publish(line);
+    av_run_hook(now, line);
+  }
+  return av.state == AV_IDLE;
+}
+
+/* This process opens episode k while its analyzer of an earlier one still runs (at nice 19 on a
+ * busy node, a slow phase that resumed can take longer to judge than the next stall takes to
+ * come): the new episode's verdict is the one wanted. The earlier analysis is stopped and its
+ * episode says so (its dumps stay; it can be judged by hand), never k's left unanalyzed. */
+static void av_supersede(unsigned k, uint64_t now) {
+  if (av_finish(now)) return;
+  av_kill(&av.analyzer_run);
+  av.state = AV_IDLE;
+  char line[AV_LINE];
+  snprintf(line, sizeof line,
+           "NO VERDICT MADE for stall episode %u: %s, and this process opened episode %u before "
+           "its analyzer was done: stopped (judge it by hand: nccl-watchdog-analyze --episode=%u %s)",
+           av.k, wd_av_episode_resumed(av.k) ? "it resumed" : "it got no verdict in time", k, av.k, av.base);
+  av_publish(line);
+}
+
 void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
   if (av.cfg) av.mark_k = k;
-  if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
+  if (!av.cfg || !av.analyzer[0]) return;
+  if (av.state != AV_IDLE) av_supersede(k, now);
   av.k = k;
   av.opened_ns = now;
   av.opened_wall = time(NULL);
@@ -624,13 +654,7 @@ static int av_look(unsigned k, uint64_t until, uint64_t now) {
 void wd_av_poll(uint64_t now) {
   if (!av.cfg) return;
   int st, killed;
-  if (av.state == AV_RUNNING && av_reap(&av.analyzer_run, now, &st, &killed)) {
-    char line[AV_LINE];
-    av_first_line(st, killed, line, sizeof line);
-    av.state = AV_IDLE;
-    av_publish(line);
-    av_run_hook(now, line);
-  }
+  av_finish(now);
   if (av_reap(&av.hook, now, &st, &killed)) {
     if (killed) WD_WARN("NCCL_WATCHDOG_ON_VERDICT ran past %d s: killed", (int)(AV_HOOK_LIMIT_NS / 1000000000ull));
     else if (st != -1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))

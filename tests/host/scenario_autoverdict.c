@@ -51,6 +51,19 @@
  *            2.5 s late (the 1 s timeout passes; the episode resumes), then the real hang in the
  *            next AllReduce. Every process logs the real hang's verdict naming global rank 3 and
  *            dp AllReduce seq 6; none logs "OK".
+ *   superseded  "routine" without the snapshots, process 1 first into each stall (0 and 2
+ *            come 800 ms later and answer its triggers), and an analyzer (NCCL_WATCHDOG_ANALYZER, a
+ *            script) that takes a minute over episode 1, the slow phase that resumed: process 1
+ *            opens episode 2 while its analyzer of episode 1 still runs. It stops that one and
+ *            says so ("NO VERDICT MADE for stall episode 1: it resumed"), and every process logs
+ *            the real hang's verdict naming global rank 3 and dp AllReduce seq 6 (a CI run under
+ *            TSan had no verdict of episode 2: it waited for the first analyzer to end).
+ *   torndown  the job case, then the launcher ends the job (every process SIGKILLed after its
+ *            dump) and the on-call salvages the ring files by hand (--salvage, docs/operations.md):
+ *            each post-mortem names its process's incarnation (boot, start) as its own dumps do,
+ *            so the analyzer still names global rank 3 as never entering; no process "died" (a
+ *            CI run under TSan, whose node poller's copy of a process found it killed, blamed a
+ *            waiting rank that "died").
  *   saver    NCCL_WATCHDOG_MAX_DUMPS=2 and three checkpoint-like stalls that resume before the
  *            real hang (as in "routine"): process 3, the slow saver, only ever answers with peer
  *            dumps; those of resumed episodes give their budget back, so it still dumps for the
@@ -125,7 +138,8 @@ static int unanswered_case(void) {
 static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
-                                      "slowpoll", "stopped", "frozen", "foreignfrozen"};
+                                      "slowpoll", "stopped", "frozen", "foreignfrozen", "superseded",
+                                      "torndown"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -190,7 +204,8 @@ static void rank_main(int r, int fd) {
   if (r >= 2) wdh_run_ops(&pp, NULL, &cfg, 3);
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
-  if (!strcmp(g_case, "routine") || saver_case()) {
+  int superseded = !strcmp(g_case, "superseded");
+  if (!strcmp(g_case, "routine") || saver_case() || superseded) {
     /* Routine snapshots, each one written (its log line) before the next is asked for: signals
      * sent faster would merge. At most 3 s each. */
     for (int i = 0; !strcmp(g_case, "routine") && i < 32; i++) {
@@ -205,11 +220,13 @@ static void rank_main(int r, int fd) {
         wdh_sleep_ms(2500);
         wdh_run_ops(&dp, NULL, &cfg, 1);
       } else if (r <= 2) {
-        hang_in(&dp, 2500);
+        if (superseded && r != 1) wdh_sleep_ms(800); /* process 1 opens the episode */
+        hang_in(&dp, superseded && r != 1 ? 1700 : 2500);
       }
       wdh_sleep_ms(2000); /* the resumed episode settles */
     }
     /* The real hang, as in "job", one AllReduce later on dp. */
+    if (superseded && r != 1) wdh_sleep_ms(800);
     if (r <= 1) hang_in(&dp, 0);
     else if (r == 2) hang_in(&pp, 0);
     keep_log(r);
@@ -631,6 +648,49 @@ static void case_routine(void) {
   WDH_CHECK(wdh_list_dumps(g_dir, "signal", NULL, 0) >= 100, "fewer than 100 snapshot dumps were written");
 }
 
+/* "torndown": the job's post-mortems, salvaged after it was killed, blame no waiting rank. */
+static void case_torndown(pid_t *pids) {
+  int n = wait_logs("verdict of stall episode 1: JOB: root cause", 4, 20000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged the verdict within 20 s", n);
+  wdh_kill_ranks(pids, 4); /* the launcher: SIGKILL, no epilog */
+  char cmd[9000];
+  snprintf(cmd, sizeof cmd, "'%s' -q --salvage='%s/mhost' '%s' >/dev/null 2>&1", getenv("WDH_ANALYZER"), g_dir, g_dir);
+  WDH_CHECK(system(cmd) == 0, "the salvage by hand failed: %s", cmd);
+  WDH_CHECK(wdh_list_dumps(g_dir, "postmortem", NULL, 0) >= 5, "%d post-mortem dumps (want one per ring file)",
+            wdh_list_dumps(g_dir, "postmortem", NULL, 0));
+  char line[4096];
+  wdh_analyzer_first_line(g_dir, "-q", line, sizeof line);
+  WDH_CHECK(strstr(line, "JOB: root cause") && strstr(line, "global rank 3") && strstr(line, "never entered") &&
+                !strstr(line, "died"),
+            "after the teardown's post-mortems: %.500s", line);
+}
+
+/* "superseded": episode 2's verdict although episode 1's analyzer was still at work. */
+static void case_superseded(void) {
+  const char *const want[] = {"seq 6", NULL};
+  check_real_hang(want, NULL, 1);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-1.txt", g_dir);
+  char *t = read_all(path);
+  WDH_CHECK(t && strstr(t, "verdict of stall episode 1: NO VERDICT MADE for stall episode 1: it resumed"),
+            "process 1 did not say that it stopped episode 1's analysis: %.600s", t ? t : "(no log)");
+  free(t);
+  WDH_CHECK(count_files("verdict-2.txt") == 1, "no verdict-2.txt");
+}
+
+/* An analyzer that takes a minute over episode 1 (its process group is what a stop kills). */
+static void slow_analyzer(char *path, size_t len) {
+  snprintf(path, len, "%s/slow-analyzer.sh", g_dir);
+  FILE *f = fopen(path, "w");
+  WDH_CHECK(f != NULL, "cannot write %s", path);
+  if (!f) return;
+  fprintf(f, "#!/bin/sh\ncase \" $* \" in *\" --episode=1 \"*) sleep 60 ;; esac\nexec '%s' \"$@\"\n",
+          getenv("WDH_ANALYZER"));
+  fclose(f);
+  chmod(path, 0700);
+  setenv("NCCL_WATCHDOG_ANALYZER", path, 1);
+}
+
 static void case_resumed(void) {
   int n = wait_logs("progress resumed after", 1, 10000);
   WDH_CHECK(n == 1, "rank 0 did not log the resumed episode");
@@ -685,6 +745,8 @@ int main(int argc, char **argv) {
   if (!strcmp(g_case, "saverquiet") || unanswered_case()) setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
   if (unanswered_case()) setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
+  char slow[4200];
+  if (!strcmp(g_case, "superseded")) slow_analyzer(slow, sizeof slow);
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   self[sl > 0 ? sl : 0] = '\0';
@@ -737,6 +799,8 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "killed")) case_killed(pids);
   else if (!strcmp(g_case, "aborted")) case_aborted();
   else if (!strcmp(g_case, "routine")) case_routine();
+  else if (!strcmp(g_case, "superseded")) case_superseded();
+  else if (!strcmp(g_case, "torndown")) case_torndown(pids);
   else if (!strcmp(g_case, "saver")) case_saver();
   else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
   else if (unanswered_case()) case_unanswered(pids);

@@ -708,6 +708,11 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
     d->job_episode = inum(id, "jobEpisode", -1);
     if (hex(id, "processStartNs", &d->proc_start_ns) != 0) d->proc_start_ns = 0;
     if (d->global_rank < 0) d->global_rank = inum(id, "globalRank", -1);
+    /* A ring file's dump names its process, never its attempt: that of its process's own dumps. */
+    const char *r = wd_az_s(d->reason);
+    if ((!strcmp(r, "postmortem") || !strcmp(r, "live")) && !get(id, "slurmRestartCount") &&
+        !get(id, "torchelasticRestartCount"))
+      d->slurm_restart = d->te_restart = -2;
   } else {
     d->slurm_restart = d->te_restart = -2;
     d->job_episode = -1;
@@ -1533,8 +1538,17 @@ static int cmp_host_pid(const void *a, const void *b) {
   return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-/* A ring file (and an older dump) says nothing of its machine or start: it takes those of the
- * process of its host and pid when there is exactly one, so it stays that process's evidence. */
+/* Whether two dumps of one host and pid can be of one process: no part of their identity
+ * (machine boot, process start) that both state differs. */
+static int same_process(const wd_az_dump *x, const wd_az_dump *y) {
+  return (!x->proc_start_ns || !y->proc_start_ns || x->proc_start_ns == y->proc_start_ns) &&
+         (!x->boot_id || !y->boot_id || x->boot_id == y->boot_id);
+}
+
+/* An older dump (and an older plugin's ring file) may say nothing of its machine or start: it
+ * takes those of the process of its host and pid when there is exactly one, so it stays that
+ * process's evidence. A ring file never states its attempt: it takes that of its own process's
+ * dumps (the same start and boot), whichever else its host and pid once ran. */
 static void adopt_identity(wd_az_set *set) {
   size_t n = set->ndumps, *ix = malloc((n ? n : 1) * sizeof(*ix));
   if (!ix) return;
@@ -1548,16 +1562,24 @@ static void adopt_identity(wd_az_set *set) {
       const wd_az_dump *d = &set->dumps[ix[b]];
       if (!d->proc_start_ns && !d->boot_id) continue;
       if (!first) first = d;
-      else several |= first->proc_start_ns != d->proc_start_ns || first->boot_id != d->boot_id;
+      else several |= !same_process(first, d);
+      /* The fullest identity stands for the process. */
+      if ((d->proc_start_ns && d->boot_id) && !(first->proc_start_ns && first->boot_id)) first = d;
     }
-    if (!first || several) continue;
+    for (size_t k = a; first && !several && k < b; k++) {
+      wd_az_dump *d = &set->dumps[ix[k]];
+      if (!d->proc_start_ns) d->proc_start_ns = first->proc_start_ns;
+      if (!d->boot_id) d->boot_id = first->boot_id;
+    }
     for (size_t k = a; k < b; k++) {
       wd_az_dump *d = &set->dumps[ix[k]];
-      if (d->proc_start_ns || d->boot_id) continue;
-      d->proc_start_ns = first->proc_start_ns, d->boot_id = first->boot_id;
-      /* Its attempt too: the process's own dumps state it (a ring file does not). */
-      if (d->slurm_restart < -1 && first->slurm_restart >= -1)
-        d->slurm_restart = first->slurm_restart, d->te_restart = first->te_restart;
+      if (d->slurm_restart >= -1) continue;
+      for (size_t j = a; j < b; j++) {
+        const wd_az_dump *e = &set->dumps[ix[j]];
+        if (e->slurm_restart < -1 || e->proc_start_ns != d->proc_start_ns || e->boot_id != d->boot_id) continue;
+        d->slurm_restart = e->slurm_restart, d->te_restart = e->te_restart;
+        break;
+      }
     }
   }
   free(ix);

@@ -601,9 +601,6 @@ static void mark_live(cJSON *doc, const wd_rf_header *h, char state, long episod
   cJSON *ident = cJSON_GetObjectItem(doc, "identity");
   if (!ident) ident = cJSON_AddObjectToObject(doc, "identity");
   if (!ident) return;
-  char hex[24];
-  snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)h->process_start_wall_ns);
-  if (h->process_start_wall_ns) cJSON_AddStringToObject(ident, "processStartNs", hex);
   if (episode >= 0) cJSON_AddNumberToObject(ident, "jobEpisode", (double)episode);
 }
 

@@ -417,6 +417,16 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
   cJSON_AddNumberToObject(root, "dumpSeq", 0);
   cJSON_AddStringToObject(root, "host", h.host);
   cJSON_AddNumberToObject(root, "pid", h.pid);
+  /* The process incarnation, as its own dumps name it: without it a post-mortem of a process
+   * that had dumped (a job torn down after the episode) would read as another process that died. */
+  cJSON *ident = cJSON_AddObjectToObject(root, "identity");
+  if (ident && h.version >= 3 && h.boot_id[0] && h.where_sum == wd_rf_where_sum(&h)) {
+    char boot[sizeof h.boot_id];
+    memcpy(boot, h.boot_id, sizeof boot);
+    boot[sizeof boot - 1] = '\0';
+    cJSON_AddStringToObject(ident, "bootId", boot);
+  }
+  if (ident && h.process_start_wall_ns) add_hex(ident, "processStartNs", h.process_start_wall_ns);
 
   cJSON *time = cJSON_AddObjectToObject(root, "time");
   if (time) {
