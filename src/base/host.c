@@ -2,6 +2,7 @@
 #include "base/host.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,6 +75,15 @@ int wd_proc_alive_since(int pid, uint64_t start_wall_ns, char *state) {
   if (st == 'Z' || st == 'X' || st == 'x') return 0;
   uint64_t gap = started > start_wall_ns ? started - start_wall_ns : start_wall_ns - started;
   return gap <= 2000000000ull;
+}
+
+int wd_proc_gone(int pid, uint64_t start_wall_ns) {
+  uint64_t started;
+  char st = '?';
+  if (pid <= 0 || start_wall_ns == 0) return 0;
+  errno = 0;
+  if (wd_proc_start(pid, &st, &started) != 0) return errno == ENOENT || errno == ESRCH;
+  return !wd_proc_alive_since(pid, start_wall_ns, NULL);
 }
 
 int wd_proc_job(int pid, char *out, size_t len) {

@@ -33,6 +33,10 @@ int wd_proc_start(int pid, char *state, uint64_t *start_wall_ns);
  * a wall clock stepped between two readings of the boot time). *state (may be NULL): its state
  * letter. */
 int wd_proc_alive_since(int pid, uint64_t start_wall_ns, char *state);
+/* 1 when /proc says for certain that the process pid which started at start_wall_ns has ended:
+ * no such pid, a zombie, or another process under its pid; 0 when it runs or /proc cannot say
+ * (hidden, unreadable). */
+int wd_proc_gone(int pid, uint64_t start_wall_ns);
 /* The job process pid (0: this one) belongs to, as the launcher named it in its environment at
  * exec (/proc/<pid>/environ): SLURM_JOB_ID, TORCHELASTIC_RUN_ID and NCCL_WATCHDOG_DUMP_DIR, each
  * possibly empty, into out; two processes with equal strings are of one job as far as anything

@@ -79,6 +79,29 @@ static void test_start(void) {
   CU_ASSERT_EQUAL(wd_proc_start(p, &st, &s1), -1);
 }
 
+/* Ended for certain: reaped (no such pid), a zombie, or another start under the pid; never for a
+ * running process or where nothing names one. */
+static void test_gone(void) {
+  wd_process_id me;
+  wd_process_identity(&me);
+  CU_ASSERT_EQUAL(wd_proc_gone(getpid(), me.start_wall_ns), 0);
+  CU_ASSERT_EQUAL(wd_proc_gone(getpid(), me.start_wall_ns + 60ull * 1000000000ull), 1); /* pid reused */
+  CU_ASSERT_EQUAL(wd_proc_gone(0, me.start_wall_ns), 0);
+  CU_ASSERT_EQUAL(wd_proc_gone(getpid(), 0), 0);
+  char *const env[] = {NULL};
+  pid_t p = spawn_env(env);
+  CU_ASSERT_FATAL(p > 0);
+  usleep(100000);
+  uint64_t s = 0;
+  CU_ASSERT_EQUAL_FATAL(wd_proc_start(p, NULL, &s), 0);
+  CU_ASSERT_EQUAL(wd_proc_gone(p, s), 0);
+  kill(p, SIGKILL);
+  for (int i = 0; i < 100 && !wd_proc_gone(p, s); i++) usleep(10000); /* a zombie until reaped */
+  CU_ASSERT_EQUAL(wd_proc_gone(p, s), 1);
+  waitpid(p, NULL, 0);
+  CU_ASSERT_EQUAL(wd_proc_gone(p, s), 1);
+}
+
 static void *sleeper(void *arg) {
   (void)arg;
   sleep(30);
@@ -106,6 +129,7 @@ int main(void) {
   CU_pSuite s = CU_add_suite("host", NULL, NULL);
   CU_add_test(s, "a process's job from its environment", test_job);
   CU_add_test(s, "a process's start", test_start);
+  CU_add_test(s, "a process that ended", test_gone);
   CU_add_test(s, "a thread's state by its name", test_thread_state);
   return wd_test_run();
 }

@@ -1687,6 +1687,7 @@ static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
       if (state == 'T' || state == 't') ++*stopped;
       continue;
     }
+    if (r.here && wd_proc_gone(r.pid, r.proc_start_ns)) continue; /* /proc here says it ended */
     gen[i] = r.gen;
     deadline[i] = live_ring_deadline_ms(r.poll_ms);
     if (deadline[i] > last) last = deadline[i];
