@@ -96,6 +96,8 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
     if (wd_ringfile_create(&ctx->file, ring_dir, host, cap, pcap) == 0) {
       wd_ring_init_at(&ctx->ring, cap, wd_ringfile_ring(&ctx->file, 0), WD_RF_INITIAL_RECORDS);
       wd_ring_init_at(&ctx->proxy_ring, pcap, wd_ringfile_ring(&ctx->file, 1), WD_RF_INITIAL_RECORDS);
+      /* Fixed for the context's life (the mapping is): the hot path reads it unlocked. */
+      ctx->file_done = wd_ringfile_done_reset(&ctx->file) ? wd_ringfile_header(&ctx->file) : NULL;
       return ctx;
     }
     static _Atomic int warned;
@@ -238,6 +240,7 @@ void wd_context_bind(wd_context *ctx, int abi, uint64_t comm_id, const char *nam
     snprintf(h->comm_name, sizeof h->comm_name, "%s", ctx->name);
     snprintf(h->gpu_uuid, sizeof h->gpu_uuid, "%s", ctx->gpu_uuid);
     wd_ringfile_seal_identity(&ctx->file);
+    wd_ringfile_done_reset(&ctx->file); /* a recycled context's file: the last communicator's */
     wd_context_refresh_file(ctx);
   }
 }

@@ -69,6 +69,7 @@ typedef struct wd_context {
   wd_launches launches;    /* CUDA events around kernel launches, when the driver is usable */
   wd_graphs graphs;        /* launches captured into CUDA graphs, and their replays */
   wd_ringfile file;        /* the rings' file-backed mapping, when NCCL_WATCHDOG_RING_DIR is on */
+  wd_rf_header *file_done; /* its header, where completions are kept as they happen; NULL none */
   int keep_file;           /* leave the file behind when the context is freed */
   int file_full;           /* watchdog only: the ring file could not be allocated further */
   uint64_t ring_bytes;     /* counted against the memory budget while it lives */

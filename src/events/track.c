@@ -108,10 +108,22 @@ static void wd_complete_root(wd_event *ev) {
   if (ctx == NULL) return;
   wd_record rec;
   wd_event_read_start(ev, &rec);
-  if (rec.type == WD_T_COLL) wd_max_i64(&ctx->seq_done[rec.func], (int64_t)rec.a);
-  else if (rec.type == WD_T_CECOLL) wd_max_i64(&ctx->ce_seq_done[rec.func], (int64_t)rec.a);
-  else if (rec.type == WD_T_P2P)
-    atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed);
+  /* Into the ring file too, as it happens (its live part lags a poll): a process killed now
+   * still says what it completed. */
+  wd_rf_header *file = ctx->file_done;
+  if (rec.type == WD_T_COLL || rec.type == WD_T_CECOLL) {
+    int ce = rec.type == WD_T_CECOLL;
+    wd_max_i64(ce ? &ctx->ce_seq_done[rec.func] : &ctx->seq_done[rec.func], (int64_t)rec.a);
+    if (file) wd_rf_done_put(file->done, rec.func, ce, (int64_t)rec.a);
+  } else if (rec.type == WD_T_P2P) {
+    int64_t n = atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed) + 1;
+    if (file) {
+      uint64_t w = __atomic_load_n(&file->p2p_done, __ATOMIC_RELAXED);
+      while (w < (uint64_t)n &&
+             !__atomic_compare_exchange_n(&file->p2p_done, &w, (uint64_t)n, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+      }
+    }
+  }
   /* Groups of one communicator complete in enqueue order on its stream, so a completed op
    * vouches for every op of older groups (the watchdog retires those: captured-never-replayed,
    * childless ops). Ops of one group may complete in any order, hence orders per group, and a

@@ -30,6 +30,8 @@
 #define WD_RF_STRINGS 256u
 #define WD_RF_STRLEN 32u
 #define WD_RF_SEQS 32u
+#define WD_RF_DONE_WORDS 48u /* completion words (done[]): functions that fit, probed from their id */
+#define WD_RF_DONE_MAGIC 0x454e4f4444465257ull /* "WRFDDONE" */
 
 typedef struct wd_rf_seq {
   uint8_t func; /* index into the file's string table */
@@ -104,6 +106,15 @@ typedef struct wd_rf_header {
   char boot_id[40];
   uint64_t pidns_ino; /* inode of /proc/self/ns/pid */
   uint64_t where_sum; /* FNV-1a 64 of boot_id .. pidns_ino */
+  /* Set at creation (zero in files of earlier plugins): WD_RF_DONE_MAGIC where done[] is kept. */
+  uint64_t done_magic;
+  /* Kept by whichever thread completes an operation, as it completes: the live part is rewritten
+   * once a watchdog poll, so a process killed between two polls would read several operations
+   * behind. One word per function (wd_rf_done_put): its string id, CeColl or not, and the
+   * newest completed seqNumber; the last word counts completed P2p operations. Each word is
+   * stored whole; no checksum. */
+  uint64_t done[WD_RF_DONE_WORDS];
+  uint64_t p2p_done;
 } wd_rf_header;
 
 _Static_assert(sizeof(wd_rf_header) <= WD_RF_HEADER_BYTES, "ring file header fits its page");
@@ -132,6 +143,37 @@ static inline uint64_t wd_rf_where_sum(const wd_rf_header *h) {
 static inline int wd_rf_of_place(const wd_rf_header *h, const char *boot_id, uint64_t pidns_ino) {
   return boot_id[0] && pidns_ino && h->where_sum == wd_rf_where_sum(h) && h->boot_id[0] &&
          strncmp(h->boot_id, boot_id, sizeof h->boot_id) == 0 && h->pidns_ino == pidns_ino;
+}
+/* A done[] word: bits 63-56 the function's string id (never 0), bit 55 CeColl, bits 54-0 the
+ * newest completed seqNumber plus one. */
+#define WD_RF_DONE_SEQ_MASK ((1ull << 55) - 1)
+static inline uint64_t wd_rf_done_key(unsigned func, int ce) {
+  return ((uint64_t)(func & 0xffu) << 56) | ((uint64_t)(ce != 0) << 55);
+}
+/* Record that seq of func completed (never lowers a word; lock-free, any thread). A function
+ * whose probe finds 4 other functions' words is not kept: readers fall back on the live part. */
+static inline void wd_rf_done_put(uint64_t *done, unsigned func, int ce, int64_t seq) {
+  if (!done || !func || seq < 0) return;
+  uint64_t key = wd_rf_done_key(func, ce), val = key | (((uint64_t)seq + 1) & WD_RF_DONE_SEQ_MASK);
+  unsigned at = (func * 2u + (ce != 0)) % WD_RF_DONE_WORDS;
+  for (unsigned i = 0; i < 4; i++, at = (at + 1) % WD_RF_DONE_WORDS) {
+    uint64_t w = __atomic_load_n(&done[at], __ATOMIC_RELAXED);
+    while (w == 0 || (w & ~WD_RF_DONE_SEQ_MASK) == key) {
+      if (w >= val) return;
+      if (__atomic_compare_exchange_n(&done[at], &w, val, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+    }
+  }
+}
+/* The newest completed seq of func in a file's done[] (-1 when not kept there). */
+static inline int64_t wd_rf_done_get(const uint64_t *done, unsigned func, int ce) {
+  uint64_t key = wd_rf_done_key(func, ce);
+  unsigned at = (func * 2u + (ce != 0)) % WD_RF_DONE_WORDS;
+  for (unsigned i = 0; i < 4; i++, at = (at + 1) % WD_RF_DONE_WORDS) {
+    uint64_t w = done[at];
+    if (w == 0) return -1;
+    if ((w & ~WD_RF_DONE_SEQ_MASK) == key) return (int64_t)(w & WD_RF_DONE_SEQ_MASK) - 1;
+  }
+  return -1;
 }
 static inline uint64_t wd_rf_file_bytes(uint32_t ring_cap, uint32_t proxy_ring_cap) {
   return WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN +
@@ -166,6 +208,9 @@ wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy);
  * /dev/shm fails here and not with SIGBUS on the hot path). 0, or -1 (errno). */
 int wd_ringfile_reserve(const wd_ringfile *f, int proxy, uint32_t upto);
 wd_rf_header *wd_ringfile_header(const wd_ringfile *f);
+/* The file's completion words (done[], then p2p_done), cleared for a new communicator; NULL
+ * when there is no file. */
+uint64_t *wd_ringfile_done_reset(wd_ringfile *f);
 /* Identity fields are set by the caller, then sealed (checksum). */
 void wd_ringfile_seal_identity(wd_ringfile *f);
 /* Begin / end a rewrite of the live part. */

@@ -88,6 +88,70 @@ static double jnum(cJSON *o, const char *a, const char *b) {
   return cJSON_IsNumber(x) ? x->valuedouble : -1e9;
 }
 
+/* The completion words: kept as operations complete, so a process killed between two refreshes
+ * of the live part still says what it completed; a function whose probe is full is not kept
+ * (the live part's counters stand); a file whose live part is torn still says it. */
+static void test_done(void) {
+  wd_ringfile f;
+  CU_ASSERT_EQUAL_FATAL(wd_ringfile_create(&f, g_dir, "testhost", 16, 16), 0);
+  wd_ring r;
+  wd_ring_init_at(&r, 16, wd_ringfile_ring(&f, 0), 16);
+  wd_rf_header *h = wd_ringfile_header(&f);
+  name_file(h, 0, 2, 0xd0e, "testhost", "done");
+  wd_ringfile_seal_identity(&f);
+  wd_ringfile_note_string(1, "AllReduce");
+  uint64_t *done = wd_ringfile_done_reset(&f);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(done);
+  wd_ringfile_live_begin(&f);
+  h->nseq = 1;
+  h->seq[0] = (wd_rf_seq){.func = 1, .enqueued = 38, .completed = 37};
+  h->p2p_enqueued = 9;
+  h->p2p_completed = 5;
+  wd_ringfile_live_end(&f);
+  put_colls(&r, h->bind_mono_ns, 40);
+  /* Since the refresh: AllReduce 38 and 39 completed (in any order), 7 P2p. */
+  wd_rf_done_put(done, 1, 0, 39);
+  wd_rf_done_put(done, 1, 0, 38);
+  h->p2p_done = 7;
+  /* Functions whose ids probe the same words: four fit, a fifth is not kept. */
+  for (unsigned k = 1; k <= 4; k++) wd_rf_done_put(done, 1 + 24 * k, 0, 100 + k);
+  for (unsigned k = 1; k <= 3; k++) CU_ASSERT_EQUAL(wd_rf_done_get(done, 1 + 24 * k, 0), 100 + (int64_t)k);
+  CU_ASSERT_EQUAL(wd_rf_done_get(done, 1 + 24 * 4, 0), -1);
+  CU_ASSERT_EQUAL(wd_rf_done_get(done, 1, 0), 39);
+  CU_ASSERT_EQUAL(wd_rf_done_get(done, 1, 1), -1); /* CeColl AllReduce: another word */
+  size_t len = (size_t)f.bytes;
+  char *buf = malloc(len);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+  memcpy(buf, f.base, len);
+  char path[600], why[256] = "";
+  snprintf(path, sizeof path, "%s", f.path);
+  wd_ringfile_close(&f, 0);
+  for (int torn = 0; torn < 2; torn++) {
+    if (torn) ((wd_rf_header *)buf)->live_gen |= 1; /* killed inside a refresh */
+    cJSON *doc = wd_az_ringfile_decode(buf, len, path, why, sizeof why);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+    cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
+    cJSON *s = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "seq"), 0);
+    CU_ASSERT_EQUAL(jnum(s, "lastEnqueued", NULL), 39);
+    CU_ASSERT_EQUAL(jnum(s, "lastCompleted", NULL), 39);
+    CU_ASSERT_EQUAL(jnum(c, "p2p", "completed"), 7);
+    /* Nothing of AllReduce in flight: 38 and 39 completed. */
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "inflight")), 0);
+    cJSON_Delete(doc);
+  }
+  /* Without the words (an earlier plugin's file): the live part's 37, 38 and 39 in flight. */
+  ((wd_rf_header *)buf)->live_gen &= ~1ull;
+  ((wd_rf_header *)buf)->done_magic = 0;
+  cJSON *doc = wd_az_ringfile_decode(buf, len, path, why, sizeof why);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(doc);
+  cJSON *c = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "comms"), 0);
+  CU_ASSERT_EQUAL(jnum(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "seq"), 0), "lastCompleted", NULL), 37);
+  CU_ASSERT_EQUAL(jnum(c, "p2p", "completed"), 5);
+  CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(c, "inflight")), 2);
+  cJSON_Delete(doc);
+  free(buf);
+}
+
 /* A process killed before the watchdog allocated its ring whole: the records wrapped within the
  * part allocated at creation, and the decoder finds the newest of them there. */
 static void test_wrapped(void) {
@@ -313,6 +377,7 @@ int main(void) {
   CU_pSuite s = CU_add_suite("ringfile", NULL, NULL);
   CU_add_test(s, "write, decode, load, a torn record", test_decode);
   CU_add_test(s, "records wrapped before the ring was allocated whole", test_wrapped);
+  CU_add_test(s, "completions kept as they happen", test_done);
   CU_add_test(s, "one process's files against one instant", test_decode_at);
   CU_add_test(s, "every byte corrupted, truncations, versions, garbage", test_corrupt);
   CU_add_test(s, "a running process's file told apart by /proc, only its own", test_placed);

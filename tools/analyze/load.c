@@ -1093,6 +1093,19 @@ static int dump_name(const char *name) {
           (n > 5 && strcmp(name + n - 5, ".ring") == 0));
 }
 
+/* --episode=K never judges a snapshot (select_episode): the plugin names those
+ * <host>-<pid>-<n>-signal.json[.gz], and a directory may hold hundreds of them (routine SIGUSR1s),
+ * which cost the automatic verdict most of its time to read. Such names are not read then, only
+ * counted: a file named so by anyone else could only have been a snapshot or set aside. */
+static int g_episode = -1; /* --episode: the job's stall episode to judge, -1 every dump's newest */
+static _Atomic size_t g_snapshots_unread;
+
+static int snapshot_name(const char *name) {
+  size_t n = strlen(name);
+  return (n > 12 && strcmp(name + n - 12, "-signal.json") == 0) ||
+         (n > 15 && strcmp(name + n - 15, "-signal.json.gz") == 0);
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -1117,6 +1130,10 @@ static int list_dir_in(const char *dir, const char *prefix, int depth, char ***n
       if (depth > 0 && strcmp(e->d_name, "triggers") != 0 &&
           fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
         list_dir_in(sub, rel, depth - 1, names, n, cap);
+      continue;
+    }
+    if (g_episode >= 0 && snapshot_name(e->d_name)) {
+      atomic_fetch_add(&g_snapshots_unread, 1);
       continue;
     }
     if (*n == *cap) {
@@ -1316,7 +1333,6 @@ static int same_key(const wd_az_set *s, const wd_az_crank *x, const wd_az_crank 
 
 static int g_attempt = -1; /* --attempt: the attempt to judge, -1 the latest */
 void wd_az_set_attempt(int attempt) { g_attempt = attempt; }
-static int g_episode = -1; /* --episode: the job's stall episode to judge, -1 every dump's newest */
 void wd_az_set_episode(int episode) { g_episode = episode; }
 
 int wd_az_reason_is_final(const char *r) {
@@ -1345,7 +1361,7 @@ static void select_episode(wd_az_set *set) {
     if (!several) return;
     want = latest;
   }
-  size_t aside = 0;
+  size_t aside = g_episode >= 0 ? atomic_load(&g_snapshots_unread) : 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     wd_az_dump *d = &set->dumps[i];
     int other = g_episode >= 0 ? d->job_episode != want && !(d->job_episode < 0 && wd_az_reason_is_final(wd_az_s(d->reason)))

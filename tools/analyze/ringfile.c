@@ -185,18 +185,47 @@ static cJSON *ring_json(const rec_t *recs, uint32_t n, uint32_t torn, uint32_t c
   return o;
 }
 
-/* The last seqNumber enqueued per function, from the header (when its live part is whole) and
- * the records (Coll starts), whichever is newer. */
-static void add_seqs(cJSON *comm, const wd_rf_header *h, int live_ok, const rec_t *recs, uint32_t n,
-                     char (*strs)[WD_RF_STRLEN]) {
-  int64_t enq[WD_RF_STRINGS], done[WD_RF_STRINGS], ce_enq[WD_RF_STRINGS], ce_done[WD_RF_STRINGS];
-  for (unsigned i = 0; i < WD_RF_STRINGS; i++) enq[i] = done[i] = ce_enq[i] = ce_done[i] = -1;
+/* Whether the file keeps completions as they happen (done[]: its plugin did). */
+static int done_kept(const wd_rf_header *h) { return h->version >= 3 && h->done_magic == WD_RF_DONE_MAGIC; }
+
+/* The last seqNumber completed per function (CeColl in ce_done), -1 none: the header's counters
+ * (when its live part is whole: they are as of the watchdog's last poll) or the completion words
+ * kept as operations completed, whichever is newer. known[f] (bit 0 Coll, bit 1 CeColl): either
+ * says something of f, so that an op of f past its last completed one is in flight. Returns
+ * whether anything says what completed. */
+static int completed_seqs(const wd_rf_header *h, int live_ok, int64_t *done, int64_t *ce_done, unsigned char *known) {
+  for (unsigned i = 0; i < WD_RF_STRINGS; i++) done[i] = ce_done[i] = -1, known[i] = 0;
   if (live_ok)
     for (uint32_t i = 0; i < h->nseq && i < WD_RF_SEQS; i++) {
       const wd_rf_seq *s = &h->seq[i];
-      int64_t *e = s->ce ? ce_enq : enq, *d = s->ce ? ce_done : done;
-      e[s->func] = s->enqueued;
-      d[s->func] = s->completed;
+      (s->ce ? ce_done : done)[s->func] = s->completed;
+      known[s->func] |= (unsigned char)(s->ce ? 2 : 1);
+    }
+  if (!done_kept(h)) return live_ok;
+  for (unsigned f = 1; f < WD_RF_STRINGS; f++)
+    for (int ce = 0; ce < 2; ce++) {
+      int64_t v = wd_rf_done_get(h->done, f, ce), *d = ce ? &ce_done[f] : &done[f];
+      if (v < 0) continue;
+      if (v > *d) *d = v;
+      known[f] |= (unsigned char)(ce ? 2 : 1);
+    }
+  return 1;
+}
+
+/* The last seqNumber enqueued and completed per function: enqueued from the header (when its
+ * live part is whole) and the records (Coll starts), completed as completed_seqs says; an op
+ * completed was enqueued. */
+static void add_seqs(cJSON *comm, const wd_rf_header *h, int live_ok, const rec_t *recs, uint32_t n,
+                     char (*strs)[WD_RF_STRLEN]) {
+  int64_t enq[WD_RF_STRINGS], done[WD_RF_STRINGS], ce_enq[WD_RF_STRINGS], ce_done[WD_RF_STRINGS];
+  unsigned char known[WD_RF_STRINGS];
+  completed_seqs(h, live_ok, done, ce_done, known);
+  for (unsigned i = 0; i < WD_RF_STRINGS; i++) enq[i] = done[i], ce_enq[i] = ce_done[i];
+  if (live_ok)
+    for (uint32_t i = 0; i < h->nseq && i < WD_RF_SEQS; i++) {
+      const wd_rf_seq *s = &h->seq[i];
+      int64_t *e = s->ce ? ce_enq : enq;
+      if (s->enqueued > e[s->func]) e[s->func] = s->enqueued;
     }
   for (uint32_t i = 0; i < n; i++) {
     const wd_record *r = &recs[i].r;
@@ -268,11 +297,10 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
                          uint32_t n1, const rec_t *r2, uint32_t n2, char (*strs)[WD_RF_STRLEN],
                          uint64_t mono_ref) {
   cJSON *arr = cJSON_AddArrayToObject(comm, "inflight");
-  if (!arr || !live_ok) return; /* without the header's counters nothing says what completed */
   int64_t done[WD_RF_STRINGS], ce_done[WD_RF_STRINGS];
-  for (unsigned i = 0; i < WD_RF_STRINGS; i++) done[i] = ce_done[i] = -1;
-  for (uint32_t i = 0; i < h->nseq && i < WD_RF_SEQS; i++)
-    (h->seq[i].ce ? ce_done : done)[h->seq[i].func] = h->seq[i].completed;
+  unsigned char known[WD_RF_STRINGS];
+  /* Without the header's counters or the completion words nothing says what completed. */
+  if (!arr || !completed_seqs(h, live_ok, done, ce_done, known)) return;
   int open_ok = h->version >= 3 && h->open_sum == wd_rf_open_sum(h);
   uint32_t nopen = open_ok ? (h->nopen < WD_RF_OPEN_EVENTS ? h->nopen : WD_RF_OPEN_EVENTS) : 0;
   uint32_t not_listed = 0;
@@ -280,7 +308,7 @@ static void add_inflight(cJSON *comm, const wd_rf_header *h, int live_ok, const 
     const wd_record *r = &r1[i].r;
     if (r->phase != WD_PH_START || (r->type != WD_T_COLL && r->type != WD_T_CECOLL)) continue;
     int64_t d = (r->type == WD_T_CECOLL ? ce_done : done)[r->func];
-    if ((int64_t)r->a <= d) continue;
+    if (!(known[r->func] & (r->type == WD_T_CECOLL ? 2 : 1)) || (int64_t)r->a <= d) continue;
     int newer = 0; /* a later start of the same op (a retried enqueue) stands for it */
     for (uint32_t k = i + 1; k < n1 && !newer; k++)
       newer = r1[k].r.phase == WD_PH_START && r1[k].r.type == r->type && r1[k].r.func == r->func &&
@@ -498,7 +526,9 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
   cJSON *p2p = cJSON_AddObjectToObject(c, "p2p");
   if (p2p) {
     cJSON_AddNumberToObject(p2p, "enqueued", live_ok ? (double)h.p2p_enqueued : -1);
-    cJSON_AddNumberToObject(p2p, "completed", live_ok ? (double)h.p2p_completed : -1);
+    int64_t p2p_done = live_ok ? h.p2p_completed : -1;
+    if (done_kept(&h) && (int64_t)(h.p2p_done & WD_RF_DONE_SEQ_MASK) > p2p_done) p2p_done = (int64_t)(h.p2p_done & WD_RF_DONE_SEQ_MASK);
+    cJSON_AddNumberToObject(p2p, "completed", (double)p2p_done);
   }
   add_inflight(c, &h, live_ok, r1, n1, r2, n2, strs, mono_ref);
   add_open(c, &h, live_ok, mono_ref);
