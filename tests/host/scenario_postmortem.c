@@ -4,7 +4,8 @@
  * files is read back with nccl-watchdog-analyze --salvage:
  *   killed     traffic on two communicators from two threads, SIGKILL in the middle: every
  *              record decodes or is counted torn, and the last operation completed before the
- *              kill (its sequence number known to the parent through a pipe) is there.
+ *              kill (its sequence number known to the parent through a pipe) is there, as the
+ *              file's last completed one (kept as it completed, not at the next poll).
  *   two_jobs   two processes started at once, as two jobs on one node would: two files, none
  *              reused, each naming its own process.
  *   culprit    a 4-rank job; rank 2 is SIGKILLed before the collective the others then hang in:
@@ -126,6 +127,12 @@ static void case_killed(const char *dir) {
     double enq = wdh_jnum(j, "comms.0.seq.0.lastEnqueued", -1);
     WDH_CHECK(enq >= (double)last && enq <= (double)last + 1,
               "last AllReduce in the file %g, the child completed %llu before the kill", enq,
+              (unsigned long long)last);
+    /* Completions are kept as they happen, not at the watchdog's next poll (100 ms here, dozens
+     * of operations): the last one the child saw complete is the file's last completed. */
+    double done = wdh_jnum(j, "comms.0.seq.0.lastCompleted", -1);
+    WDH_CHECK(done >= (double)last && done <= (double)last + 1,
+              "last completed AllReduce in the file %g, the child completed %llu before the kill", done,
               (unsigned long long)last);
     double recs = wdh_jnum(j, "postmortem.records", -1), torn = wdh_jnum(j, "postmortem.tornRecords", -1);
     WDH_CHECK(recs > 0 && torn >= 0 && recs + torn <= 2 * 8192, "records %g torn %g", recs, torn);
