@@ -89,6 +89,8 @@ static void killed_child(int fd) {
   wdh_traffic *t = wdh_traffic_start(&b, 8, "pm-traffic");
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
+  /* Comm B's thread under way first (a loaded machine under TSan starts it late). */
+  for (int i = 0; i < 2000 && wdh_traffic_ops(t) == 0; i++) wdh_sleep_ms(5);
   for (;;) {
     wdh_op op;
     wdh_op_run(&a, &cfg, &op); /* completes before the next line */
@@ -108,8 +110,12 @@ static void case_killed(const char *dir) {
   }
   close(fds[1]);
   uint64_t seq = 0, last = UINT64_MAX;
-  uint64_t end = wdh_now_ns() + 400000000ull;
-  while (wdh_now_ns() < end && read(fds[0], &seq, sizeof seq) == sizeof seq) last = seq;
+  /* 400 ms of traffic from the child's first operation on. */
+  uint64_t end = 0;
+  while ((!end || wdh_now_ns() < end) && read(fds[0], &seq, sizeof seq) == sizeof seq) {
+    if (!end) end = wdh_now_ns() + 400000000ull;
+    last = seq;
+  }
   kill(pid, SIGKILL);
   int st;
   waitpid(pid, &st, 0);
