@@ -1619,6 +1619,24 @@ int wdh_wait_child(pid_t pid, unsigned timeout_ms, int *status) {
   return 0;
 }
 
+int wdh_barrier(const char *dir, const char *name, int rank, int n, unsigned timeout_ms) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.%d", dir, name, rank);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+  uint64_t end = wdh_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+  for (;;) {
+    int here = 0;
+    for (int r = 0; r < 4096 && here < n; r++) {
+      snprintf(path, sizeof path, "%s/%s.%d", dir, name, r);
+      here += access(path, F_OK) == 0;
+    }
+    if (here >= n) return 0;
+    if (wdh_now_ns() >= end) return -1;
+    wdh_sleep_ms(5);
+  }
+}
+
 char *wdh_read_file(const char *path, size_t *len) {
   gzFile f = gzopen(path, "rb"); /* zlib reads a plain file as it is */
   if (!f) return NULL;

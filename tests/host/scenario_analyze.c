@@ -54,6 +54,11 @@ static int child_main(const char *role, int rank, const char *dir, uint64_t comm
       cfg.func = "AllReduce";
     }
   }
+  /* NCCL completes a collective on no rank before every rank entered it: the history ends on
+   * all ranks before the hang (a rank left behind, under TSan on a loaded machine, was still in
+   * seq 326 when the others stalled in 400). */
+  const char *bar = getenv("WDH_BARRIER");
+  if (bar) wdh_barrier(bar, "history", rank, getenv("WDH_BARRIER_N") ? atoi(getenv("WDH_BARRIER_N")) : 0, 30000);
   wdh_op op;
   memset(&op, 0, sizeof(op));
   int hung = 0;
@@ -131,12 +136,19 @@ static cJSON *comm_of(cJSON *report, uint64_t comm_id) {
 static cJSON *run_sub(const sub *s, uint64_t comm_id, cJSON **report, char **dir_out) {
   char *dir = wdh_tempdir(s->name);
   *dir_out = dir;
+  char *bar = wdh_tempdir("analyze-barrier");
+  int present = 0;
+  for (int r = 0; r < NRANKS; r++) present += s->roles[r] != NULL;
   pid_t pids[NRANKS] = {0};
   for (int r = 0; r < NRANKS; r++) {
     if (!s->roles[r]) continue;
     fflush(NULL);
     pids[r] = fork();
     if (pids[r] == 0) {
+      char n[16];
+      snprintf(n, sizeof n, "%d", present);
+      setenv("WDH_BARRIER", bar, 1);
+      setenv("WDH_BARRIER_N", n, 1);
       setenv("NCCL_WATCHDOG_DUMP_DIR", dir, 1);
       if (s->ring[r]) setenv("NCCL_WATCHDOG_RING_SIZE", s->ring[r], 1);
       char rank[16], id[32], nops[16];
@@ -155,6 +167,8 @@ static cJSON *run_sub(const sub *s, uint64_t comm_id, cJSON **report, char **dir
     wdh_wait_child(pids[r], now < end ? (unsigned)((end - now) / 1000000) : 0, &st);
     WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: rank %d status 0x%x", s->name, r, st);
   }
+  wdh_rmtree(bar);
+  free(bar);
   *report = run_analyzer(dir);
   WDH_CHECK(*report != NULL, "%s: no analyzer report", s->name);
   cJSON *c = *report ? comm_of(*report, comm_id) : NULL;

@@ -124,6 +124,7 @@ static int become(uid_t uid, gid_t gid) {
 }
 
 static const char *g_dir, *g_case;
+static char *g_barrier; /* where ranks meet (wdh_barrier), outside the dump directory */
 
 /* "foreign" and "foreignfrozen": the job runs as JOB_UID beside another member's folders. */
 static int foreign_case(void) { return !strcmp(g_case, "foreign") || !strcmp(g_case, "foreignfrozen"); }
@@ -223,6 +224,12 @@ static void rank_main(int r, int fd) {
         if (superseded && r != 1) wdh_sleep_ms(800); /* process 1 opens the episode */
         hang_in(&dp, superseded && r != 1 ? 1700 : 2500);
       }
+      /* NCCL completes the AllReduce on every rank once the last one entered it: all leave it
+       * together (ranks whose snapshots took longer under TSan came late to the real hang,
+       * and answered its episode before they reached it). */
+      char name[16];
+      snprintf(name, sizeof name, "ck%d", ck);
+      wdh_barrier(g_barrier, name, r, 4, 30000);
       wdh_sleep_ms(2000); /* the resumed episode settles */
     }
     /* The real hang, as in "job", one AllReduce later on dp. */
@@ -789,6 +796,7 @@ int main(int argc, char **argv) {
     WDH_CHECK(other > 0 && waitpid(other, &st, WUNTRACED) == other && WIFSTOPPED(st),
               "the other job's process did not stop (status 0x%x)", st);
   }
+  g_barrier = wdh_tempdir("autoverdict-barrier");
   pid_t pids[4];
   WDH_CHECK(wdh_fork_ranks(4, rank_main, pids) == 4, "ranks not ready");
   if (!strcmp(g_case, "job")) case_job(pids);
@@ -811,6 +819,8 @@ int main(int argc, char **argv) {
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);
   if (other > 0) wdh_kill_ranks(&other, 1);
   if (rings[0]) wdh_rmtree(rings);
+  wdh_rmtree(g_barrier);
+  free(g_barrier);
   char label[48];
   snprintf(label, sizeof label, "scenario.autoverdict %s", g_case);
   return wdh_scenario_end(label, dir);
