@@ -326,9 +326,16 @@ int main(int argc, char **argv) {
     WDH_CHECK(strstr(out, "host name worker names 2 machines") != NULL,
               "the report should say the host name names two machines");
     const char *shift = getenv("WDH_CLOCKSHIFT");
-    if (shift && *shift)
-      WDH_CHECK(strstr(out, straggler ? "clock read 5.0 s behind the others'" : "clock read 5.0 s ahead of the others'") != NULL,
-                "the report should set node 1's clock right by 5 s");
+    if (shift && *shift) {
+      /* The offset is read against the file system's stamps, each dump's write delay included:
+       * 5 s within 0.2 s (a loaded run read 4.9). */
+      const char *cr = strstr(out, "clock read ");
+      char dir[16] = "";
+      double secs = 0;
+      int got = cr ? sscanf(cr, "clock read %lf s %15s", &secs, dir) : 0;
+      WDH_CHECK(got == 2 && secs >= 4.8 && secs <= 5.2 && !strcmp(dir, straggler ? "behind" : "ahead"),
+                "the report should set node 1's clock right by 5 s (%s)", cr ? cr : "no \"clock read\"");
+    }
     free(out);
   }
   unlink(go);
