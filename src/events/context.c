@@ -97,7 +97,7 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
       wd_ring_init_at(&ctx->ring, cap, wd_ringfile_ring(&ctx->file, 0), WD_RF_INITIAL_RECORDS);
       wd_ring_init_at(&ctx->proxy_ring, pcap, wd_ringfile_ring(&ctx->file, 1), WD_RF_INITIAL_RECORDS);
       /* Fixed for the context's life (the mapping is): the hot path reads it unlocked. */
-      ctx->file_done = wd_ringfile_done_reset(&ctx->file) ? wd_ringfile_header(&ctx->file) : NULL;
+      ctx->file_done = wd_ringfile_done_reset(&ctx->file);
       return ctx;
     }
     static _Atomic int warned;

@@ -117,12 +117,7 @@ static void wd_complete_root(wd_event *ev) {
     if (file) wd_rf_done_put(file->done, rec.func, ce, (int64_t)rec.a);
   } else if (rec.type == WD_T_P2P) {
     int64_t n = atomic_fetch_add_explicit(&ctx->p2p_done, 1, memory_order_relaxed) + 1;
-    if (file) {
-      uint64_t w = __atomic_load_n(&file->p2p_done, __ATOMIC_RELAXED);
-      while (w < (uint64_t)n &&
-             !__atomic_compare_exchange_n(&file->p2p_done, &w, (uint64_t)n, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-      }
-    }
+    if (file) wd_rf_done_p2p(&file->p2p_done, (uint64_t)n);
   }
   /* Groups of one communicator complete in enqueue order on its stream, so a completed op
    * vouches for every op of older groups (the watchdog retires those: captured-never-replayed,

@@ -182,13 +182,13 @@ wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy) {
 
 wd_rf_header *wd_ringfile_header(const wd_ringfile *f) { return f->base; }
 
-uint64_t *wd_ringfile_done_reset(wd_ringfile *f) {
+wd_rf_header *wd_ringfile_done_reset(wd_ringfile *f) {
   wd_rf_header *h = f->base;
   if (!h) return NULL;
   for (unsigned i = 0; i < WD_RF_DONE_WORDS; i++) __atomic_store_n(&h->done[i], 0, __ATOMIC_RELAXED);
   __atomic_store_n(&h->p2p_done, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&h->done_magic, WD_RF_DONE_MAGIC, __ATOMIC_RELEASE);
-  return h->done;
+  return h;
 }
 
 int wd_ringfile_reserve(const wd_ringfile *f, int proxy, uint32_t upto) {

@@ -164,6 +164,12 @@ static inline void wd_rf_done_put(uint64_t *done, unsigned func, int ce, int64_t
     }
   }
 }
+/* Record that n P2p operations have completed (never lowers the count; any thread). */
+static inline void wd_rf_done_p2p(uint64_t *count, uint64_t n) {
+  uint64_t w = __atomic_load_n(count, __ATOMIC_RELAXED);
+  while (w < n && !__atomic_compare_exchange_n(count, &w, n, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+  }
+}
 /* The newest completed seq of func in a file's done[] (-1 when not kept there). */
 static inline int64_t wd_rf_done_get(const uint64_t *done, unsigned func, int ce) {
   uint64_t key = wd_rf_done_key(func, ce);
@@ -208,9 +214,9 @@ wd_record *wd_ringfile_ring(const wd_ringfile *f, int proxy);
  * /dev/shm fails here and not with SIGBUS on the hot path). 0, or -1 (errno). */
 int wd_ringfile_reserve(const wd_ringfile *f, int proxy, uint32_t upto);
 wd_rf_header *wd_ringfile_header(const wd_ringfile *f);
-/* The file's completion words (done[], then p2p_done), cleared for a new communicator; NULL
- * when there is no file. */
-uint64_t *wd_ringfile_done_reset(wd_ringfile *f);
+/* Clears the file's completion words (done[], p2p_done) for a new communicator and marks them
+ * kept; returns its header, NULL when there is no file. */
+wd_rf_header *wd_ringfile_done_reset(wd_ringfile *f);
 /* Identity fields are set by the caller, then sealed (checksum). */
 void wd_ringfile_seal_identity(wd_ringfile *f);
 /* Begin / end a rewrite of the live part. */

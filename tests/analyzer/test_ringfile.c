@@ -100,7 +100,9 @@ static void test_done(void) {
   name_file(h, 0, 2, 0xd0e, "testhost", "done");
   wd_ringfile_seal_identity(&f);
   wd_ringfile_note_string(1, "AllReduce");
-  uint64_t *done = wd_ringfile_done_reset(&f);
+  wd_rf_header *kept = wd_ringfile_done_reset(&f);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(kept);
+  uint64_t *done = kept->done;
   CU_ASSERT_PTR_NOT_NULL_FATAL(done);
   wd_ringfile_live_begin(&f);
   h->nseq = 1;

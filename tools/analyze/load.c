@@ -1093,13 +1093,9 @@ static int dump_name(const char *name) {
           (n > 5 && strcmp(name + n - 5, ".ring") == 0));
 }
 
-/* --episode=K never judges a snapshot (select_episode): the plugin names those
- * <host>-<pid>-<n>-signal.json[.gz], and a directory may hold hundreds of them (routine SIGUSR1s),
- * which cost the automatic verdict most of its time to read. Such names are not read then, only
- * counted: a file named so by anyone else could only have been a snapshot or set aside. */
 static int g_episode = -1; /* --episode: the job's stall episode to judge, -1 every dump's newest */
-static _Atomic size_t g_snapshots_unread;
 
+/* Whether name is the plugin's name for a snapshot, <host>-<pid>-<n>-signal.json[.gz]. */
 static int snapshot_name(const char *name) {
   size_t n = strlen(name);
   return (n > 12 && strcmp(name + n - 12, "-signal.json") == 0) ||
@@ -1130,10 +1126,6 @@ static int list_dir_in(const char *dir, const char *prefix, int depth, char ***n
       if (depth > 0 && strcmp(e->d_name, "triggers") != 0 &&
           fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
         list_dir_in(sub, rel, depth - 1, names, n, cap);
-      continue;
-    }
-    if (g_episode >= 0 && snapshot_name(e->d_name)) {
-      atomic_fetch_add(&g_snapshots_unread, 1);
       continue;
     }
     if (*n == *cap) {
@@ -1276,8 +1268,16 @@ static int load_dir(wd_az_set *set, const char *dir, int quiet) {
   if (list_dir(dir, &names, &n) != 0) return -1;
   char **paths = calloc(n ? n : 1, sizeof(*paths));
   size_t np = 0;
-  for (size_t i = 0; paths && i < n; i++)
+  for (size_t i = 0; paths && i < n; i++) {
+    /* --episode=K never judges a snapshot (select_episode), and a directory may hold hundreds
+     * (routine SIGUSR1s), which cost the automatic verdict most of its time to read: they are
+     * counted, not read. A file named so by anyone else could only have been set aside. */
+    if (g_episode >= 0 && snapshot_name(names[i])) {
+      set->snapshots_unread++;
+      continue;
+    }
     if (asprintf(&paths[np], "%s/%s", dir, names[i]) >= 0) np++;
+  }
   int jobs = g_jobs < (int)np ? g_jobs : (int)np;
   if (!paths || jobs < 2 || load_parallel(set, paths, np, jobs, quiet) != 0)
     for (size_t i = 0; paths && i < np; i++) wd_az_load_file(set, paths[i], quiet);
@@ -1361,7 +1361,7 @@ static void select_episode(wd_az_set *set) {
     if (!several) return;
     want = latest;
   }
-  size_t aside = g_episode >= 0 ? atomic_load(&g_snapshots_unread) : 0;
+  size_t aside = g_episode >= 0 ? set->snapshots_unread : 0;
   for (size_t i = 0; i < set->ndumps; i++) {
     wd_az_dump *d = &set->dumps[i];
     int other = g_episode >= 0 ? d->job_episode != want && !(d->job_episode < 0 && wd_az_reason_is_final(wd_az_s(d->reason)))

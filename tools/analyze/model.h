@@ -225,6 +225,7 @@ typedef struct wd_az_set {
   size_t ncranks, cap_cranks;
   wd_az_skip *skips;
   size_t nskips, cap_skips;
+  size_t snapshots_unread; /* with --episode: snapshot-named files of a directory, not read */
   size_t ncut; /* evidence of the job's own cut by a bound (a file, or communicators of one) */
   /* The attempt judged (wd_az_select) and what was set aside: "" when a single attempt. */
   char attempt_note[512];

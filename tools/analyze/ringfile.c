@@ -527,7 +527,7 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
   if (p2p) {
     cJSON_AddNumberToObject(p2p, "enqueued", live_ok ? (double)h.p2p_enqueued : -1);
     int64_t p2p_done = live_ok ? h.p2p_completed : -1;
-    if (done_kept(&h) && (int64_t)(h.p2p_done & WD_RF_DONE_SEQ_MASK) > p2p_done) p2p_done = (int64_t)(h.p2p_done & WD_RF_DONE_SEQ_MASK);
+    if (done_kept(&h) && h.p2p_done <= INT64_MAX && (int64_t)h.p2p_done > p2p_done) p2p_done = (int64_t)h.p2p_done;
     cJSON_AddNumberToObject(p2p, "completed", (double)p2p_done);
   }
   add_inflight(c, &h, live_ok, r1, n1, r2, n2, strs, mono_ref);
