@@ -371,8 +371,10 @@ void wdh_sleep_ms(unsigned ms);
 char *wdh_tempdir(const char *tag);
 void wdh_rmtree(const char *dir); /* removes files in dir and dir (one level) */
 /* Ranks of one process tree meet: rank creates dir/name.rank and waits until n such files are
- * there (at most timeout_ms). Where NCCL completes a collective on every rank only once all have
- * entered it, ranks played by this host leave it together this way. 0, or -1 on timeout. */
+ * there (at most timeout_ms). NCCL completes a collective on no rank before every rank entered
+ * it (transport/net.cc recvProxyProgress: a receive step ends only when the peer's data came;
+ * the kernel's primitives wait on the same), so ranks played by this host leave a collective
+ * together this way. 0, or -1 on timeout. */
 int wdh_barrier(const char *dir, const char *name, int rank, int n, unsigned timeout_ms);
 
 /* Dumps in dir and its host subdirectories whose name ends with "-<reason>.json" or

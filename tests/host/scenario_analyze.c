@@ -54,7 +54,8 @@ static int child_main(const char *role, int rank, const char *dir, uint64_t comm
       cfg.func = "AllReduce";
     }
   }
-  /* NCCL completes a collective on no rank before every rank entered it: the history ends on
+  /* NCCL completes a collective on no rank before every rank entered it (wdh_barrier: net.cc
+   * recvProxyProgress waits for the peer's data): the history ends on
    * all ranks before the hang (a rank left behind, under TSan on a loaded machine, was still in
    * seq 326 when the others stalled in 400). */
   const char *bar = getenv("WDH_BARRIER");

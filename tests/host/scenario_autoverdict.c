@@ -224,7 +224,8 @@ static void rank_main(int r, int fd) {
         if (superseded && r != 1) wdh_sleep_ms(800); /* process 1 opens the episode */
         hang_in(&dp, superseded && r != 1 ? 1700 : 2500);
       }
-      /* NCCL completes the AllReduce on every rank once the last one entered it: all leave it
+      /* NCCL completes the AllReduce on every rank once the last one entered it (wdh_barrier:
+       * transport/net.cc recvProxyProgress waits for the peer's data): all leave it
        * together (ranks whose snapshots took longer under TSan came late to the real hang,
        * and answered its episode before they reached it). */
       char name[16];
