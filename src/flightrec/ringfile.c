@@ -22,6 +22,7 @@ static uint64_t wd_rf_process_start;
 #define WD_RF_OPEN_MAX 1024
 static pthread_mutex_t wd_rf_lock = PTHREAD_MUTEX_INITIALIZER;
 static void *wd_rf_open[WD_RF_OPEN_MAX];
+static unsigned wd_rf_answered; /* the last episode noted: a file opened later carries it too */
 
 static void wd_rf_put_one(void *base, unsigned id, const char *text) {
   char *dst = (char *)base + WD_RF_HEADER_BYTES + (size_t)id * WD_RF_STRLEN;
@@ -51,6 +52,16 @@ void wd_ringfile_note_fatal(const wd_rf_fatal *f) {
   }
 }
 
+void wd_ringfile_note_answer(unsigned k) {
+  pthread_mutex_lock(&wd_rf_lock);
+  wd_rf_answered = k;
+  for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++) {
+    wd_rf_header *h = __atomic_load_n(&wd_rf_open[i], __ATOMIC_ACQUIRE);
+    if (h) __atomic_store_n(&h->answered_k, k, __ATOMIC_RELEASE);
+  }
+  pthread_mutex_unlock(&wd_rf_lock);
+}
+
 static void wd_rf_register(void *base, int add) {
   pthread_mutex_lock(&wd_rf_lock);
   for (unsigned i = 0; i < WD_RF_OPEN_MAX; i++) {
@@ -58,6 +69,7 @@ static void wd_rf_register(void *base, int add) {
       __atomic_store_n(&wd_rf_open[i], base, __ATOMIC_RELEASE);
       unsigned n = wd_str_count();
       for (unsigned k = 1; k < n && k < WD_RF_STRINGS; k++) wd_rf_put_one(base, k, wd_str((uint8_t)k));
+      __atomic_store_n(&((wd_rf_header *)base)->answered_k, wd_rf_answered, __ATOMIC_RELEASE);
       break;
     }
     if (!add && wd_rf_open[i] == base) {

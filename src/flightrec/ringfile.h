@@ -115,6 +115,11 @@ typedef struct wd_rf_header {
    * stored whole; no checksum. */
   uint64_t done[WD_RF_DONE_WORDS];
   uint64_t p2p_done;
+  /* The newest job stall episode its watchdog began to answer (wd_ringfile_note_answer), stored
+   * before that dump is written, which can take seconds on a loaded node with no refresh of the
+   * live part meanwhile: the node's poller then knows the watchdog is not silent. 0: none yet
+   * (and in files of earlier plugins). */
+  uint32_t answered_k, answered_rsv;
 } wd_rf_header;
 
 _Static_assert(sizeof(wd_rf_header) <= WD_RF_HEADER_BYTES, "ring file header fits its page");
@@ -228,6 +233,8 @@ void wd_ringfile_note_string(unsigned id, const char *text);
 /* From a fatal-signal handler: copy f into the header of every open ring file and seal it.
  * Async-signal-safe (no lock, no allocation). */
 void wd_ringfile_note_fatal(const wd_rf_fatal *f);
+/* The watchdog begins to answer job stall episode k: noted in every open ring file. */
+void wd_ringfile_note_answer(unsigned k);
 /* Unmap; unlink unless keep. Safe on an empty f. */
 void wd_ringfile_close(wd_ringfile *f, int keep);
 

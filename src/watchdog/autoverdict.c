@@ -65,11 +65,12 @@ static struct {
   /* This node's running processes' ring files, read when the poller answered episode silent_k:
    * those still not rewritten at silent_due_ns are of processes whose watchdog is silent. */
   unsigned silent_k;
-  uint64_t silent_due_ns;
+  uint64_t silent_due_ns, silent_wait_ns;
   uint32_t nsilent;
   struct {
     char name[256];
     uint64_t gen;
+    int waited; /* its watchdog had begun to answer silent_k when first due: given another wait */
   } silent[AV_SALVAGE_MAX];
   av_child copy; /* the salvage of those files */
   wd_av_stats stats;
@@ -404,7 +405,7 @@ static void av_salvage(uint64_t now, unsigned k) {
  * (not finalized): its live part's generation and its watchdog's poll. Read as the analyzer
  * reads dumps: a regular file of this user, no link. 0 when it is not such a file. */
 static int av_ring_running(int dir, const char *name, const wd_process_id *me, const char *job,
-                           uint64_t *gen, uint32_t *poll_ms) {
+                           uint64_t *gen, uint32_t *poll_ms, unsigned *answered) {
   int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
   wd_rf_header h;
@@ -422,6 +423,7 @@ static int av_ring_running(int dir, const char *name, const wd_process_id *me, c
   if (wd_proc_job(h.pid, its, sizeof its) != 0 || strcmp(its, job) != 0) return 0;
   *gen = h.live_gen;
   *poll_ms = h.poll_ms;
+  *answered = h.answered_k;
   return 1;
 }
 
@@ -451,24 +453,29 @@ static void av_silent_arm(uint64_t now, unsigned k) {
       continue;
     uint64_t gen;
     uint32_t poll_ms;
-    if (!av_ring_running(dirfd(d), e->d_name, &me, job, &gen, &poll_ms)) continue;
+    unsigned answered;
+    if (!av_ring_running(dirfd(d), e->d_name, &me, job, &gen, &poll_ms, &answered)) continue;
     memcpy(av.silent[av.nsilent].name, e->d_name, n + 1);
-    av.silent[av.nsilent++].gen = gen;
+    av.silent[av.nsilent].gen = gen;
+    av.silent[av.nsilent++].waited = 0;
     uint64_t ms = (uint64_t)poll_ms + poll_ms / 4 + 500;
     if (ms > wait_ms) wait_ms = ms;
   }
   closedir(d);
   if (wait_ms < 2500) wait_ms = 2500;
   if (wait_ms > 15000) wait_ms = 15000;
-  av.silent_due_ns = now + wait_ms * 1000000ull;
+  av.silent_wait_ns = wait_ms * 1000000ull;
+  av.silent_due_ns = now + av.silent_wait_ns;
 }
 
 /* Once due: the files still not rewritten go to the analyzer's salvage, which writes each as
  * its running process's state for episode k (reason "live", <...>-e<k>-live.json beside the
- * dumps; the verdict uses it only where that process has no answer of its own). */
+ * dumps; the verdict uses it only where that process has no answer of its own). A watchdog that
+ * has begun to answer k (its dump, seconds on a loaded node, holds up the rewrite) is given
+ * another wait, twice as long, before it counts as silent (stuck in that dump). */
 static void av_silent_check(uint64_t now) {
   if (!av.nsilent || now < av.silent_due_ns || av.copy.pid > 0) return;
-  uint32_t n = av.nsilent;
+  uint32_t n = av.nsilent, later = 0;
   av.nsilent = 0;
   wd_process_id me;
   wd_process_identity(&me);
@@ -484,12 +491,21 @@ static void av_silent_check(uint64_t now) {
   for (uint32_t i = 0; i < n; i++) {
     uint64_t gen;
     uint32_t poll_ms;
-    if (!av_ring_running(dir, av.silent[i].name, &me, job, &gen, &poll_ms) || gen != av.silent[i].gen) continue;
+    unsigned answered;
+    if (!av_ring_running(dir, av.silent[i].name, &me, job, &gen, &poll_ms, &answered) || gen != av.silent[i].gen)
+      continue;
+    if (answered >= av.silent_k && !av.silent[i].waited) {
+      av.silent[later] = av.silent[i]; /* later <= i */
+      av.silent[later++].waited = 1;
+      continue;
+    }
     snprintf(av_paths[argc - 4], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, av.silent[i].name);
     argv[argc] = av_paths[argc - 4];
     argc++;
   }
   close(dir);
+  av.nsilent = later;
+  av.silent_due_ns = now + 2 * av.silent_wait_ns;
   int copied = av_salvage_start(argv, argc, 4, &av.copy, now);
   if (copied)
     WD_WARN("stall episode %u: %d ring file(s) of running processes on this node whose watchdog did "

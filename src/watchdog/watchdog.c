@@ -27,6 +27,7 @@
 #include "dump/render.h"
 #include "dump/trigger.h"
 #include "events/store.h"
+#include "flightrec/ringfile.h"
 #include "flightrec/strtab.h"
 #include "stacks/backtrace.h"
 #include "telemetry/otlp_http.h"
@@ -420,6 +421,7 @@ static void wd_check_stalls(uint64_t now) {
   if (posted == 1) wd_av_opened(k, now, stalls, n);
   else wd_av_unmark();
   if (posted == 0) wd_fold(k, now);
+  if (posted >= 0) wd_ringfile_note_answer(k);
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
   int rc = wd_dump("stall", &extra, joined, path, sizeof(path));
@@ -478,6 +480,9 @@ static void wd_check_triggers(uint64_t now) {
               "ones are ignored quietly", name);
     return;
   }
+  /* Before the dump, which can take seconds on a loaded node: the poller, which copies the
+   * state of processes whose watchdog is silent, must not take this one for silent. */
+  wd_ringfile_note_answer(wd_wd.watch.next - 1);
   if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_wd.cfg->timeout_ns) {
     WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
             (double)(now - wd_wd.last_dump_ns) / 1e9);

@@ -89,6 +89,14 @@
  *            verdict naming global rank 3 as never entering pp seq 3, stopped, not "left no dump".
  *            A process of another job of the same user (another SLURM_JOB_ID at exec), stopped
  *            with its ring file in the same folder, is not copied.
+ *   busy     the job case with ring files in node memory and process 3 slow to answer: its main
+ *            thread sits in vfork (a child that takes 10 s to exit), so its watchdog's dump
+ *            waits NCCL_WATCHDOG_BACKTRACE_WAIT=6s for that thread's stack and rewrites no ring file
+ *            meanwhile. Its watchdog noted the episode before it began (answered_k): the node's
+ *            poller, due 2.5 s after it answered, gives it another wait instead of copying its
+ *            ring files as a silent process's live state (the conformance storm had 47 such
+ *            copies of 200 processes, all of which answered). Every process logs the verdict
+ *            naming global rank 3 as never entering; no live copy is written.
  *   foreignfrozen  "frozen" run as in "foreign" (needs root): the poller's copy goes to the job's
  *            own host folder (mhost~65532), as its dumps do, never into the other member's.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
@@ -105,6 +113,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "nccl_host.h"
@@ -130,6 +139,8 @@ static char *g_barrier; /* where ranks meet (wdh_barrier), outside the dump dire
 static int foreign_case(void) { return !strcmp(g_case, "foreign") || !strcmp(g_case, "foreignfrozen"); }
 /* "frozen" and "foreignfrozen": process 3 stopped, ring files in node memory. */
 static int frozen_case(void) { return !strcmp(g_case, "frozen") || !strcmp(g_case, "foreignfrozen"); }
+/* Ring files in node memory, outside the dump directory. */
+static int node_rings_case(void) { return frozen_case() || !strcmp(g_case, "busy"); }
 /* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
 static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
 /* The cases where process 3 answers nothing and the analyzer is run by hand. */
@@ -140,7 +151,7 @@ static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
                                       "slowpoll", "stopped", "frozen", "foreignfrozen", "superseded",
-                                      "torndown"};
+                                      "torndown", "busy"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -194,6 +205,11 @@ static void rank_main(int r, int fd) {
   if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
   if (foreign_case() && become(JOB_UID, JOB_UID) != 0) _exit(1);
   if (!strcmp(g_case, "slowpoll") && r == 3) setenv("NCCL_WATCHDOG_POLL", "8s", 1);
+  int busy = !strcmp(g_case, "busy") && r == 3;
+  if (busy) {
+    setenv("NCCL_WATCHDOG_BACKTRACE", "1", 1);
+    setenv("NCCL_WATCHDOG_BACKTRACE_WAIT", "6s", 1);
+  }
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm dp, pp;
@@ -258,6 +274,16 @@ static void rank_main(int r, int fd) {
     hang_in(&dp, 0); /* dp AllReduce seq 5: waits for ranks 2 and 3 */
   } else if (r == 2) {
     hang_in(&pp, 0); /* pp AllReduce seq 3: waits for process 3 */
+  } else if (busy) {
+    /* Stuck in its data loader, in vfork: a thread that takes no signal until the child exits
+     * (a sanitizer that makes vfork a fork leaves the dump fast: the case then proves less). */
+    pid_t child = vfork();
+    if (child == 0) {
+      struct timespec ts = {10, 0};
+      nanosleep(&ts, NULL);
+      _exit(0);
+    }
+    if (child > 0) waitpid(child, NULL, 0);
   } /* r == 3: stuck in its data loader */
   keep_log(r);
 }
@@ -637,6 +663,26 @@ static void case_frozen(pid_t *pids) {
   kill(pids[3], SIGCONT);
 }
 
+/* "busy": process 3's dump takes 6 s; the poller waits for it rather than copying its rings. */
+static void case_busy(void) {
+  int n = wait_logs("verdict of stall episode 1: JOB: root cause", 4, 40000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged the verdict within 40 s", n);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
+  char *t = read_all(path);
+  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
+                !strstr(line, "left no dump") && !strstr(line, "died"),
+            "the line does not name global rank 3 as never entering pp seq 3: %.600s", line ? line : "(none)");
+  WDH_CHECK(t && !strstr(t, "whose watchdog did not answer"), "the poller took process 3, busy answering, for silent");
+  free(t);
+  WDH_CHECK(wdh_list_dumps(g_dir, "live", NULL, 0) == 0, "%d copies of ring files of a process that answered",
+            wdh_list_dumps(g_dir, "live", NULL, 0));
+  WDH_CHECK(wdh_list_dumps(g_dir, "peer", NULL, 0) + wdh_list_dumps(g_dir, "stall", NULL, 0) == 4,
+            "%d peer and stall dumps, not one per process",
+            wdh_list_dumps(g_dir, "peer", NULL, 0) + wdh_list_dumps(g_dir, "stall", NULL, 0));
+}
+
 /* "foreignfrozen": "frozen" run as the job's user beside another member's host folder: the
  * copy goes to the job's own folder, as its dumps do, never into the other member's. */
 static void case_foreignfrozen(pid_t *pids) {
@@ -763,7 +809,7 @@ int main(int argc, char **argv) {
   if (!strcmp(g_case, "forged")) plant_forged();
   pid_t flooder = 0;
   char rings[64] = "";
-  if (frozen_case()) { /* node memory, as in production */
+  if (node_rings_case()) { /* node memory, as in production */
     snprintf(rings, sizeof rings, "/tmp/wdh-frozen-rings-XXXXXX");
     WDH_CHECK(mkdtemp(rings) != NULL, "mkdtemp");
     setenv("NCCL_WATCHDOG_RING_DIR", rings, 1);
@@ -814,6 +860,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "saverquiet")) case_saverquiet();
   else if (unanswered_case()) case_unanswered(pids);
   else if (!strcmp(g_case, "frozen")) case_frozen(pids);
+  else if (!strcmp(g_case, "busy")) case_busy();
   else if (!strcmp(g_case, "foreignfrozen")) case_foreignfrozen(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);
