@@ -400,10 +400,17 @@ static void wd_check_stalls(uint64_t now) {
   if (!wd_comm_alive(wd_wd.episode_comm, &wd_wd.episode_records)) wd_wd.episode_nccl = 0;
   /* This process answered the job's episode (a peer dump): its own stall is part of the same
    * episode, and the analyzer has its state already, when the dump was moments ago or nothing of
-   * this process completed since (a rank that reached the hang only after it answered: on a
-   * loaded node, or one that started late). One dump per process per episode. */
-  if (wd_wd.peer_dump_ns && (now - wd_wd.peer_dump_ns < wd_wd.cfg->timeout_ns + wd_wd.watch.shared_every_ns ||
-                             wd_progress_mark() == wd_wd.peer_mark)) {
+   * this process completed since (a rank that reached the hang soon after it answered: a loaded
+   * node, a late start). One dump per process per episode. Not when the stalled operation began
+   * more than a timeout after that answer: the process was outside NCCL for longer than the job
+   * tolerates a wait (a data loader, a checkpoint), then came to a collective that hangs all the
+   * same. Its answer no longer says where it is, and a verdict from it names it as never
+   * entering: its stall opens the next episode, and every process dumps again for it. */
+  int entered_late = stalls[0].age_ns < now &&
+                     now - stalls[0].age_ns > wd_wd.peer_dump_ns + wd_wd.cfg->timeout_ns;
+  if (wd_wd.peer_dump_ns && !entered_late &&
+      (now - wd_wd.peer_dump_ns < wd_wd.cfg->timeout_ns + wd_wd.watch.shared_every_ns ||
+       wd_progress_mark() == wd_wd.peer_mark)) {
     char seq[32];
     WD_WARN("stall on comm 0x%llx \"%s\" rank %d: %s%s made no progress for %.1f s; "
             "already dumped for the job's stall episode %.1f s ago, not dumping again",

@@ -97,6 +97,15 @@
  *            ring files as a silent process's live state (the conformance storm had 47 such
  *            copies of 200 processes, all of which answered). Every process logs the verdict
  *            naming global rank 3 as never entering; no live copy is written.
+ *   late     the job case, but process 3 comes to pp AllReduce seq 3 2.5 s after it answered
+ *            episode 1 (outside NCCL then: its dump says it never entered), and the collective
+ *            hangs all the same (its data never comes). Its stall is of an operation it began more
+ *            than a timeout after its answer: it opens episode 2 instead of folding into 1 (one
+ *            that comes within a timeout, a loaded node's late rank, still folds: scenario.storm),
+ *            every process dumps again, and
+ *            episode 2's verdict no longer names global rank 3 as never entering (before: "already
+ *            dumped for the job's stall episode ... not dumping again", and the only verdict said
+ *            it never entered).
  *   foreignfrozen  "frozen" run as in "foreign" (needs root): the poller's copy goes to the job's
  *            own host folder (mhost~65532), as its dumps do, never into the other member's.
  *   saverquiet  "saver" with NCCL_WATCHDOG_VERDICT=0: the resumed episodes are still marked
@@ -151,7 +160,7 @@ static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
                                       "slowpoll", "stopped", "frozen", "foreignfrozen", "superseded",
-                                      "torndown", "busy"};
+                                      "torndown", "busy", "late"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -274,6 +283,11 @@ static void rank_main(int r, int fd) {
     hang_in(&dp, 0); /* dp AllReduce seq 5: waits for ranks 2 and 3 */
   } else if (r == 2) {
     hang_in(&pp, 0); /* pp AllReduce seq 3: waits for process 3 */
+  } else if (r == 3 && !strcmp(g_case, "late")) {
+    /* Outside NCCL until well after it answered episode 1 (more than the 1 s timeout). */
+    for (int i = 0; i < 600 && !wdh_log_contains(-1, "another process reported a stall"); i++) wdh_sleep_ms(50);
+    wdh_sleep_ms(2500);
+    hang_in(&pp, 0);
   } else if (busy) {
     /* Stuck in its data loader, in vfork: a thread that takes no signal until the child exits
      * (a sanitizer that makes vfork a fork leaves the dump fast: the case then proves less). */
@@ -683,6 +697,24 @@ static void case_busy(void) {
             wdh_list_dumps(g_dir, "peer", NULL, 0) + wdh_list_dumps(g_dir, "stall", NULL, 0));
 }
 
+/* "late": episode 2, opened by process 3's own stall, is judged from where it is now. */
+static void case_late(void) {
+  int n = wait_logs("verdict of stall episode 1: ", 4, 20000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged episode 1's verdict", n);
+  n = wait_logs("verdict of stall episode 2: ", 4, 30000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged a verdict of episode 2 (opened by process 3's own stall)", n);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-3.txt", g_dir);
+  char *t = read_all(path);
+  WDH_CHECK(t && !strstr(t, "not dumping again"), "process 3 folded its stall into the episode it answered from outside NCCL");
+  const char *line = t ? strstr(t, "verdict of stall episode 2: ") : NULL;
+  fprintf(stderr, "autoverdict late: %.800s\n", line ? line : "(none)");
+  WDH_CHECK(line && !strstr(line, "never entered AllReduce seq 3") && strstr(line, "AllReduce seq 3"),
+            "episode 2's verdict still says process 3 never entered pp seq 3, or does not name it: %.600s",
+            line ? line : "(none)");
+  free(t);
+}
+
 /* "foreignfrozen": "frozen" run as the job's user beside another member's host folder: the
  * copy goes to the job's own folder, as its dumps do, never into the other member's. */
 static void case_foreignfrozen(pid_t *pids) {
@@ -861,6 +893,7 @@ int main(int argc, char **argv) {
   else if (unanswered_case()) case_unanswered(pids);
   else if (!strcmp(g_case, "frozen")) case_frozen(pids);
   else if (!strcmp(g_case, "busy")) case_busy();
+  else if (!strcmp(g_case, "late")) case_late();
   else if (!strcmp(g_case, "foreignfrozen")) case_foreignfrozen(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);

@@ -479,6 +479,9 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
     add_hex(pm, "lastRefreshWallNs", live_ok ? h.live_wall_ns : 0);
     cJSON_AddNumberToObject(pm, "records", n1 + n2);
     cJSON_AddNumberToObject(pm, "tornRecords", t1 + t2);
+    /* The job stall episode its watchdog last began to answer: a silent process's copy whose
+     * watchdog began its dump for the episode and never finished it. */
+    if (h.answered_k) cJSON_AddNumberToObject(pm, "answeredEpisode", h.answered_k);
     /* What a fatal-signal handler wrote, when it is whole. */
     if (h.fatal.signo > 0 && h.fatal_sum == wd_rf_fnv(&h.fatal, sizeof h.fatal)) {
       cJSON *fa = cJSON_AddObjectToObject(pm, "fatal");
