@@ -875,9 +875,11 @@ static int put_threads(cJSON *root, const wd_bt_result *bt) {
     if (add_num(to, "tid", t->tid) || add_bounded_str(to, "name", t->name, sizeof(t->name)) ||
         add_str(to, "status", bt_status_name(t->status)))
       return -1;
-    if (t->status == WD_BT_LEFT_ALONE &&
-        add_bounded_str(to, "syscall", t->syscall, sizeof(t->syscall)))
-      return -1;
+    if (t->syscall[0] && add_bounded_str(to, "syscall", t->syscall, sizeof(t->syscall))) return -1;
+    if (t->kstate) {
+      char k[2] = {t->kstate, '\0'};
+      if (add_str(to, "kernelState", k)) return -1;
+    }
     cJSON *frames = cJSON_AddArrayToObject(to, "frames");
     if (!frames) return -1;
     int nf = t->nframes < 0 ? 0 : t->nframes > WD_BT_MAX_FRAMES ? WD_BT_MAX_FRAMES : t->nframes;

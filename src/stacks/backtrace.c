@@ -312,6 +312,104 @@ static const struct {
 #endif
 };
 
+/* Calls a thread that gives no stack is often found in, named for the dump (the others by their
+ * number): a driver's ioctl, a lock, a read from a file system or a socket, a child it waits for. */
+static const struct {
+  long nr;
+  const char *name;
+} wd_bt_callnames[] = {
+#ifdef SYS_ioctl
+    {SYS_ioctl, "ioctl"},
+#endif
+#ifdef SYS_futex
+    {SYS_futex, "futex"},
+#endif
+#ifdef SYS_read
+    {SYS_read, "read"},
+#endif
+#ifdef SYS_write
+    {SYS_write, "write"},
+#endif
+#ifdef SYS_pread64
+    {SYS_pread64, "pread64"},
+#endif
+#ifdef SYS_pwrite64
+    {SYS_pwrite64, "pwrite64"},
+#endif
+#ifdef SYS_openat
+    {SYS_openat, "openat"},
+#endif
+#ifdef SYS_fsync
+    {SYS_fsync, "fsync"},
+#endif
+#ifdef SYS_fdatasync
+    {SYS_fdatasync, "fdatasync"},
+#endif
+#ifdef SYS_wait4
+    {SYS_wait4, "wait4"},
+#endif
+#ifdef SYS_waitid
+    {SYS_waitid, "waitid"},
+#endif
+#ifdef SYS_vfork
+    {SYS_vfork, "vfork"},
+#endif
+#ifdef SYS_clone
+    {SYS_clone, "clone"},
+#endif
+#ifdef SYS_mmap
+    {SYS_mmap, "mmap"},
+#endif
+#ifdef SYS_munmap
+    {SYS_munmap, "munmap"},
+#endif
+#ifdef SYS_recvfrom
+    {SYS_recvfrom, "recvfrom"},
+#endif
+#ifdef SYS_recvmsg
+    {SYS_recvmsg, "recvmsg"},
+#endif
+#ifdef SYS_sendmsg
+    {SYS_sendmsg, "sendmsg"},
+#endif
+#ifdef SYS_connect
+    {SYS_connect, "connect"},
+#endif
+#ifdef SYS_accept4
+    {SYS_accept4, "accept4"},
+#endif
+#ifdef SYS_flock
+    {SYS_flock, "flock"},
+#endif
+#ifdef SYS_fcntl
+    {SYS_fcntl, "fcntl"},
+#endif
+};
+
+/* A thread that gave no stack: its state letter (/proc/<tid>/stat, after the name's closing
+ * parenthesis) and the system call it is in, named where known, with its call site. */
+static void wd_bt_kernel_state(wd_bt_thread *th, uint64_t *pc) {
+  char path[64], buf[512];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/stat", th->tid);
+  ssize_t n = wd_read_small(path, buf, sizeof(buf));
+  const char *paren = n > 0 ? strrchr(buf, ')') : NULL;
+  if (paren && paren[1] == ' ' && paren[2] >= 'A' && paren[2] <= 'z') th->kstate = paren[2];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", th->tid);
+  if (wd_read_small(path, buf, sizeof(buf)) <= 0) return;
+  char *e;
+  long nr = strtol(buf, &e, 10);
+  if (e == buf || nr < 0) return; /* "running", or -1: not in a call */
+  const char *name = NULL;
+  for (size_t i = 0; i < sizeof(wd_bt_norestart) / sizeof(wd_bt_norestart[0]); i++)
+    if (wd_bt_norestart[i].nr == nr) name = wd_bt_norestart[i].name;
+  for (size_t i = 0; !name && i < sizeof(wd_bt_callnames) / sizeof(wd_bt_callnames[0]); i++)
+    if (wd_bt_callnames[i].nr == nr) name = wd_bt_callnames[i].name;
+  if (name) wd_copy(th->syscall, sizeof(th->syscall), name);
+  else snprintf(th->syscall, sizeof(th->syscall), "syscall %d", (int)(nr & 0xfffff));
+  const char *last = strrchr(buf, ' ');
+  *pc = last ? strtoull(last + 1, NULL, 16) : 0;
+}
+
 /* When the thread is blocked in a never-restarted call, its name and the user-space address the
  * call was made from (/proc/<tid>/syscall: number, six arguments, stack pointer, pc). */
 static const char *wd_bt_norestart_call(int tid, uint64_t *pc) {
@@ -668,6 +766,10 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all) {
     res->threads[i].status = WD_BT_OK;
     res->answered++;
   }
+  /* Where the threads that gave no stack are, as the kernel tells it. */
+  for (int i = 0; i < n; i++)
+    if (res->threads[i].status == WD_BT_NO_ANSWER || res->threads[i].status == WD_BT_BLOCKED)
+      wd_bt_kernel_state(&res->threads[i], &site[i]);
   int can_free = wd_bt_withdraw();
   /* Symbolise after withdrawal: dladdr and the ELF reader take locks a handler may need. */
   wd_bt_read_modules(res);
@@ -680,7 +782,7 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all) {
       if (res->threads[i].status == WD_BT_OK)
         wd_bt_fill(sc, &res->threads[i], t->slots[i].pcs, t->slots[i].n, t->slots[i].exact0);
       /* The pc is after the system call instruction: a return address, not exact. */
-      else if (res->threads[i].status == WD_BT_LEFT_ALONE && site[i])
+      else if (res->threads[i].status != WD_BT_GONE && res->threads[i].status != WD_BT_SELF && site[i])
         wd_bt_fill(sc, &res->threads[i], &site[i], 1, 0);
     }
     free(sc->symtab);

@@ -33,7 +33,11 @@ typedef struct wd_bt_thread {
   int tid;
   int status;    /* WD_BT_* */
   char name[32]; /* /proc/self/task/<tid>/comm */
-  char syscall[24]; /* WD_BT_LEFT_ALONE: the call it is blocked in; frame 0 is its call site */
+  /* WD_BT_LEFT_ALONE, and a thread that gave no stack (NO_ANSWER, BLOCKED): the system call it
+   * is in ("" when none or unknown; "syscall 58" when the name is not known here); frame 0 is
+   * then its call site. */
+  char syscall[24];
+  char kstate; /* NO_ANSWER, BLOCKED: its state letter in /proc (D: in the kernel, uninterruptible) */
   int nframes;
   wd_bt_frame frames[WD_BT_MAX_FRAMES];
 } wd_bt_thread;

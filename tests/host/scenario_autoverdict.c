@@ -96,7 +96,8 @@
  *            poller, due 2.5 s after it answered, gives it another wait instead of copying its
  *            ring files as a silent process's live state (the conformance storm had 47 such
  *            copies of 200 processes, all of which answered). Every process logs the verdict
- *            naming global rank 3 as never entering; no live copy is written.
+ *            naming global rank 3 as never entering, its main thread's place as the kernel gives
+ *            it (state D, in system call vfork; before: "no stack in its dump"); no live copy.
  *   late     the job case, but process 3 comes to pp AllReduce seq 3 2.5 s after it answered
  *            episode 1 (outside NCCL then: its dump says it never entered), and the collective
  *            hangs all the same (its data never comes). Its stall is of an operation it began more
@@ -688,6 +689,11 @@ static void case_busy(void) {
   WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
                 !strstr(line, "left no dump") && !strstr(line, "died"),
             "the line does not name global rank 3 as never entering pp seq 3: %.600s", line ? line : "(none)");
+  fprintf(stderr, "autoverdict busy: %.800s\n", line ? line : "(none)");
+  /* Its main thread gave no stack (vfork): the line says where the kernel has it instead. */
+  WDH_CHECK(line && !strstr(line, "no stack in its dump") &&
+                (!strstr(line, "gave no stack") || (strstr(line, "in system call vfork") && strstr(line, "state D"))),
+            "the line does not say where process 3's main thread is: %.600s", line ? line : "(none)");
   WDH_CHECK(t && !strstr(t, "whose watchdog did not answer"), "the poller took process 3, busy answering, for silent");
   free(t);
   WDH_CHECK(wdh_list_dumps(g_dir, "live", NULL, 0) == 0, "%d copies of ring files of a process that answered",

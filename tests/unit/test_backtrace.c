@@ -194,7 +194,8 @@ static const wd_bt_frame *find_frame(const wd_bt_thread *t, const char *sym) {
 }
 
 static void dump_thread(const wd_bt_thread *t) {
-  fprintf(stderr, "  tid %d '%s' status %d frames %d\n", t->tid, t->name, t->status, t->nframes);
+  fprintf(stderr, "  tid %d '%s' status %d state %c syscall '%s' frames %d\n", t->tid, t->name, t->status,
+          t->kstate ? t->kstate : '-', t->syscall, t->nframes);
   for (int i = 0; i < t->nframes; i++)
     fprintf(stderr, "    #%d 0x%llx %s+0x%llx (%s+0x%llx)\n", i, (unsigned long long)t->frames[i].pc,
             t->frames[i].symbol, (unsigned long long)t->frames[i].symbol_offset, t->frames[i].module,
@@ -245,7 +246,8 @@ static void child_all_threads(void) {
     if (!park_answers(i)) {
       fprintf(stderr, "TSan: not expecting an answer from %s (signal deferred in read)\n",
               g_parks[i].name);
-      CHECK(t->status == WD_BT_NO_ANSWER && t->nframes == 0);
+      /* No stack: where the kernel has it (in read), its call site at most. */
+      CHECK(t->status == WD_BT_NO_ANSWER && t->nframes <= 1 && t->kstate != 0);
       continue;
     }
     CHECK(t->status == WD_BT_OK);
@@ -274,7 +276,14 @@ static void child_all_threads(void) {
   }
 
   const wd_bt_thread *blk = find_thread(&r, atomic_load(&ps[NPARK].tid));
-  CHECK(blk && blk->status == WD_BT_BLOCKED && blk->nframes == 0);
+  CHECK(blk && blk->status == WD_BT_BLOCKED && blk->nframes <= 1);
+  /* Not asked, but placed by the kernel: asleep in nanosleep (parked in wd_test_park_b), frame 0
+   * its call site; a thread caught between two sleeps shows no call. */
+  CHECK(blk && blk->kstate != 0);
+  if (blk && blk->syscall[0]) {
+    CHECK(strstr(blk->syscall, "nanosleep") && blk->kstate == 'S' && blk->nframes == 1);
+    if (!strstr(blk->syscall, "nanosleep") || blk->nframes != 1) dump_thread(blk);
+  }
   CHECK(blk && strcmp(blk->name, "wdpark-blk") == 0);
 
   const wd_bt_thread *me = find_thread(&r, self);
@@ -373,7 +382,8 @@ static void child_churn(void) {
       CHECK(st >= WD_BT_OK && st <= WD_BT_GONE);
       if (st == WD_BT_GONE) gone++;
       if (st == WD_BT_OK) ok++;
-      if (st != WD_BT_OK && st != WD_BT_SELF) CHECK(r.threads[i].nframes == 0);
+      /* No stack but, for one that gave none, its call site where the kernel tells it. */
+      if (st != WD_BT_OK && st != WD_BT_SELF) CHECK(r.threads[i].nframes <= (st == WD_BT_GONE ? 0 : 1));
     }
     CHECK(ok == r.answered);
     wd_bt_free(&r);
@@ -424,7 +434,11 @@ static void child_no_answer(void) {
   CHECK(wd_bt_collect(&r, 200000000ull, 1) == 0);
   uint64_t took = now_ns() - t0;
   const wd_bt_thread *t = find_thread(&r, atomic_load(&g_vfork_tid));
-  CHECK(t && t->status == WD_BT_NO_ANSWER && t->nframes == 0);
+  CHECK(t && t->status == WD_BT_NO_ANSWER && t->nframes <= 1);
+  /* No stack, but the kernel's word on it: in the clone that waits for its vfork child,
+   * uninterruptible; frame 0 the call site. */
+  CHECK(t && t->kstate == 'D' && strcmp(t->syscall, "clone") == 0 && t->nframes == 1);
+  if (t && (t->kstate != 'D' || strcmp(t->syscall, "clone") != 0)) dump_thread(t);
   CHECK(r.answered == r.asked - 1);
   CHECK(took >= 200000000ull);
   CHECK(took < 200000000ull + 1000000000ull);

@@ -194,7 +194,20 @@ static void short_who(const wd_az_result *res, const wd_az_suspect *s, char *out
 /* Where the root's process is now: its Python line, else its main thread's top frames. */
 static void now_text(const wd_az_result *res, const wd_az_crank *cr, char *out, size_t len) {
   const wd_az_dump *d = wd_az_dump_of(res->set, cr);
-  if (d->npy) {
+  const char *st = wd_az_s(d->main_status);
+  if (!d->npy && st && (!strcmp(st, "no_answer") || !strcmp(st, "blocked"))) {
+    /* No stack: where the kernel says it is (a driver call stuck in state D is a classic). */
+    const char *sc = wd_az_s(d->main_syscall);
+    char f[400] = "";
+    if (d->nframes) wd_az_frames_text(d, 1, f, sizeof f);
+    char k = d->main_kstate, state[64] = "";
+    if (k == 'D') snprintf(state, sizeof state, ", state D (in the kernel, uninterruptible)");
+    else if (k == 'T' || k == 't') snprintf(state, sizeof state, ", state %c (stopped)", k);
+    else if (k) snprintf(state, sizeof state, ", state %c", k);
+    wd_az_fmt(out, len, "main thread gave no stack (%s)%s%s%s%s%s",
+              !strcmp(st, "blocked") ? "it blocks the stack signal" : "it did not answer the stack signal", state,
+              sc && *sc ? ", in system call " : "", sc && *sc ? sc : "", *f ? " called from " : "", f);
+  } else if (d->npy) {
     wd_az_fmt(out, len, "in Python %s", wd_az_s(d->py[0]));
   } else if (d->nframes) {
     char f[400];

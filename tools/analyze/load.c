@@ -117,6 +117,10 @@ static const cJSON *main_thread(const cJSON *list, int pid) {
 static void load_main_frames(wd_az_dump *d, const cJSON *th) {
   d->main_tid = inum(th, "tid", -1);
   d->main_name = istr(th, "name");
+  d->main_status = istr(th, "status");
+  d->main_syscall = istr(th, "syscall");
+  const char *k = str(th, "kernelState");
+  d->main_kstate = k && k[0] >= 'A' && k[0] <= 'z' && !k[1] ? k[0] : 0;
   const cJSON *f, *frames = get(th, "frames");
   if (!cJSON_IsArray(frames)) return;
   cJSON_ArrayForEach(f, frames) {

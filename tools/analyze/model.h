@@ -189,6 +189,10 @@ typedef struct wd_az_dump {
   int threads_disabled;
   int main_tid;        /* -1 when no thread list */
   wd_az_str main_name;
+  /* When the main thread gave no stack (it did not answer the signal, or blocks it): its state
+   * letter in /proc ('D': in the kernel, uninterruptible) and the system call it is in. */
+  wd_az_str main_status, main_syscall;
+  char main_kstate;
   int nframes;
   wd_az_str frames[WD_AZ_FRAMES]; /* main thread, innermost first */
   int npy;
