@@ -97,7 +97,10 @@
  *            ring files as a silent process's live state (the conformance storm had 47 such
  *            copies of 200 processes, all of which answered). Every process logs the verdict
  *            naming global rank 3 as never entering, its main thread's place as the kernel gives
- *            it (state D, in system call vfork; before: "no stack in its dump"); no live copy.
+ *            it (state D, in the system call clone that waits for its vfork child; before: "no stack in its dump"); no live copy.
+ *   stuckdump  "busy" with process 3's dump stuck for 25 s (NCCL_WATCHDOG_BACKTRACE_WAIT=40s): past
+ *            the poller's second wait (7.5 s) it copies process 3's ring files after all, and the
+ *            verdict says that process 3 began its dump for the episode and never finished it.
  *   late     the job case, but process 3 comes to pp AllReduce seq 3 2.5 s after it answered
  *            episode 1 (outside NCCL then: its dump says it never entered), and the collective
  *            hangs all the same (its data never comes). Its stall is of an operation it began more
@@ -116,8 +119,10 @@
  */
 #include <dirent.h>
 #include <grp.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <signal.h>
 #include <stdio.h>
@@ -150,7 +155,7 @@ static int foreign_case(void) { return !strcmp(g_case, "foreign") || !strcmp(g_c
 /* "frozen" and "foreignfrozen": process 3 stopped, ring files in node memory. */
 static int frozen_case(void) { return !strcmp(g_case, "frozen") || !strcmp(g_case, "foreignfrozen"); }
 /* Ring files in node memory, outside the dump directory. */
-static int node_rings_case(void) { return frozen_case() || !strcmp(g_case, "busy"); }
+static int node_rings_case(void) { return frozen_case() || !strcmp(g_case, "busy") || !strcmp(g_case, "stuckdump"); }
 /* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
 static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
 /* The cases where process 3 answers nothing and the analyzer is run by hand. */
@@ -161,7 +166,7 @@ static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
                                       "slowpoll", "stopped", "frozen", "foreignfrozen", "superseded",
-                                      "torndown", "busy", "late"};
+                                      "torndown", "busy", "late", "stuckdump"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -210,15 +215,27 @@ static void keep_log(int r) {
   }
 }
 
+/* The child of "busy" and "stuckdump" process 3's vfork: its parent waits for it, in the kernel,
+ * taking no signal, for 10 s (busy) or 25 s (stuckdump). No sanitizer runs here (shared memory,
+ * no stack of its own to speak of): one system call, then the exit. */
+__attribute__((no_sanitize_address, no_sanitize_thread, no_sanitize_undefined)) static int
+vfork_child(void *arg) {
+  (void)arg;
+  static const struct timespec busy = {10, 0}, stuck = {25, 0};
+  syscall(SYS_nanosleep, g_case[0] == 's' ? &stuck : &busy, NULL);
+  syscall(SYS_exit, 0);
+  return 0;
+}
+
 static void rank_main(int r, int fd) {
   wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
   if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
   if (foreign_case() && become(JOB_UID, JOB_UID) != 0) _exit(1);
   if (!strcmp(g_case, "slowpoll") && r == 3) setenv("NCCL_WATCHDOG_POLL", "8s", 1);
-  int busy = !strcmp(g_case, "busy") && r == 3;
+  int busy = (!strcmp(g_case, "busy") || !strcmp(g_case, "stuckdump")) && r == 3;
   if (busy) {
     setenv("NCCL_WATCHDOG_BACKTRACE", "1", 1);
-    setenv("NCCL_WATCHDOG_BACKTRACE_WAIT", "6s", 1);
+    setenv("NCCL_WATCHDOG_BACKTRACE_WAIT", g_case[0] == 's' ? "40s" : "6s", 1);
   }
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
@@ -291,13 +308,9 @@ static void rank_main(int r, int fd) {
     hang_in(&pp, 0);
   } else if (busy) {
     /* Stuck in its data loader, in vfork: a thread that takes no signal until the child exits
-     * (a sanitizer that makes vfork a fork leaves the dump fast: the case then proves less). */
-    pid_t child = vfork();
-    if (child == 0) {
-      struct timespec ts = {10, 0};
-      nanosleep(&ts, NULL);
-      _exit(0);
-    }
+     * (clone, so that no sanitizer turns it into a fork). */
+    static char stack[64 * 1024] __attribute__((aligned(16)));
+    pid_t child = clone(vfork_child, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, NULL);
     if (child > 0) waitpid(child, NULL, 0);
   } /* r == 3: stuck in its data loader */
   keep_log(r);
@@ -692,7 +705,7 @@ static void case_busy(void) {
   fprintf(stderr, "autoverdict busy: %.800s\n", line ? line : "(none)");
   /* Its main thread gave no stack (vfork): the line says where the kernel has it instead. */
   WDH_CHECK(line && !strstr(line, "no stack in its dump") &&
-                (!strstr(line, "gave no stack") || (strstr(line, "in system call vfork") && strstr(line, "state D"))),
+                (!strstr(line, "gave no stack") || ((strstr(line, "in system call clone") || strstr(line, "in system call vfork")) && strstr(line, "state D"))),
             "the line does not say where process 3's main thread is: %.600s", line ? line : "(none)");
   WDH_CHECK(t && !strstr(t, "whose watchdog did not answer"), "the poller took process 3, busy answering, for silent");
   free(t);
@@ -701,6 +714,25 @@ static void case_busy(void) {
   WDH_CHECK(wdh_list_dumps(g_dir, "peer", NULL, 0) + wdh_list_dumps(g_dir, "stall", NULL, 0) == 4,
             "%d peer and stall dumps, not one per process",
             wdh_list_dumps(g_dir, "peer", NULL, 0) + wdh_list_dumps(g_dir, "stall", NULL, 0));
+}
+
+/* "stuckdump": process 3 began its dump and is stuck in it past the poller's second wait. */
+static void case_stuckdump(void) {
+  int n = wait_logs("verdict of stall episode 1: JOB: root cause", 3, 30000);
+  WDH_CHECK(n >= 3, "%d processes logged the verdict within 30 s", n);
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
+  char *t = read_all(path);
+  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  fprintf(stderr, "autoverdict stuckdump: %.900s\n", line ? line : "(none)");
+  WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
+                strstr(line, "after it began its dump for this episode") && !strstr(line, "left no dump"),
+            "the line does not say that global rank 3, never entering pp seq 3, is stuck in its dump: %.600s",
+            line ? line : "(none)");
+  WDH_CHECK(t && strstr(t, "whose watchdog did not answer"), "the poller did not copy process 3's ring files");
+  free(t);
+  WDH_CHECK(wdh_list_dumps(g_dir, "live", NULL, 0) == 1, "%d copies of process 3's ring files, not 1",
+            wdh_list_dumps(g_dir, "live", NULL, 0));
 }
 
 /* "late": episode 2, opened by process 3's own stall, is judged from where it is now. */
@@ -900,6 +932,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "frozen")) case_frozen(pids);
   else if (!strcmp(g_case, "busy")) case_busy();
   else if (!strcmp(g_case, "late")) case_late();
+  else if (!strcmp(g_case, "stuckdump")) case_stuckdump();
   else if (!strcmp(g_case, "foreignfrozen")) case_foreignfrozen(pids);
   else case_resumed();
   wdh_kill_ranks(pids, 4);

@@ -728,6 +728,7 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   const char *st = str(get(root, "live"), "state");
   d->live_state = st && st[0] && !st[1] ? st[0] : 0;
   d->silent_ms = num(get(root, "live"), "watchdogSilentMs", -1);
+  d->answered_episode = inum(get(root, "live"), "answeredEpisode", 0);
   const char *wt = str(get(root, "live"), "watchdogThreadState");
   d->wd_thread_state = wt && wt[0] && !wt[1] ? wt[0] : 0;
   return 0;

@@ -186,6 +186,7 @@ typedef struct wd_az_dump {
   char live_state;
   char wd_thread_state; /* its watchdog thread's state letter, 0 unknown */
   double silent_ms;
+  int answered_episode; /* live: the episode its watchdog last began to answer, 0 none */
   int threads_disabled;
   int main_tid;        /* -1 when no thread list */
   wd_az_str main_name;

@@ -85,8 +85,12 @@ void wd_az_live_text(const wd_az_dump *d, char *out, size_t len) {
                        : "";
   char silent[48] = "";
   if (d->silent_ms >= 0) snprintf(silent, sizeof silent, " for %.0f s", d->silent_ms / 1000.0);
-  wd_az_fmt(out, len, "the process runs, %s, its watchdog silent%s%s (its ring file, copied by its node)", st,
-            silent, wd);
+  /* It had begun its dump for the episode it stands in for: stuck in that dump. */
+  const char *began = d->job_episode > 0 && d->answered_episode >= d->job_episode
+                          ? ", after it began its dump for this episode (never finished)"
+                          : "";
+  wd_az_fmt(out, len, "the process runs, %s, its watchdog silent%s%s%s (its ring file, copied by its node)", st,
+            silent, began, wd);
 }
 
 /* A dump a process wrote, or left, as it ended: SIGABRT (PyTorch's watchdog), SIGTERM (the
