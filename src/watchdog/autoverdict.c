@@ -472,7 +472,10 @@ static void av_silent_arm(uint64_t now, unsigned k) {
  * its running process's state for episode k (reason "live", <...>-e<k>-live.json beside the
  * dumps; the verdict uses it only where that process has no answer of its own). A watchdog that
  * has begun to answer k (its dump, seconds on a loaded node, holds up the rewrite) is given
- * another wait, twice as long, before it counts as silent (stuck in that dump). */
+ * another wait, twice as long, before it counts as silent (stuck in that dump): a false copy
+ * is an extra dump of every busy process of a loaded node, a late one only leaves a stuck
+ * process "with no dump" in a verdict made before it (7.5 s after the poller's answer at the
+ * shortest wait, against a 10 s settle). */
 static void av_silent_check(uint64_t now) {
   if (!av.nsilent || now < av.silent_due_ns || av.copy.pid > 0) return;
   uint32_t n = av.nsilent, later = 0;
