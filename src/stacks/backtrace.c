@@ -258,174 +258,169 @@ static uint64_t wd_status_mask(const char *status, const char *key) {
   return strtoull(p + strlen(key), NULL, 16);
 }
 
-/* System calls that a signal handler makes fail with EINTR whatever SA_RESTART says (signal(7),
- * "never restarted"). A thread blocked in one is sleeping on purpose, and interrupting it costs
- * the application an EINTR it may not expect. */
-static const struct {
+/* System calls named in a dump. norestart: one a signal handler makes fail with EINTR whatever
+ * SA_RESTART says (signal(7), "never restarted"): a thread blocked in it is sleeping on purpose,
+ * and interrupting it costs the application an EINTR it may not expect. The others are where a
+ * thread that gives no stack is often found: a driver's ioctl, a lock, a read from a file system
+ * or a socket, a child it waits for (calls not listed are named by their number). */
+typedef struct wd_bt_call {
   long nr;
   const char *name;
-} wd_bt_norestart[] = {
+  int norestart;
+} wd_bt_call;
+static const wd_bt_call wd_bt_calls[] = {
 #ifdef SYS_nanosleep
-    {SYS_nanosleep, "nanosleep"},
+    {SYS_nanosleep, "nanosleep", 1},
 #endif
 #ifdef SYS_clock_nanosleep
-    {SYS_clock_nanosleep, "clock_nanosleep"},
+    {SYS_clock_nanosleep, "clock_nanosleep", 1},
 #endif
 #ifdef SYS_poll
-    {SYS_poll, "poll"},
+    {SYS_poll, "poll", 1},
 #endif
 #ifdef SYS_ppoll
-    {SYS_ppoll, "ppoll"},
+    {SYS_ppoll, "ppoll", 1},
 #endif
 #ifdef SYS_select
-    {SYS_select, "select"},
+    {SYS_select, "select", 1},
 #endif
 #ifdef SYS_pselect6
-    {SYS_pselect6, "pselect6"},
+    {SYS_pselect6, "pselect6", 1},
 #endif
 #ifdef SYS_epoll_wait
-    {SYS_epoll_wait, "epoll_wait"},
+    {SYS_epoll_wait, "epoll_wait", 1},
 #endif
 #ifdef SYS_epoll_pwait
-    {SYS_epoll_pwait, "epoll_pwait"},
+    {SYS_epoll_pwait, "epoll_pwait", 1},
 #endif
 #ifdef SYS_epoll_pwait2
-    {SYS_epoll_pwait2, "epoll_pwait2"},
+    {SYS_epoll_pwait2, "epoll_pwait2", 1},
 #endif
 #ifdef SYS_rt_sigtimedwait
-    {SYS_rt_sigtimedwait, "rt_sigtimedwait"},
+    {SYS_rt_sigtimedwait, "rt_sigtimedwait", 1},
 #endif
 #ifdef SYS_rt_sigsuspend
-    {SYS_rt_sigsuspend, "rt_sigsuspend"},
+    {SYS_rt_sigsuspend, "rt_sigsuspend", 1},
 #endif
 #ifdef SYS_pause
-    {SYS_pause, "pause"},
+    {SYS_pause, "pause", 1},
 #endif
 #ifdef SYS_io_getevents
-    {SYS_io_getevents, "io_getevents"},
+    {SYS_io_getevents, "io_getevents", 1},
 #endif
 #ifdef SYS_semtimedop
-    {SYS_semtimedop, "semtimedop"},
+    {SYS_semtimedop, "semtimedop", 1},
 #endif
 #ifdef SYS_msgrcv
-    {SYS_msgrcv, "msgrcv"},
+    {SYS_msgrcv, "msgrcv", 1},
 #endif
-};
-
-/* Calls a thread that gives no stack is often found in, named for the dump (the others by their
- * number): a driver's ioctl, a lock, a read from a file system or a socket, a child it waits for. */
-static const struct {
-  long nr;
-  const char *name;
-} wd_bt_callnames[] = {
 #ifdef SYS_ioctl
-    {SYS_ioctl, "ioctl"},
+    {SYS_ioctl, "ioctl", 0},
 #endif
 #ifdef SYS_futex
-    {SYS_futex, "futex"},
+    {SYS_futex, "futex", 0},
 #endif
 #ifdef SYS_read
-    {SYS_read, "read"},
+    {SYS_read, "read", 0},
 #endif
 #ifdef SYS_write
-    {SYS_write, "write"},
+    {SYS_write, "write", 0},
 #endif
 #ifdef SYS_pread64
-    {SYS_pread64, "pread64"},
+    {SYS_pread64, "pread64", 0},
 #endif
 #ifdef SYS_pwrite64
-    {SYS_pwrite64, "pwrite64"},
+    {SYS_pwrite64, "pwrite64", 0},
 #endif
 #ifdef SYS_openat
-    {SYS_openat, "openat"},
+    {SYS_openat, "openat", 0},
 #endif
 #ifdef SYS_fsync
-    {SYS_fsync, "fsync"},
+    {SYS_fsync, "fsync", 0},
 #endif
 #ifdef SYS_fdatasync
-    {SYS_fdatasync, "fdatasync"},
+    {SYS_fdatasync, "fdatasync", 0},
 #endif
 #ifdef SYS_wait4
-    {SYS_wait4, "wait4"},
+    {SYS_wait4, "wait4", 0},
 #endif
 #ifdef SYS_waitid
-    {SYS_waitid, "waitid"},
+    {SYS_waitid, "waitid", 0},
 #endif
 #ifdef SYS_vfork
-    {SYS_vfork, "vfork"},
+    {SYS_vfork, "vfork", 0},
 #endif
 #ifdef SYS_clone
-    {SYS_clone, "clone"},
+    {SYS_clone, "clone", 0},
 #endif
 #ifdef SYS_mmap
-    {SYS_mmap, "mmap"},
+    {SYS_mmap, "mmap", 0},
 #endif
 #ifdef SYS_munmap
-    {SYS_munmap, "munmap"},
+    {SYS_munmap, "munmap", 0},
 #endif
 #ifdef SYS_recvfrom
-    {SYS_recvfrom, "recvfrom"},
+    {SYS_recvfrom, "recvfrom", 0},
 #endif
 #ifdef SYS_recvmsg
-    {SYS_recvmsg, "recvmsg"},
+    {SYS_recvmsg, "recvmsg", 0},
 #endif
 #ifdef SYS_sendmsg
-    {SYS_sendmsg, "sendmsg"},
+    {SYS_sendmsg, "sendmsg", 0},
 #endif
 #ifdef SYS_connect
-    {SYS_connect, "connect"},
+    {SYS_connect, "connect", 0},
 #endif
 #ifdef SYS_accept4
-    {SYS_accept4, "accept4"},
+    {SYS_accept4, "accept4", 0},
 #endif
 #ifdef SYS_flock
-    {SYS_flock, "flock"},
+    {SYS_flock, "flock", 0},
 #endif
 #ifdef SYS_fcntl
-    {SYS_fcntl, "fcntl"},
+    {SYS_fcntl, "fcntl", 0},
 #endif
 };
 
+/* The system call thread tid is in (/proc/<tid>/syscall: number, six arguments, stack pointer,
+ * pc): 1 with its number, its entry in wd_bt_calls (NULL when not listed) and the user-space
+ * address the call was made from; 0 when it is in none ("running", or -1). */
+static int wd_bt_syscall(int tid, long *nr, const wd_bt_call **call, uint64_t *pc) {
+  char path[64], buf[256];
+  snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
+  if (wd_read_small(path, buf, sizeof(buf)) <= 0) return 0;
+  char *e;
+  *nr = strtol(buf, &e, 10);
+  if (e == buf || *nr < 0) return 0;
+  *call = NULL;
+  for (size_t i = 0; i < sizeof(wd_bt_calls) / sizeof(wd_bt_calls[0]); i++)
+    if (wd_bt_calls[i].nr == *nr) *call = &wd_bt_calls[i];
+  const char *last = strrchr(buf, ' ');
+  *pc = last ? strtoull(last + 1, NULL, 16) : 0;
+  return 1;
+}
+
 /* A thread that gave no stack: its state letter (/proc/<tid>/stat, after the name's closing
- * parenthesis) and the system call it is in, named where known, with its call site. */
+ * parenthesis) and the system call it is in, with its call site. */
 static void wd_bt_kernel_state(wd_bt_thread *th, uint64_t *pc) {
+  *pc = 0; /* not a call site read when it was first looked at */
   char path[64], buf[512];
   snprintf(path, sizeof(path), "/proc/self/task/%d/stat", th->tid);
   ssize_t n = wd_read_small(path, buf, sizeof(buf));
   const char *paren = n > 0 ? strrchr(buf, ')') : NULL;
   if (paren && paren[1] == ' ' && paren[2] >= 'A' && paren[2] <= 'z') th->kstate = paren[2];
-  snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", th->tid);
-  if (wd_read_small(path, buf, sizeof(buf)) <= 0) return;
-  char *e;
-  long nr = strtol(buf, &e, 10);
-  if (e == buf || nr < 0) return; /* "running", or -1: not in a call */
-  const char *name = NULL;
-  for (size_t i = 0; i < sizeof(wd_bt_norestart) / sizeof(wd_bt_norestart[0]); i++)
-    if (wd_bt_norestart[i].nr == nr) name = wd_bt_norestart[i].name;
-  for (size_t i = 0; !name && i < sizeof(wd_bt_callnames) / sizeof(wd_bt_callnames[0]); i++)
-    if (wd_bt_callnames[i].nr == nr) name = wd_bt_callnames[i].name;
-  if (name) wd_copy(th->syscall, sizeof(th->syscall), name);
-  else snprintf(th->syscall, sizeof(th->syscall), "syscall %d", (int)(nr & 0xfffff));
-  const char *last = strrchr(buf, ' ');
-  *pc = last ? strtoull(last + 1, NULL, 16) : 0;
+  long nr;
+  const wd_bt_call *call;
+  if (!wd_bt_syscall(th->tid, &nr, &call, pc)) return;
+  if (call) wd_copy(th->syscall, sizeof(th->syscall), call->name);
+  else snprintf(th->syscall, sizeof(th->syscall), "syscall %d", (int)nr);
 }
 
-/* When the thread is blocked in a never-restarted call, its name and the user-space address the
- * call was made from (/proc/<tid>/syscall: number, six arguments, stack pointer, pc). */
+/* When the thread is blocked in a never-restarted call, its name and its call site. */
 static const char *wd_bt_norestart_call(int tid, uint64_t *pc) {
-  char path[64], buf[256];
-  snprintf(path, sizeof(path), "/proc/self/task/%d/syscall", tid);
-  if (wd_read_small(path, buf, sizeof(buf)) <= 0) return NULL;
-  char *e;
-  long nr = strtol(buf, &e, 10);
-  if (e == buf) return NULL; /* "running" */
-  const char *name = NULL;
-  for (size_t i = 0; i < sizeof(wd_bt_norestart) / sizeof(wd_bt_norestart[0]); i++)
-    if (wd_bt_norestart[i].nr == nr) name = wd_bt_norestart[i].name;
-  if (!name) return NULL;
-  const char *last = strrchr(buf, ' ');
-  *pc = last ? strtoull(last + 1, NULL, 16) : 0;
-  return name;
+  long nr;
+  const wd_bt_call *call;
+  return wd_bt_syscall(tid, &nr, &call, pc) && call && call->norestart ? call->name : NULL;
 }
 
 /* Fills name and tells whether the thread can answer signo: 1 yes, 0 blocked/ignored, -1 gone. */

@@ -67,10 +67,10 @@ static struct {
   unsigned silent_k;
   uint64_t silent_due_ns, silent_wait_ns;
   uint32_t nsilent;
+  int silent_again; /* the list holds those whose watchdog had begun to answer when first due */
   struct {
     char name[256];
     uint64_t gen;
-    int waited; /* its watchdog had begun to answer silent_k when first due: given another wait */
   } silent[AV_SALVAGE_MAX];
   av_child copy; /* the salvage of those files */
   wd_av_stats stats;
@@ -456,8 +456,7 @@ static void av_silent_arm(uint64_t now, unsigned k) {
     unsigned answered;
     if (!av_ring_running(dirfd(d), e->d_name, &me, job, &gen, &poll_ms, &answered)) continue;
     memcpy(av.silent[av.nsilent].name, e->d_name, n + 1);
-    av.silent[av.nsilent].gen = gen;
-    av.silent[av.nsilent++].waited = 0;
+    av.silent[av.nsilent++].gen = gen;
     uint64_t ms = (uint64_t)poll_ms + poll_ms / 4 + 500;
     if (ms > wait_ms) wait_ms = ms;
   }
@@ -466,6 +465,7 @@ static void av_silent_arm(uint64_t now, unsigned k) {
   if (wait_ms > 15000) wait_ms = 15000;
   av.silent_wait_ns = wait_ms * 1000000ull;
   av.silent_due_ns = now + av.silent_wait_ns;
+  av.silent_again = 0;
 }
 
 /* Once due: the files still not rewritten go to the analyzer's salvage, which writes each as
@@ -497,9 +497,8 @@ static void av_silent_check(uint64_t now) {
     unsigned answered;
     if (!av_ring_running(dir, av.silent[i].name, &me, job, &gen, &poll_ms, &answered) || gen != av.silent[i].gen)
       continue;
-    if (answered >= av.silent_k && !av.silent[i].waited) {
-      av.silent[later] = av.silent[i]; /* later <= i */
-      av.silent[later++].waited = 1;
+    if (answered >= av.silent_k && !av.silent_again) {
+      av.silent[later++] = av.silent[i]; /* later <= i */
       continue;
     }
     snprintf(av_paths[argc - 4], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, av.silent[i].name);
@@ -508,6 +507,7 @@ static void av_silent_check(uint64_t now) {
   }
   close(dir);
   av.nsilent = later;
+  av.silent_again = 1;
   av.silent_due_ns = now + 2 * av.silent_wait_ns;
   int copied = av_salvage_start(argv, argc, 4, &av.copy, now);
   if (copied)

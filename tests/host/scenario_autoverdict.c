@@ -670,15 +670,21 @@ static void case_unanswered(pid_t *pids) {
             "the analyzer does not say that the killed global rank 3 died: %.400s", line);
 }
 
+/* What process r logged (*t, malloc'ed: free it) and its first line from want on, or NULL. */
+static const char *logged_line(int r, const char *want, char **t) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/log-%d.txt", g_dir, r);
+  *t = read_all(path);
+  return *t ? strstr(*t, want) : NULL;
+}
+
 /* "frozen": process 3 stopped from the start; the poller copies its ring files as its state. */
 static void case_frozen(pid_t *pids) {
   WDH_CHECK(kill(pids[3], SIGSTOP) == 0, "cannot stop process 3");
   int n = wait_logs("verdict of stall episode 1: ", 3, 30000);
   WDH_CHECK(n == 3, "%d of 3 running processes logged the verdict", n);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
-  char *t = read_all(path);
-  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  char *t;
+  const char *line = logged_line(0, "verdict of stall episode 1: ", &t);
   WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
                 strstr(line, "stopped") && !strstr(line, "left no dump") && !strstr(line, "died"),
             "the line does not name the stopped global rank 3 as never entering pp seq 3: %.600s",
@@ -695,10 +701,8 @@ static void case_frozen(pid_t *pids) {
 static void case_busy(void) {
   int n = wait_logs("verdict of stall episode 1: JOB: root cause", 4, 40000);
   WDH_CHECK(n == 4, "%d of 4 processes logged the verdict within 40 s", n);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
-  char *t = read_all(path);
-  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  char *t;
+  const char *line = logged_line(0, "verdict of stall episode 1: ", &t);
   WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
                 !strstr(line, "left no dump") && !strstr(line, "died"),
             "the line does not name global rank 3 as never entering pp seq 3: %.600s", line ? line : "(none)");
@@ -720,10 +724,8 @@ static void case_busy(void) {
 static void case_stuckdump(void) {
   int n = wait_logs("verdict of stall episode 1: JOB: root cause", 3, 30000);
   WDH_CHECK(n >= 3, "%d processes logged the verdict within 30 s", n);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/log-0.txt", g_dir);
-  char *t = read_all(path);
-  const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+  char *t;
+  const char *line = logged_line(0, "verdict of stall episode 1: ", &t);
   fprintf(stderr, "autoverdict stuckdump: %.900s\n", line ? line : "(none)");
   WDH_CHECK(line && strstr(line, "global rank 3") && strstr(line, "never entered AllReduce seq 3") &&
                 strstr(line, "after it began its dump for this episode") && !strstr(line, "left no dump"),
@@ -741,11 +743,9 @@ static void case_late(void) {
   WDH_CHECK(n == 4, "%d of 4 processes logged episode 1's verdict", n);
   n = wait_logs("verdict of stall episode 2: ", 4, 30000);
   WDH_CHECK(n == 4, "%d of 4 processes logged a verdict of episode 2 (opened by process 3's own stall)", n);
-  char path[4200];
-  snprintf(path, sizeof path, "%s/log-3.txt", g_dir);
-  char *t = read_all(path);
+  char *t;
+  const char *line = logged_line(3, "verdict of stall episode 2: ", &t);
   WDH_CHECK(t && !strstr(t, "not dumping again"), "process 3 folded its stall into the episode it answered from outside NCCL");
-  const char *line = t ? strstr(t, "verdict of stall episode 2: ") : NULL;
   fprintf(stderr, "autoverdict late: %.800s\n", line ? line : "(none)");
   WDH_CHECK(line && !strstr(line, "never entered AllReduce seq 3") && strstr(line, "AllReduce seq 3"),
             "episode 2's verdict still says process 3 never entered pp seq 3, or does not name it: %.600s",

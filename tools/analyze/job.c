@@ -200,12 +200,9 @@ static void now_text(const wd_az_result *res, const wd_az_crank *cr, char *out, 
     const char *sc = wd_az_s(d->main_syscall);
     char f[400] = "";
     if (d->nframes) wd_az_frames_text(d, 1, f, sizeof f);
-    char k = d->main_kstate, state[64] = "";
-    if (k == 'D') snprintf(state, sizeof state, ", state D (in the kernel, uninterruptible)");
-    else if (k == 'T' || k == 't') snprintf(state, sizeof state, ", state %c (stopped)", k);
-    else if (k) snprintf(state, sizeof state, ", state %c", k);
-    wd_az_fmt(out, len, "main thread gave no stack (%s)%s%s%s%s%s",
-              !strcmp(st, "blocked") ? "it blocks the stack signal" : "it did not answer the stack signal", state,
+    wd_az_fmt(out, len, "main thread gave no stack (%s)%s%s%s%s%s%s",
+              !strcmp(st, "blocked") ? "it blocks the stack signal" : "it did not answer the stack signal",
+              d->main_kstate ? ", " : "", d->main_kstate ? wd_az_proc_state_text(d->main_kstate) : "",
               sc && *sc ? ", in system call " : "", sc && *sc ? sc : "", *f ? " called from " : "", f);
   } else if (d->npy) {
     wd_az_fmt(out, len, "in Python %s", wd_az_s(d->py[0]));
