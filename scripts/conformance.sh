@@ -2,7 +2,10 @@
 # The conformance families (cases written from NCCL's and PyTorch's source, kept outside the
 # project in ../shared/conformance) against a build: every family, every case; a FAIL not listed
 # in tests/conformance/known-failures.txt (each entry says why it is left failing) fails the run.
-# usage: scripts/conformance.sh [BUILD] [FAMILY...]   FAMILY: run drift topo teardown slowlink bench
+# usage: scripts/conformance.sh [BUILD] [FAMILY...]
+#   FAMILY: run drift topo teardown slowlink restart hostile longrun nodes graphs bench
+# hostile's junk_asan runs an ASan+UBSan analyzer: build-asan's (configured as `make test-asan`
+# does, so that suite reuses it) is built here when missing.
 # WD_CONFORMANCE_SRC overrides where the cases are read from.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,7 +31,7 @@ results="$build/conformance-results"
 rm -rf "$results" && mkdir -p "$results"
 
 families=("$@")
-[ ${#families[@]} -gt 0 ] || families=(run drift topo teardown slowlink)
+[ ${#families[@]} -gt 0 ] || families=(run drift topo teardown slowlink restart hostile longrun nodes graphs)
 runpy_lists=("exports healthy hang signal pxn badinput reload fork multirank slow notreached graph graphhang mismatch"
   real multi postmortem scale "adversarial autoverdict v7tag pystack")
 
@@ -51,7 +54,19 @@ for f in "${families[@]}"; do
       i=$((i + 1))
     done ;;
   bench) run_family bench python3 "$work/run.py" --lib "$lib" --ana "$ana" bench ;;
-  drift | topo | teardown | slowlink) run_family "$f" python3 "$work/$f.py" --lib "$lib" --ana "$ana" ;;
+  drift | topo | teardown | slowlink | restart | longrun | nodes | graphs)
+    run_family "$f" python3 "$work/$f.py" --lib "$lib" --ana "$ana" ;;
+  hostile)
+    asan_build="$root/build-asan"
+    if [ ! -x "$asan_build/bin/nccl-watchdog-analyze" ]; then
+      WD_WITH_SANITIZERS=1 "$root/scripts/install-deps.sh"
+      cmake -S "$root" -B "$asan_build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWD_WERROR=ON \
+        -DWD_SANITIZE=address,undefined >/dev/null &&
+        cmake --build "$asan_build" -j "$(nproc)" --target nccl-watchdog-analyze >/dev/null ||
+        { echo "conformance: the ASan analyzer failed to build"; exit 2; }
+    fi
+    run_family hostile python3 "$work/hostile.py" --lib "$lib" --ana "$ana" \
+      --asan-ana "$asan_build/bin/nccl-watchdog-analyze" ;;
   *) echo "conformance: unknown family $f"; exit 2 ;;
   esac
 done

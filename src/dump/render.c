@@ -496,6 +496,7 @@ static const char *bt_status_name(int status) {
   case WD_BT_BLOCKED: return "blocked";
   case WD_BT_GONE: return "gone";
   case WD_BT_LEFT_ALONE: return "left_alone";
+  case WD_BT_NOT_ASKED: return "not_asked";
   default: return "unknown";
   }
 }
@@ -866,6 +867,13 @@ static int put_threads(cJSON *root, const wd_bt_result *bt) {
   if (!mods) return -1;
   if (!bt) return add_bool(o, "disabled", 1);
   if (add_num(o, "asked", bt->asked) || add_num(o, "answered", bt->answered)) return -1;
+  /* The stack signal had been replaced: what was found, and whether it was taken back. */
+  if (bt->signal_taken_back) {
+    cJSON *sg = cJSON_AddObjectToObject(o, "signal");
+    if (!sg || add_str(sg, "found", bt->signal_found) ||
+        add_str(sg, "action", bt->signal_taken_back > 0 ? "taken_back" : "not_ours_threads_not_asked"))
+      return -1;
+  }
   cJSON *list = cJSON_AddArrayToObject(o, "list");
   if (!list) return -1;
   for (int i = 0; bt->threads && i < bt->nthreads; i++) {

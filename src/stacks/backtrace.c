@@ -14,6 +14,8 @@
 #define UNW_LOCAL_ONLY
 #include "stacks/backtrace.h"
 
+#include "base/sigown.h"
+
 #include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
@@ -59,7 +61,7 @@ typedef struct wd_bt_table {
 
 static int bt_signo;
 static int bt_installed;
-static struct sigaction bt_old;
+static wd_sig_prev bt_old;
 static _Atomic(wd_bt_table *) bt_table;
 static atomic_int bt_inside;
 /* Handlers anywhere in our code, chaining included: fini waits (bounded) for them to leave so
@@ -132,15 +134,8 @@ int wd_bt_unwind_signal(uint64_t *pcs, int max, const void *uc) {
   return n;
 }
 
-static void wd_bt_chain(int sig, siginfo_t *si, void *uc) {
-  if (bt_old.sa_flags & SA_SIGINFO) {
-    if (bt_old.sa_sigaction && bt_old.sa_sigaction != wd_bt_handler) bt_old.sa_sigaction(sig, si, uc);
-  } else if (bt_old.sa_handler != SIG_DFL && bt_old.sa_handler != SIG_IGN &&
-             bt_old.sa_handler != NULL) {
-    bt_old.sa_handler(sig);
-  }
-  /* SIG_DFL would kill the process (real-time signals terminate): never chain to it. */
-}
+/* SIG_DFL would kill the process (real-time signals terminate): never chained to. */
+static void wd_bt_chain(int sig, siginfo_t *si, void *uc) { wd_sig_prev_chain(&bt_old, wd_bt_handler, sig, si, uc); }
 
 static void wd_bt_handler(int sig, siginfo_t *si, void *uc) {
   int saved_errno = errno;
@@ -202,12 +197,7 @@ int wd_bt_init(int signo) {
   int exact0;
   if (wd_bt_unwind(pcs, WD_BT_MAX_FRAMES, 0, &exact0) <= 0) return -1;
 
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = wd_bt_handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(signo, &sa, &bt_old) != 0) return -1;
+  if (wd_sig_install(signo, wd_bt_handler, SA_RESTART, &bt_old) != 0) return -1;
   bt_signo = signo;
   bt_installed = 1;
   return 0;
@@ -215,10 +205,7 @@ int wd_bt_init(int signo) {
 
 void wd_bt_fini(void) {
   if (!bt_installed) return;
-  struct sigaction cur;
-  if (sigaction(bt_signo, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
-      cur.sa_sigaction == wd_bt_handler)
-    sigaction(bt_signo, &bt_old, NULL);
+  wd_sig_restore(bt_signo, wd_bt_handler, &bt_old);
   bt_installed = 0;
   for (int i = 0; i < 100 && atomic_load(&bt_entered) > 0; i++) wd_sleep_ns(1000000);
 }
@@ -708,12 +695,30 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all) {
       atomic_store_explicit(&t->slots[i].state, WD_BT_ARMED, memory_order_relaxed);
     }
   }
+  /* The signal's action is checked where it is relied on: a framework may have put back what it
+   * took for "the original handler" (SIG_DFL: the signal would end the process). Taken back,
+   * chaining to what is there; if that fails, nobody is asked. */
+  struct sigaction found;
+  int own = wd_sig_reclaim(bt_signo, wd_bt_handler, SA_RESTART, &bt_old, &found);
+  if (own != 0) {
+    res->signal_taken_back = own;
+    wd_sig_describe(&found, res->signal_found, sizeof(res->signal_found));
+  }
   /* Publish (seq_cst) before the first signal, so every handler finds its armed slot. */
   atomic_store(&bt_table, t);
   pid_t pid = getpid();
   int pending = 0;
   for (int i = 0; i < n; i++) {
     if (res->threads[i].status != WD_BT_NO_ANSWER) continue;
+    /* Still ours right before each signal (the application may reset it meanwhile). */
+    if (own < 0 || wd_sig_is_ours(bt_signo, wd_bt_handler) != 1) {
+      own = -1;
+      res->signal_taken_back = -1;
+      int expect = WD_BT_ARMED;
+      atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_BT_IDLE);
+      res->threads[i].status = WD_BT_NOT_ASKED;
+      continue;
+    }
     if (syscall(SYS_tgkill, pid, tids[i], bt_signo) != 0) {
       int expect = WD_BT_ARMED;
       atomic_compare_exchange_strong(&t->slots[i].state, &expect, WD_BT_IDLE);
@@ -763,7 +768,8 @@ int wd_bt_collect(wd_bt_result *res, uint64_t wait_ns, int interrupt_all) {
   }
   /* Where the threads that gave no stack are, as the kernel tells it. */
   for (int i = 0; i < n; i++)
-    if (res->threads[i].status == WD_BT_NO_ANSWER || res->threads[i].status == WD_BT_BLOCKED)
+    if (res->threads[i].status == WD_BT_NO_ANSWER || res->threads[i].status == WD_BT_BLOCKED ||
+        res->threads[i].status == WD_BT_NOT_ASKED)
       wd_bt_kernel_state(&res->threads[i], &site[i]);
   int can_free = wd_bt_withdraw();
   /* Symbolise after withdrawal: dladdr and the ELF reader take locks a handler may need. */

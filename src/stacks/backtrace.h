@@ -18,6 +18,7 @@ enum {
   WD_BT_BLOCKED = 3,   /* its mask blocks or ignores the signal: not asked */
   WD_BT_GONE = 4,      /* exited before it could be asked */
   WD_BT_LEFT_ALONE = 5, /* blocked in a call the kernel never restarts: not interrupted */
+  WD_BT_NOT_ASKED = 6, /* the stack signal's action was not ours and could not be taken back */
 };
 
 typedef struct wd_bt_frame {
@@ -55,6 +56,12 @@ typedef struct wd_bt_result {
   wd_bt_thread *threads;
   int nmodules;
   wd_bt_module *modules; /* executable mappings, from /proc/self/maps */
+  /* The stack signal's action as found before asking (someone had replaced ours: a framework
+   * putting back "the original handlers"): 1 taken back, chaining to what was there; -1 not
+   * ours and not taken back, so no thread was asked (never a signal whose action would end the
+   * process); 0 ours. signal_found says what was there. */
+  int signal_taken_back;
+  char signal_found[48];
 } wd_bt_result;
 
 /* Install the handler for signo (saving the previous action) and warm libunwind up so the first

@@ -1,6 +1,7 @@
 /* Gather a dump's snapshot from the event store (collect.h). */
 #include "watchdog/collect.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -9,6 +10,7 @@
 
 #include "base/clock.h"
 #include "base/host.h"
+#include "base/log.h"
 #include "base/ncclver.h"
 #include "events/store.h"
 #include "flightrec/strtab.h"
@@ -165,6 +167,20 @@ static void wd_collect_telemetry(wd_dump_input *in) {
   }
 }
 
+/* The stack signal had been replaced before this dump (bt says what was found): said once per
+ * process in the job's log; every dump that met it says it too (threads.signal). */
+static atomic_int said_bt_signal;
+static void wd_collect_say_bt_signal(const wd_bt_result *bt, int signo) {
+  if (!bt->signal_taken_back || atomic_exchange(&said_bt_signal, 1)) return;
+  if (bt->signal_taken_back > 0)
+    WD_WARN("the stack signal %d had been replaced (now %s; a framework putting back what it took for the "
+            "original handler): taken back, chaining to it, before asking the threads; said once", signo,
+            bt->signal_found);
+  else
+    WD_WARN("the stack signal %d is not the plugin's (now %s) and could not be taken back: dumps go on without "
+            "other threads' stacks (never a signal whose action would end the process)", signo, bt->signal_found);
+}
+
 int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int with_threads,
                uint32_t keep) {
   memset(in, 0, sizeof(*in));
@@ -204,8 +220,12 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
 
   if (with_threads) {
     wd_bt_result *bt = calloc(1, sizeof(*bt));
-    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns, wd_interrupt_all(cfg, reason)) == 0) in->threads = bt;
-    else free(bt);
+    if (bt && wd_bt_collect(bt, cfg->bt_wait_ns, wd_interrupt_all(cfg, reason)) == 0) {
+      in->threads = bt;
+      wd_collect_say_bt_signal(bt, cfg->bt_signal);
+    } else {
+      free(bt);
+    }
   }
   if (cfg->python) {
     wd_py_result *py = calloc(1, sizeof(*py));

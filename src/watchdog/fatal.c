@@ -15,14 +15,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/sigown.h"
 #include "flightrec/ringfile.h"
 #include "stacks/backtrace.h"
 #include "stacks/python.h"
 
 static const int wd_fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT, SIGTERM};
+static const char *const wd_fatal_names[] = {"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT", "SIGTERM"};
 #define WD_NFATAL (int)(sizeof(wd_fatal_signals) / sizeof(wd_fatal_signals[0]))
 
-static struct sigaction fatal_old[WD_NFATAL];
+static wd_sig_prev fatal_old[WD_NFATAL];
 static int fatal_installed[WD_NFATAL];
 static pid_t fatal_pid;
 static atomic_int fatal_wake_fd = -1;
@@ -53,7 +55,7 @@ static uint64_t wd_fatal_clock(clockid_t id) {
 
 /* The previous action back, as if we had never been there. */
 static void wd_fatal_put_back(int i) {
-  sigaction(wd_fatal_signals[i], &fatal_old[i], NULL);
+  sigaction(wd_fatal_signals[i], wd_sig_prev_get(&fatal_old[i]), NULL);
 }
 
 /* The aborting thread waits for the watchdog thread's dump, at most WD_FATAL_ABRT_WAIT_MS: a
@@ -148,12 +150,6 @@ int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir) {
                    ring_dir && *ring_dir ? "this process's ring files are in " : "no ring files (NCCL_WATCHDOG_RING_DIR off)",
                    ring_dir && *ring_dir ? ring_dir : "");
   abrt_msg_len = n > 0 ? ((size_t)n < sizeof abrt_msg ? (size_t)n : sizeof abrt_msg - 1) : 0;
-  struct sigaction sa;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = wd_fatal_handler;
-  /* SA_ONSTACK: on a thread with an alternate stack (ours), a stack overflow still gets here. */
-  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
   int rc = 0;
   for (int i = 0; i < WD_NFATAL; i++) {
     if (fatal_installed[i]) continue;
@@ -165,8 +161,8 @@ int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir) {
     }
     /* An application that ignores the signal (SIGTERM) keeps ignoring it. */
     if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
-    fatal_old[i] = old;
-    if (sigaction(wd_fatal_signals[i], &sa, NULL) != 0) {
+    /* SA_ONSTACK: on a thread with an alternate stack (ours), a stack overflow still gets here. */
+    if (wd_sig_install(wd_fatal_signals[i], wd_fatal_handler, SA_ONSTACK | SA_RESTART, &fatal_old[i]) != 0) {
       rc = -1;
       continue;
     }
@@ -175,15 +171,38 @@ int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir) {
   return rc;
 }
 
+int wd_fatal_check(char *what, size_t len) {
+  int n = 0;
+  size_t at = 0;
+  if (what && len) what[0] = '\0';
+  if (getpid() != fatal_pid) return 0;
+  for (int i = 0; i < WD_NFATAL; i++) {
+    if (!fatal_installed[i]) continue;
+    struct sigaction cur;
+    if (sigaction(wd_fatal_signals[i], NULL, &cur) != 0) continue;
+    /* Ignored since (the application's choice for SIGTERM): left so. */
+    if (!(cur.sa_flags & SA_SIGINFO) && cur.sa_handler == SIG_IGN) continue;
+    struct sigaction found;
+    int r = wd_sig_reclaim(wd_fatal_signals[i], wd_fatal_handler, SA_ONSTACK | SA_RESTART, &fatal_old[i], &found);
+    if (r == 0) continue;
+    n++;
+    if (what && at < len) {
+      char d[48];
+      wd_sig_describe(&found, d, sizeof d);
+      int w = snprintf(what + at, len - at, "%s%s (%s%s)", at ? ", " : "", wd_fatal_names[i], d,
+                       r < 0 ? ", not taken back" : "");
+      if (w > 0) at += (size_t)w;
+    }
+  }
+  return n;
+}
+
 void wd_fatal_restore(void) {
   atomic_store(&fatal_wake_fd, -1);
   abrt_on = 0;
   for (int i = 0; i < WD_NFATAL; i++) {
     if (!fatal_installed[i]) continue;
-    struct sigaction cur;
-    if (sigaction(wd_fatal_signals[i], NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
-        cur.sa_sigaction == wd_fatal_handler)
-      sigaction(wd_fatal_signals[i], &fatal_old[i], NULL);
+    wd_sig_restore(wd_fatal_signals[i], wd_fatal_handler, &fatal_old[i]);
     fatal_installed[i] = 0;
   }
 }

@@ -13,6 +13,8 @@
 #ifndef WD_FATAL_H
 #define WD_FATAL_H
 
+#include <stddef.h>
+
 #define WD_FATAL_ABRT_WAIT_MS 5000 /* longest an aborting thread waits for its dump */
 #define WD_FATAL_MSG 600
 
@@ -22,6 +24,10 @@
 int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir);
 /* Put every previous action back where ours is still installed. Idempotent. */
 void wd_fatal_restore(void);
+/* At each poll: the fatal signals whose action someone replaced since (a framework putting back
+ * "the original handlers") are taken back, chaining to what was found; one left ignored stays
+ * so. Returns how many were found replaced; what names them ("Segmentation fault (SIG_DFL), ...").*/
+int wd_fatal_check(char *what, size_t len);
 /* Watchdog thread: 1 when a SIGTERM waits for its dump. */
 int wd_fatal_term_pending(void);
 /* Watchdog thread, after the dump (or the attempt): the previous SIGTERM action back, and the

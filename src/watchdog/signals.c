@@ -6,6 +6,8 @@
  */
 #include "watchdog/signals.h"
 
+#include "base/sigown.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -16,7 +18,7 @@
 
 static int snapsig_signo;
 static int snapsig_installed;
-static struct sigaction snapsig_old;
+static wd_sig_prev snapsig_old;
 static pid_t snapsig_pid;
 /* Cleared by restore: a handler that still runs afterwards (someone chained to us, or a
  * signal already in flight) must not write to a wake fd that may be closed or reused. */
@@ -45,13 +47,7 @@ static void wd_snapsig_handler(int sig, siginfo_t *si, void *uc) {
       /* EAGAIN: the fd is already readable, the watchdog will wake anyway. */
     }
   }
-  if (snapsig_old.sa_flags & SA_SIGINFO) {
-    if (snapsig_old.sa_sigaction && snapsig_old.sa_sigaction != wd_snapsig_handler)
-      snapsig_old.sa_sigaction(sig, si, uc);
-  } else if (snapsig_old.sa_handler != SIG_DFL && snapsig_old.sa_handler != SIG_IGN &&
-             snapsig_old.sa_handler != NULL) {
-    snapsig_old.sa_handler(sig);
-  }
+  wd_sig_prev_chain(&snapsig_old, wd_snapsig_handler, sig, si, uc);
   errno = saved_errno;
   atomic_fetch_sub(&snapsig_entered, 1);
 }
@@ -59,25 +55,12 @@ static void wd_snapsig_handler(int sig, siginfo_t *si, void *uc) {
 static int wd_snapsig_put(int signo, int wake_fd) {
   if (signo <= 0 || signo >= NSIG) return -1;
   if (snapsig_installed) wd_snapsig_restore();
-  struct sigaction sa, old;
-  memset(&sa, 0, sizeof(sa));
-  sa.sa_sigaction = wd_snapsig_handler;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  /* Set the state first: the signal may arrive the moment sigaction returns. snapsig_old is only
-   * read by our handler, which is not installed yet (or no longer active after restore). */
-  if (sigaction(signo, NULL, &old) != 0) return -1;
-  if ((old.sa_flags & SA_SIGINFO) && old.sa_sigaction == wd_snapsig_handler) {
-    /* Ours is still there from an earlier install whose restore found it replaced and back:
-     * keep the previous action we saved then, so we never chain to ourselves. */
-    old = snapsig_old;
-  }
-  snapsig_old = old;
+  /* Set the state first: the signal may arrive the moment sigaction returns. */
   snapsig_signo = signo;
   snapsig_pid = getpid();
   atomic_store(&snapsig_wake_fd, wake_fd);
   atomic_store(&snapsig_active, 1);
-  if (sigaction(signo, &sa, NULL) != 0) {
+  if (wd_sig_install(signo, wd_snapsig_handler, SA_RESTART, &snapsig_old) != 0) {
     atomic_store(&snapsig_active, 0);
     atomic_store(&snapsig_wake_fd, -1);
     return -1;
@@ -94,10 +77,7 @@ int wd_snapsig_install_inert(int signo) { return wd_snapsig_put(signo, -1); }
 
 void wd_snapsig_restore(void) {
   if (!snapsig_installed) return;
-  struct sigaction cur;
-  if (sigaction(snapsig_signo, NULL, &cur) == 0 && (cur.sa_flags & SA_SIGINFO) &&
-      cur.sa_sigaction == wd_snapsig_handler)
-    sigaction(snapsig_signo, &snapsig_old, NULL);
+  wd_sig_restore(snapsig_signo, wd_snapsig_handler, &snapsig_old);
   atomic_store(&snapsig_active, 0);
   atomic_store(&snapsig_wake_fd, -1);
   snapsig_installed = 0;
@@ -112,3 +92,13 @@ int wd_snapsig_take(int *sender_pid) {
   if (sender_pid) *sender_pid = atomic_load(&snapsig_sender);
   return n;
 }
+
+int wd_snapsig_check(char *found, size_t len) {
+  if (!snapsig_installed || getpid() != snapsig_pid) return 0;
+  struct sigaction was;
+  int rc = wd_sig_reclaim(snapsig_signo, wd_snapsig_handler, SA_RESTART, &snapsig_old, &was);
+  if (rc != 0 && found && len) wd_sig_describe(&was, found, (unsigned)len);
+  return rc;
+}
+
+int wd_snapsig_signo(void) { return snapsig_installed ? snapsig_signo : 0; }

@@ -6,6 +6,8 @@
 #ifndef WD_SIGNALS_H
 #define WD_SIGNALS_H
 
+#include <stddef.h>
+
 /* Install for signo; wake_fd is an eventfd (8-byte writes) or the write end of a pipe.
  * Returns 0, or -1 (logged by the caller). */
 int wd_snapsig_install(int signo, int wake_fd);
@@ -16,5 +18,12 @@ int wd_snapsig_install_inert(int signo);
 void wd_snapsig_restore(void);
 /* Signals received since the last call (atomic exchange); *sender_pid gets the last sender, or 0. */
 int wd_snapsig_take(int *sender_pid);
+
+/* At each poll: whether the application replaced the snapshot signal's action (PyTorch
+ * Lightning's SLURM requeue handler, or its teardown putting back SIG_DFL). Taken back, chaining
+ * to what was found there (that handler still runs once per signal): 1, found describing it;
+ * 0 when still ours; -1 when it could not be taken back (snapshots then only by trigger file). */
+int wd_snapsig_check(char *found, size_t len);
+int wd_snapsig_signo(void);
 
 #endif

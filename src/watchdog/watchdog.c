@@ -79,6 +79,8 @@ static struct {
   uint64_t episode_records;  /* its communicator's proxy records then (wd_context_proxy_records) */
   int warned_max;
   unsigned warned_trigger; /* malformed triggers seen (the first is said) */
+  /* Signal actions found replaced at a poll (the first of each kind is said, later ones counted). */
+  unsigned snapsig_lost, fatal_lost;
   /* This process's stall was folded into episode fold_k, which another process opened (joined,
    * or answered just before): it stands for the stall while a verdict may still come, until
    * fold_deadline_ns. Without one by then (a trigger the job did not write, or its analyzer
@@ -458,6 +460,30 @@ static void wd_check_signal(void) {
     WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
 }
 
+/* The signals the plugin installed, still its own? A framework may have put back what it took
+ * for "the original handlers" (PyTorch Lightning at the end of every fit: SIG_DFL, as CPython
+ * reports for a handler installed from C), or installed its own over ours (Lightning's SLURM
+ * requeue on SIGUSR1). Taken back, chaining to what is there, so that handler still runs once
+ * per signal. Once per poll: two sigaction reads per signal on this thread. */
+static void wd_check_owned(void) {
+  char found[48] = "";
+  int r = wd_snapsig_check(found, sizeof found);
+  if (r != 0 && wd_wd.snapsig_lost++ == 0) {
+    if (r > 0)
+      WD_WARN("the snapshot signal %d had been replaced (now %s): taken back, chaining to it (that handler "
+              "still runs once per signal); said once, later replacements are taken back silently",
+              wd_snapsig_signo(), found);
+    else
+      WD_WARN("the snapshot signal %d is no longer the plugin's (now %s) and could not be taken back: "
+              "snapshots by that signal stop; stall dumps and peer dumps go on (NCCL_WATCHDOG_SIGNAL picks "
+              "another signal)", wd_snapsig_signo(), found);
+  }
+  char what[256];
+  if (wd_fatal_check(what, sizeof what) > 0 && wd_wd.fatal_lost++ == 0)
+    WD_WARN("fatal-signal handlers had been replaced: %s; taken back, chaining to what was there, so a crash "
+            "still leaves its record in the ring files; said once", what);
+}
+
 /* The peer budget is spent: episodes this process answered that resumed (the opener's
  * verdict-<k>.resumed) give their dump back. Looked at once per timeout at most: a flood of
  * triggers must not turn into a flood of lookups on the shared directory. */
@@ -626,6 +652,7 @@ static void *wd_main(void *arg) {
     now = wd_now_ns();
     if (now >= next) {
       next = now + poll_ns;
+      wd_check_owned();
       if (wd_wd.cfg->peer_dumps && wd_wd.dumps_ok) wd_check_triggers(now);
       wd_check_stalls(now);
       wd_av_poll(now);
@@ -650,6 +677,8 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
   wd_wd.warned_trigger = 0;
+  wd_wd.snapsig_lost = 0;
+  wd_wd.fatal_lost = 0;
   wd_wd.fold_k = 0;
   wd_wd.own_next = 0;
   wd_wd.last_dump_ns = 0;

@@ -69,3 +69,21 @@ __attribute__((visibility("default"))) int pyhost_finish(void) {
   wdh_unload(&g_plugin);
   return (int)wdh_failures();
 }
+
+/* An AllReduce whose recv step on channel 0 never completes (a hang), left in flight. */
+static wdh_op g_hung;
+__attribute__((visibility("default"))) int pyhost_hang(void) {
+  if (!g_comm.ctx) return -1;
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  wdh_op_run(&g_comm, &cfg, &g_hung);
+  return 0;
+}
+
+__attribute__((visibility("default"))) void pyhost_unhang(void) { wdh_op_resume(&g_hung); }
+
+/* Lines the plugin logged through NCCL's logger (level -1: any) that contain substr. */
+__attribute__((visibility("default"))) int pyhost_log_contains(int level, const char *substr) {
+  return wdh_log_contains(level, substr);
+}

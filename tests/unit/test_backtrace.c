@@ -119,12 +119,22 @@ __attribute__((noinline, visibility("default"))) int wd_test_park_f(void) {
   return (int)x;
 }
 
+/* The blocked thread sleeps long: its /proc state and its system call are read one after the
+ * other, and a short sleep lets a loaded machine catch it runnable between two sleeps (state R
+ * first, then already back in nanosleep). */
 __attribute__((noinline, visibility("default"))) int wd_test_park_blocked(void) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, bt_signo());
   pthread_sigmask(SIG_BLOCK, &set, NULL);
-  return wd_test_park_b();
+  int rounds = 0;
+  atomic_fetch_add(&g_ready, 1);
+  while (!atomic_load(&g_stop)) {
+    struct timespec ts = {0, 250000000};
+    nanosleep(&ts, NULL);
+    rounds++;
+  }
+  return rounds;
 }
 
 typedef int (*park_fn)(void);
@@ -277,8 +287,8 @@ static void child_all_threads(void) {
 
   const wd_bt_thread *blk = find_thread(&r, atomic_load(&ps[NPARK].tid));
   CHECK(blk && blk->status == WD_BT_BLOCKED && blk->nframes <= 1);
-  /* Not asked, but placed by the kernel: asleep in nanosleep (parked in wd_test_park_b), frame 0
-   * its call site; a thread caught between two sleeps shows no call. */
+  /* Not asked, but placed by the kernel: asleep in nanosleep (parked in wd_test_park_blocked),
+   * frame 0 its call site; a thread caught between two sleeps shows no call. */
   CHECK(blk && blk->kstate != 0);
   if (blk && blk->syscall[0]) {
     CHECK(strstr(blk->syscall, "nanosleep") && blk->kstate == 'S' && blk->nframes == 1);

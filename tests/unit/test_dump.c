@@ -260,7 +260,7 @@ static void build(fixture *f) {
   f->threads[1].status = WD_BT_NO_ANSWER;
   snprintf(f->threads[1].name, sizeof(f->threads[1].name), "pt_main");
   f->modules[0] = (wd_bt_module){0x7f3a12200000ull, 0x7f3a12400000ull, 0x28000, "r-xp", "/lib/libc.so.6"};
-  f->bt = (wd_bt_result){2, 1, 1, f->threads, 1, f->modules};
+  f->bt = (wd_bt_result){.nthreads = 2, .asked = 1, .answered = 1, .threads = f->threads, .nmodules = 1, .modules = f->modules};
   in->threads = &f->bt;
 }
 

@@ -195,13 +195,14 @@ static void short_who(const wd_az_result *res, const wd_az_suspect *s, char *out
 static void now_text(const wd_az_result *res, const wd_az_crank *cr, char *out, size_t len) {
   const wd_az_dump *d = wd_az_dump_of(res->set, cr);
   const char *st = wd_az_s(d->main_status);
-  if (!d->npy && st && (!strcmp(st, "no_answer") || !strcmp(st, "blocked"))) {
+  if (!d->npy && st && (!strcmp(st, "no_answer") || !strcmp(st, "blocked") || !strcmp(st, "not_asked"))) {
     /* No stack: where the kernel says it is (a driver call stuck in state D is a classic). */
     const char *sc = wd_az_s(d->main_syscall);
     char f[400] = "";
     if (d->nframes) wd_az_frames_text(d, 1, f, sizeof f);
     wd_az_fmt(out, len, "main thread gave no stack (%s)%s%s%s%s%s%s",
-              !strcmp(st, "blocked") ? "it blocks the stack signal" : "it did not answer the stack signal",
+              !strcmp(st, "blocked") ? "it blocks the stack signal" :
+              !strcmp(st, "not_asked") ? "the stack signal was no longer the plugin's" : "it did not answer the stack signal",
               d->main_kstate ? ", " : "", d->main_kstate ? wd_az_proc_state_text(d->main_kstate) : "",
               sc && *sc ? ", in system call " : "", sc && *sc ? sc : "", *f ? " called from " : "", f);
   } else if (d->npy) {

@@ -952,12 +952,21 @@ static int gz_name(const char *path) {
 static unsigned g_trusted_owner = (unsigned)-1;
 void wd_az_trust_owner(unsigned owner) { g_trusted_owner = owner; }
 
+int wd_az_open_nolink(int dfd, const char *name, int flags) {
+  struct stat st;
+  if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+    errno = ELOOP;
+    return -1;
+  }
+  return openat(dfd, name, flags | O_NOFOLLOW);
+}
+
 /* The dump directory is shared and untrusted (docs/operations.md, "What the analyzer trusts"):
  * a file is opened without following a link and without blocking (a FIFO named like a dump),
  * and read only when it is a regular file of the analyzing user or of the job's user. Returns
  * the descriptor, or -1 with the reason in why. */
 static int open_dump(const char *path, struct stat *st, char *why, size_t why_len) {
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  int fd = wd_az_open_nolink(AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
     snprintf(why, why_len, errno == ELOOP ? "a symbolic link: not followed" : "cannot open: %s",
              strerror(errno));
@@ -1634,7 +1643,7 @@ static int ring_now_of(const wd_rf_header *h, const wd_process_id *here, ring_no
 
 static int ring_read_now(const char *path, const wd_process_id *here, ring_now *out) {
   memset(out, 0, sizeof *out);
-  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = wd_az_open_nolink(AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
   wd_rf_header h;
   struct stat st;

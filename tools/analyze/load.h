@@ -16,6 +16,10 @@
  * named on the command line: the job's user). Files of anyone else are skipped, with the owner
  * in the reason. (uid_t)-1: none beside the analyzing user. */
 void wd_az_trust_owner(unsigned owner);
+/* openat(dfd, name, flags | O_NOFOLLOW), but a symbolic link is not even opened: it is seen with
+ * fstatat first (-1, errno ELOOP), so nothing of the shared directory is opened through a link
+ * (O_NOFOLLOW still closes the window between the two calls). */
+int wd_az_open_nolink(int dfd, const char *name, int flags);
 
 /* Parse one document. On success appends one dump (and its communicator ranks) to set and
  * returns 0; otherwise returns -1 and writes a one-line reason into why. Never keeps a pointer

@@ -262,7 +262,7 @@ static int ends_with(const char *s, size_t len, const char *tail) {
 /* Whether a stall or peer dump (name in dfd) answers episode k: its identity's jobEpisode, in the
  * first few KiB (render.c writes identity near the top), read through zlib for a .json.gz. */
 static int answers_episode(int dfd, const char *name, size_t len, long k) {
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  int fd = wd_az_open_nolink(dfd, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
   char buf[4096];
   int n;
@@ -443,7 +443,7 @@ static void find_resumed(const args *a, wd_az_set *set) {
     if (lstat(a->inputs[i], &ds) != 0 || !S_ISDIR(ds.st_mode)) continue;
     char path[4200];
     snprintf(path, sizeof path, "%s/verdict-%d.resumed", a->inputs[i], set->episode);
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = wd_az_open_nolink(AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) continue;
     char buf[sizeof set->resumed_note];
     ssize_t n = 0;
@@ -623,9 +623,17 @@ static int write_salvaged(cJSON *doc, const char *dir, const char *what, const c
   return 0;
 }
 
-/* A ring file, whole (at most WD_AZ_MAX_FILE): malloc'ed, NULL when it cannot be read. */
+/* A ring file, whole (at most WD_AZ_MAX_FILE): malloc'ed, NULL when it cannot be read. A link or
+ * anything but a regular file is not read (the ring folder may be shared with other users). */
 static char *read_ring(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
+  int fd = wd_az_open_nolink(AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  struct stat st;
+  if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+    close(fd);
+    fd = -1;
+  }
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (!f && fd >= 0) close(fd);
   char *buf = NULL;
   long n = -1;
   if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && n <= WD_AZ_MAX_FILE &&
