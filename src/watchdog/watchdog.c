@@ -34,12 +34,12 @@
 #include "watchdog/autoverdict.h"
 #include "watchdog/collect.h"
 #include "watchdog/fatal.h"
+#include "watchdog/keep.h"
 #include "watchdog/metrics.h"
 #include "watchdog/signals.h"
 #include "watchdog/stall.h"
 
 #define WD_MAX_STALLS 64
-#define WD_PEER_MEMO 64
 
 static struct {
   pthread_t thread;
@@ -52,20 +52,11 @@ static struct {
   char base[WD_PATH_MAX];     /* the job's dump directory (triggers live there) */
   char host[64];
   unsigned ndumps;        /* dumps written, for the file sequence number */
-  /* Dumps attempted, each kind against NCCL_WATCHDOG_MAX_DUMPS on its own, so that no kind can
-   * use up what a real hang needs: this process's own stall dumps (refunded when the episode
-   * resumes: a checkpoint's long barrier), peer dumps (episodes others opened), snapshots. */
-  unsigned nauto_dumps;   /* own stall dumps of episodes that did not resume */
-  unsigned npeer_dumps;
+  /* Snapshots against NCCL_WATCHDOG_MAX_DUMPS on their own, so that a script sending the
+   * snapshot signal cannot use up what a real hang needs; stall and peer dumps together within
+   * the same number on disk (keep.h: a resumed episode's dump makes room for a new one). */
   unsigned nsignal_dumps;
-  unsigned nresumed;      /* own stall dumps of resumed episodes: the oldest are kept, later ones removed */
-  /* The episodes this process answered with a peer dump (the latest WD_PEER_MEMO; 0: refunded):
-   * once the peer budget is spent, those the job says resumed give theirs back (wd_peer_refund),
-   * so that a rank that only ever answers (a slow checkpoint's saver) still has a dump for the
-   * real hang. */
-  unsigned peer_k[WD_PEER_MEMO];
-  unsigned npeer_k;
-  uint64_t peer_refund_ns; /* when the answered episodes were last looked at (once a timeout) */
+  unsigned nremoved; /* dumps of resumed episodes removed to make room (the first is said) */
   char episode_path[WD_PATH_MAX + 64]; /* this process's stall dump of the current episode */
   int episode; /* a stall episode is in progress: one dump per episode */
   unsigned nepisodes; /* stall episodes so far (metrics) */
@@ -101,26 +92,32 @@ static struct {
 
 /* summary: only the newest NCCL_WATCHDOG_PEER_RECORDS of each ring (every dump of a job's stall
  * episode but the one of the process that opened it). */
-static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *path,
+static int wd_dump(const char *reason, wd_dump_input *extra, int summary, unsigned episode, char *path,
                    size_t path_len) {
   int rc = -1; /* only the watchdog thread dumps */
   path[0] = '\0';
   if (!wd_wd.dumps_ok) goto out;
-  /* Requested snapshots and automatic dumps are capped separately, so a script that sends the
-   * snapshot signal every few minutes cannot use up the dumps a real hang needs. */
   int is_signal = strcmp(reason, "signal") == 0, is_peer = strcmp(reason, "peer") == 0;
   /* A process dumps once at its end whatever came before: its last word on the hang. */
   int teardown = strcmp(reason, "sigabrt") == 0 || strcmp(reason, "term") == 0;
   int kind = is_signal ? 1 : is_peer ? 2 : 0;
-  unsigned *count = is_signal ? &wd_wd.nsignal_dumps : is_peer ? &wd_wd.npeer_dumps : &wd_wd.nauto_dumps;
-  if (!teardown && wd_wd.cfg->max_dumps > 0 && *count >= (unsigned)wd_wd.cfg->max_dumps) {
+  int budget = !teardown && wd_wd.cfg->max_dumps > 0;
+  char removed[256] = "";
+  if (budget && (is_signal ? wd_wd.nsignal_dumps >= (unsigned)wd_wd.cfg->max_dumps
+                           : !wd_keep_room(wd_wd.dir, wd_av_episode_resumed, removed, sizeof removed))) {
     if (!(wd_wd.warned_max & (1 << kind)))
-      WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached for %s dumps: no more from this process",
-              wd_wd.cfg->max_dumps, kind == 1 ? "snapshot (signal)" : kind == 2 ? "peer" : "stall");
+      WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d reached for %s dumps%s: no more from this process (said once)",
+              wd_wd.cfg->max_dumps, is_signal ? "snapshot (signal)" : "stall and peer",
+              is_signal ? "" : ", none of them of an episode that resumed");
     wd_wd.warned_max |= 1 << kind;
     goto out;
   }
-  (*count)++;
+  if (removed[0] && wd_wd.nremoved++ == 0)
+    WD_WARN("NCCL_WATCHDOG_MAX_DUMPS=%d stall and peer dumps on disk: removed %s to make room for this %s dump; "
+            "later such removals are logged at INFO", wd_wd.cfg->max_dumps, removed, reason);
+  else if (removed[0])
+    WD_INFO("NCCL_WATCHDOG_MAX_DUMPS=%d: removed %s to make room for this %s dump", wd_wd.cfg->max_dumps, removed, reason);
+  if (is_signal) wd_wd.nsignal_dumps++;
   wd_dump_input in;
   /* Whole rings from the process that opened the job's episode and in snapshots; every other
    * dump of the episode is a summary (the newest records of each ring): what a 100,000-rank
@@ -152,25 +149,18 @@ static int wd_dump(const char *reason, wd_dump_input *extra, int summary, char *
     in.abort_inflight = extra->abort_inflight;
   }
   rc = wd_dump_write(&in, wd_wd.dir, path, path_len);
-  if (rc == 0 && strcmp(reason, "signal") != 0) wd_wd.last_dump_ns = wd_now_ns();
+  if (rc == 0 && !is_signal) wd_wd.last_dump_ns = wd_now_ns();
+  if (rc == 0 && !is_signal && !teardown) wd_keep_add(path, episode);
   if (rc != 0) WD_WARN("could not write a %s dump into %s: %s", reason, wd_wd.dir, strerror(errno));
   wd_collect_free(&in);
 out:
   return rc;
 }
 
-/* The episode resumed (a slow phase, not a hang): its stall dump is evidence of its moment only.
- * It no longer counts against the stall budget, so any number of checkpoint stalls never leave
- * a real hang without its dump; the first NCCL_WATCHDOG_MAX_DUMPS of them stay on disk, a later
- * one is removed (this process's own file, named when it was written). */
+/* The episode resumed (a slow phase, not a hang): its stall dump is evidence of its moment only,
+ * and the first to go when the budget is spent (keep.h). */
 static void wd_resumed_budget(void) {
-  if (!wd_wd.episode_path[0]) return;
-  if (wd_wd.nauto_dumps) wd_wd.nauto_dumps--;
-  if (wd_wd.cfg->max_dumps > 0 && ++wd_wd.nresumed > (unsigned)wd_wd.cfg->max_dumps) {
-    if (unlink(wd_wd.episode_path) == 0)
-      WD_INFO("stall episode resumed: its dump %s removed (%u resumed episodes, the first %d kept)",
-              wd_wd.episode_path, wd_wd.nresumed, wd_wd.cfg->max_dumps);
-  }
+  if (wd_wd.episode_path[0]) wd_keep_resumed(wd_wd.episode_path);
 }
 
 /* " seq N", or nothing where the operation has none (p2p, a captured launch's replay). */
@@ -433,7 +423,7 @@ static void wd_check_stalls(uint64_t now) {
   if (posted >= 0) wd_ringfile_note_answer(k);
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
-  int rc = wd_dump("stall", &extra, joined, path, sizeof(path));
+  int rc = wd_dump("stall", &extra, joined, posted >= 0 ? k : 0, path, sizeof(path));
   if (rc == 0) snprintf(wd_wd.episode_path, sizeof wd_wd.episode_path, "%s", path);
   if (posted >= 0 && rc == 0) wd_av_dumped(k, now, 1);
   for (uint32_t i = 0; i < n && i < 4; i++) {
@@ -456,7 +446,7 @@ static void wd_check_signal(void) {
   if (wd_snapsig_take(&sender) <= 0) return;
   wd_dump_input extra = {.signo = wd_wd.cfg->signal, .sender_pid = sender};
   char path[WD_PATH_MAX + 64];
-  if (wd_dump("signal", &extra, 0, path, sizeof(path)) == 0)
+  if (wd_dump("signal", &extra, 0, 0, path, sizeof(path)) == 0)
     WD_INFO("snapshot dump (signal from pid %d): %s", sender, path);
 }
 
@@ -484,23 +474,6 @@ static void wd_check_owned(void) {
             "still leaves its record in the ring files; said once", what);
 }
 
-/* The peer budget is spent: episodes this process answered that resumed (the opener's
- * verdict-<k>.resumed) give their dump back. Looked at once per timeout at most: a flood of
- * triggers must not turn into a flood of lookups on the shared directory. */
-static void wd_peer_refund(uint64_t now) {
-  if (wd_wd.cfg->max_dumps <= 0 || wd_wd.npeer_dumps < (unsigned)wd_wd.cfg->max_dumps) return;
-  if (wd_wd.peer_refund_ns && now - wd_wd.peer_refund_ns < wd_wd.cfg->timeout_ns) return;
-  wd_wd.peer_refund_ns = now;
-  unsigned back = 0;
-  for (unsigned i = 0; i < WD_PEER_MEMO && i < wd_wd.npeer_k; i++)
-    if (wd_wd.peer_k[i] && wd_av_episode_resumed(wd_wd.peer_k[i])) {
-      wd_wd.peer_k[i] = 0;
-      back++;
-    }
-  wd_wd.npeer_dumps -= back < wd_wd.npeer_dumps ? back : wd_wd.npeer_dumps;
-  if (back) WD_INFO("%u answered stall episode(s) resumed: their peer dumps no longer count", back);
-}
-
 /* In a large job many ranks stall at once and each posts a trigger: a process answers the
  * first and lets the others of the same burst go (one dump per process per episode is what the
  * analyzer needs), so 1,000 stalled ranks do not make every rank write 1,000 dumps. */
@@ -526,9 +499,7 @@ static void wd_check_triggers(uint64_t now) {
   }
   wd_dump_input extra = {.peer_trigger = name, .peer_trigger_json = content};
   char path[WD_PATH_MAX + 64];
-  wd_peer_refund(now);
-  if (wd_dump("peer", &extra, 1, path, sizeof(path)) == 0) {
-    wd_wd.peer_k[wd_wd.npeer_k++ % WD_PEER_MEMO] = wd_wd.watch.next - 1;
+  if (wd_dump("peer", &extra, 1, wd_wd.watch.next - 1, path, sizeof(path)) == 0) {
     wd_wd.peer_dump_ns = now;
     wd_wd.peer_mark = wd_progress_mark();
     WD_WARN("another process reported a stall (%s): dump %s", name, path);
@@ -543,7 +514,7 @@ static void wd_check_abort(void) {
   pthread_mutex_unlock(&wd_wd.abort_lock);
   if (!asked) return;
   char path[WD_PATH_MAX + 64];
-  int rc = wd_dump("abort", &extra, 0, path, sizeof(path));
+  int rc = wd_dump("abort", &extra, 0, 0, path, sizeof(path));
   if (rc == 0)
     WD_WARN("comm 0x%llx finalized with %u operation(s) in flight (abort): dump %s",
             (unsigned long long)extra.abort_comm_id, extra.abort_inflight, path);
@@ -588,7 +559,7 @@ static void wd_check_term(void) {
   if (!wd_fatal_term_pending()) return;
   char path[WD_PATH_MAX + 64];
   wd_dump_input extra = {.signo = SIGTERM};
-  if (wd_dump("term", &extra, 0, path, sizeof(path)) == 0) WD_WARN("SIGTERM: dump %s", path);
+  if (wd_dump("term", &extra, 0, 0, path, sizeof(path)) == 0) WD_WARN("SIGTERM: dump %s", path);
   wd_fatal_term_chain();
 }
 
@@ -612,7 +583,7 @@ static void wd_check_abrt(void) {
   if (!wd_fatal_abrt_pending()) return;
   char path[WD_PATH_MAX + 64];
   wd_dump_input extra = {.signo = SIGABRT};
-  if (wd_dump("sigabrt", &extra, 0, path, sizeof(path)) == 0) {
+  if (wd_dump("sigabrt", &extra, 0, 0, path, sizeof(path)) == 0) {
     WD_WARN("SIGABRT: the process is ending; what it had in flight: dump %s", path);
     /* PyTorch's watchdog fired before ours: the verdict is left to a detached analyzer. */
     if (wd_wd.cfg->peer_dumps) wd_av_teardown(wd_now_ns(), wd_world_size());
@@ -667,12 +638,11 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.cfg = cfg;
   atomic_store(&wd_wd.stop, 0);
   wd_wd.ndumps = 0;
-  wd_wd.nauto_dumps = 0;
-  wd_wd.npeer_dumps = 0;
   wd_wd.nsignal_dumps = 0;
-  wd_wd.nresumed = 0;
-  wd_wd.npeer_k = 0;
-  wd_wd.peer_refund_ns = 0;
+  wd_wd.nremoved = 0;
+  if (wd_keep_start(cfg->max_dumps) != 0)
+    WD_WARN("out of memory for the list of kept dumps: NCCL_WATCHDOG_MAX_DUMPS holds, but no dump of a "
+            "resumed episode can make room");
   wd_wd.episode_path[0] = '\0';
   wd_wd.episode = 0;
   wd_wd.warned_max = 0;
@@ -772,8 +742,11 @@ void wd_watchdog_stop(void) {
       wd_pin_library();
     } else {
       wd_metrics_close(); /* the thread is gone: nothing writes the file any more */
+      wd_keep_stop();
     }
     wd_wd.running = 0;
+  } else {
+    wd_keep_stop();
   }
   if (wd_wd.bt_ok) wd_bt_fini();
   wd_wd.bt_ok = 0;

@@ -10,6 +10,8 @@
  *              reused, each naming its own process.
  *   culprit    a 4-rank job; rank 2 is SIGKILLed before the collective the others then hang in:
  *              the analyzer, given the others' stall dumps and rank 2's ring file, names rank 2.
+ *   aftersnap  the same, with a SIGUSR1 snapshot of rank 2 taken three collectives before it
+ *              was killed: its ring file, newer, decides (not the snapshot).
  *   abort      a communicator finalized with an operation in flight (ncclCommAbort) gets one
  *              "abort" dump before it is retired; one destroyed after its work, none.
  *   segv       SIGSEGV in an application thread: the application's own handler still runs, and
@@ -283,6 +285,10 @@ static void case_two_jobs(const char *dir) {
 
 /* ---- a 4-rank job whose rank 2 is SIGKILLed ---- */
 
+/* "aftersnap": rank 2 takes a routine snapshot after seq 1 (scancel --signal=USR1), then runs
+ * on to seq 4 before it is killed. */
+static const char *g_snap_dir;
+
 static void rank_main(int rank, int fd) {
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
@@ -290,7 +296,16 @@ static void rank_main(int rank, int fd) {
   wdh_comm_init(&c, &p, COMM_JOB, "job", 1, 4, rank);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
-  wdh_run_ops(&c, NULL, &cfg, 5); /* seq 0..4 everywhere */
+  if (g_snap_dir) {
+    wdh_run_ops(&c, NULL, &cfg, 2); /* seq 0..1 */
+    if (rank == 2) {
+      kill(getpid(), SIGUSR1);
+      if (wdh_wait_dumps(g_snap_dir, "signal", 1, 5000) < 1) _exit(1);
+    }
+    wdh_run_ops(&c, NULL, &cfg, 3); /* seq 2..4 */
+  } else {
+    wdh_run_ops(&c, NULL, &cfg, 5); /* seq 0..4 everywhere */
+  }
   char ok = 1;
   if (write(fd, &ok, 1) != 1) _exit(1);
   if (rank == 2) pause(); /* killed before the collective */
@@ -325,6 +340,21 @@ static void case_culprit(const char *dir) {
   if (p) pclose(p);
   WDH_CHECK(named, "the analyzer did not name rank 2 (died) from its ring file");
   (void)postmortem;
+}
+
+/* Newest evidence first: rank 2's snapshot says it completed seq 1; its ring file, refreshed
+ * after it, that it completed seq 4 and then died. The verdict rests on the ring file (before:
+ * "rank 2 ... seq 1 ... instead of AllReduce seq 5 (mismatch)", judged by the snapshot). */
+static void case_aftersnap(const char *dir) {
+  g_snap_dir = dir;
+  case_culprit(dir);
+  g_snap_dir = NULL;
+  WDH_CHECK(wdh_list_dumps(dir, "signal", NULL, 0) == 1, "rank 2's snapshot was not written");
+  const char *az = getenv("WDH_ANALYZER");
+  if (!az || access(az, X_OK) != 0) return;
+  char line[2048];
+  wdh_analyzer_first_line(dir, "-q", line, sizeof line);
+  WDH_CHECK(!strstr(line, "mismatch") && !strstr(line, "seq 1 "), "judged by the older snapshot: %.600s", line);
 }
 
 /* ---- finalized with operations in flight: ncclCommAbort ---- */
@@ -546,6 +576,7 @@ int main(void) {
   rc |= run_case("pm-hung", case_hung);
   rc |= run_case("pm-two-jobs", case_two_jobs);
   rc |= run_case("pm-culprit", case_culprit);
+  rc |= run_case("pm-aftersnap", case_aftersnap);
   rc |= run_case("pm-abort", case_abort);
   rc |= run_case("pm-segv", case_segv);
   rc |= run_case("pm-sigterm", case_sigterm);

@@ -1826,14 +1826,32 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   g_sort_set = set;
   g_postmortem = wd_az_intern("postmortem");
   qsort(idx, set->ncranks, sizeof(*idx), cmp_key);
-  /* Sorted newest first within a key: the newest of the judged attempt is kept. */
-  int have = 0;
-  for (size_t i = 0; i < set->ncranks; i++) {
-    wd_az_crank *c = &set->cranks[idx[i]];
-    if (i == 0 || !same_key(set, c, &set->cranks[idx[i - 1]])) have = 0;
-    c->kept = all_dumps || (!c->aside && !have);
-    have |= c->kept;
-    if (c->kept) set->dumps[c->dump].kept = 1;
+  /* Sorted newest first within a key, the process's own dumps before its ring file: the newest
+   * of the judged attempt is kept. Newest evidence first: a snapshot is a routine picture, so a
+   * ring file of the same process refreshed after it (the process ran on and was then killed:
+   * an OOM kill after `scancel --signal=USR1`) decides what that process was doing. */
+  wd_az_str snap = wd_az_intern("signal");
+  for (size_t a = 0, b; a < set->ncranks; a = b) {
+    for (b = a + 1; b < set->ncranks && same_key(set, &set->cranks[idx[b]], &set->cranks[idx[a]]); b++) {
+    }
+    size_t pick = b;
+    for (size_t i = a; i < b && pick == b; i++)
+      if (!set->cranks[idx[i]].aside) pick = i;
+    if (pick < b && set->dumps[set->cranks[idx[pick]].dump].reason == snap) {
+      const wd_az_dump *own = &set->dumps[set->cranks[idx[pick]].dump];
+      for (size_t i = pick + 1; i < b; i++) {
+        const wd_az_dump *d = &set->dumps[set->cranks[idx[i]].dump];
+        if (!set->cranks[idx[i]].aside && d->reason == g_postmortem && d->wall_ns > own->wall_ns) {
+          pick = i;
+          break;
+        }
+      }
+    }
+    for (size_t i = a; i < b; i++) {
+      wd_az_crank *c = &set->cranks[idx[i]];
+      c->kept = all_dumps || i == pick;
+      if (c->kept) set->dumps[c->dump].kept = 1;
+    }
   }
   /* A process that had no communicator alive still counts as read. */
   char *has = calloc(set->ndumps ? set->ndumps : 1, 1);

@@ -180,7 +180,14 @@ static cJSON *comm_json(const wd_az_set *set, const wd_az_comm *c) {
   cJSON_AddNumberToObject(o, "nranks", c->nranks);
   cJSON_AddItemToObject(o, "ranksPresent", int_array(c->present, c->npresent));
   cJSON_AddItemToObject(o, "ranksMissing", int_array(c->missing, c->nmissing));
-  cJSON_AddStringToObject(o, "verdict", wd_az_verdict_name(c->verdict));
+  /* The judged episode resumed (the job's own verdict-K.resumed): nothing hangs now; what was
+   * stuck at that moment stays readable. */
+  if (set && set->resumed_note[0] && c->verdict == WD_AZ_HANG) {
+    cJSON_AddStringToObject(o, "verdict", "resumed");
+    cJSON_AddStringToObject(o, "verdictAtThatMoment", wd_az_verdict_name(c->verdict));
+  } else {
+    cJSON_AddStringToObject(o, "verdict", wd_az_verdict_name(c->verdict));
+  }
   cJSON_AddStringToObject(o, "summary", c->summary);
   if (c->note[0]) cJSON_AddStringToObject(o, "note", c->note);
   if (c->slow_link[0]) {
