@@ -629,6 +629,10 @@ static int put_memory(cJSON *root, const wd_dump_input *in) {
       add_num(m, "commsWithSmallerRings", (double)in->mem_shrunk) ||
       add_num(m, "slotChunksRefused", (double)in->mem_refused))
     return -1;
+  /* Rings kept in memory because the node's share of /dev/shm could not hold their file. */
+  if (in->ring_files_note[0] &&
+      add_bounded_str(m, "ringFilesRefused", in->ring_files_note, sizeof(in->ring_files_note)))
+    return -1;
   return 0;
 }
 

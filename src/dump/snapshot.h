@@ -135,6 +135,8 @@ typedef struct wd_dump_input {
   uint64_t trig_shared, trig_node; /* metadata operations: shared file system, node memory */
   /* the process's memory against NCCL_WATCHDOG_MEMORY_BUDGET */
   uint64_t mem_budget, mem_rings, mem_slots, mem_shrunk, mem_refused;
+  /* Ring files refused by the node's share of their file system (nodeshare.h): why, "" when none. */
+  char ring_files_note[400];
   /* data */
   uint32_t ncomms;
   wd_comm_snap *comms;

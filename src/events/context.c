@@ -12,6 +12,7 @@
 #include "base/log.h"
 #include "events/budget.h"
 #include "events/track.h"
+#include "flightrec/nodeshare.h"
 #include "flightrec/strtab.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
@@ -101,9 +102,17 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
       return ctx;
     }
     static _Atomic int warned;
-    if (!atomic_exchange(&warned, 1))
+    if (errno == WD_RF_ENOSHARE) {
+      char why[400];
+      wd_nodeshare_note(why, sizeof why);
+      if (!atomic_exchange(&warned, 1))
+        WD_WARN("no ring file for this communicator (nor for later ones while it stands): %s; rings kept "
+                "in memory, whole, but they will not outlive the process (no post-mortem); every dump says so",
+                why);
+    } else if (!atomic_exchange(&warned, 1)) {
       WD_WARN("cannot create a ring file in %s (%s): rings kept in memory only, they will not "
               "outlive the process", ring_dir, strerror(errno));
+    }
   }
   if (wd_ring_init(&ctx->ring, cap) != 0 || wd_ring_init(&ctx->proxy_ring, pcap) != 0) {
     wd_context_free(ctx);

@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/ncclver.h"
 #include "events/store.h"
+#include "flightrec/nodeshare.h"
 #include "flightrec/strtab.h"
 #include "stacks/python.h"
 #include "telemetry/aggregate.h"
@@ -201,6 +202,7 @@ int wd_collect(wd_dump_input *in, const wd_config *cfg, const char *reason, int 
   in->mem_slots = mem.slot_bytes;
   in->mem_shrunk = mem.shrunk;
   in->mem_refused = mem.refused;
+  wd_nodeshare_note(in->ring_files_note, sizeof in->ring_files_note);
   pthread_mutex_lock(&wd_store.lock);
   in->abi = wd_store.abi_max;
   in->nccl_version = wd_nccl_version();

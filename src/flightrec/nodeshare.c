@@ -1,0 +1,193 @@
+/* The share of the ring directory's file system this process's ring files may take (nodeshare.h). */
+#include "flightrec/nodeshare.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <linux/magic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/host.h"
+#include "base/log.h"
+#include "flightrec/ringfile.h"
+
+static pthread_mutex_t ns_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t ns_mine;    /* bytes of ring files this process was admitted */
+static char ns_note[320];   /* the first refusal, for every dump */
+
+int wd_nodeshare_decide(uint64_t fs_total, uint64_t fs_avail, uint64_t node_files, uint64_t mine,
+                        int local_ranks, uint64_t need, int memory_fs) {
+  if (fs_total == 0) return 1; /* the file system does not say: the file's creation will */
+  /* A ring directory on a disk (NCCL_WATCHDOG_RING_DIR set there) shares nothing with NCCL's
+   * segments: only its last twentieth is left alone. */
+  if (!memory_fs) return need <= fs_avail && fs_avail - need >= fs_total / 20;
+  if (local_ranks < 1) local_ranks = 1;
+  uint64_t node_part = fs_total / 8;
+  /* NCCL's share: at least half of the file system stays free. */
+  if (need > fs_avail || fs_avail - need < fs_total / 2) return 0;
+  if (node_files + need > node_part) return 0;
+  if (mine + need > node_part / (uint64_t)local_ranks) return 0;
+  return 1;
+}
+
+static int env_int(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) return 0;
+  char *end;
+  long n = strtol(v, &end, 10);
+  /* SLURM_NTASKS_PER_NODE may read "8(x2)": its leading number is this node's. */
+  return end != v && n > 0 && n < 100000 ? (int)n : 0;
+}
+
+/* One ring file of the directory: its size, and whether its process has ended for certain (the
+ * same machine and PID namespace, and /proc says the pid which started then is gone). */
+typedef struct ns_file {
+  char name[256];
+  uint64_t bytes;
+  int32_t pid;
+  int dead;
+  time_t mtime;
+} ns_file;
+
+static int ns_read(int dfd, const char *name, const wd_process_id *me, ns_file *out) {
+  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  wd_rf_header h;
+  int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+           pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, WD_RF_MAGIC, 8) == 0;
+  close(fd);
+  if (!ok) return -1;
+  snprintf(out->name, sizeof out->name, "%s", name);
+  out->bytes = (uint64_t)st.st_blocks * 512u;
+  out->pid = h.pid;
+  out->mtime = st.st_mtime;
+  out->dead = h.where_sum == wd_rf_where_sum(&h) && wd_rf_of_place(&h, me->boot_id, me->pidns_ino) &&
+              h.pid > 0 && h.pid != getpid() && wd_proc_gone(h.pid, h.process_start_wall_ns);
+  return 0;
+}
+
+static int ns_name_is_ring(const char *n) {
+  size_t len = strlen(n);
+  return n[0] != '.' && len > 5 && strcmp(n + len - 5, ".ring") == 0;
+}
+
+int wd_nodeshare_local_ranks(const char *dir) {
+  int n = env_int("LOCAL_WORLD_SIZE");
+  if (!n) n = env_int("SLURM_NTASKS_PER_NODE");
+  if (!n) n = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (n) return n;
+  /* The processes whose ring files are there, this one included. */
+  DIR *d = opendir(dir);
+  if (!d) return 1;
+  wd_process_id me;
+  wd_process_identity(&me);
+  int32_t pids[256];
+  int np = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL && np < 256) {
+    ns_file f;
+    if (!ns_name_is_ring(e->d_name) || ns_read(dirfd(d), e->d_name, &me, &f) != 0 || f.dead) continue;
+    int seen = f.pid == getpid();
+    for (int i = 0; i < np && !seen; i++) seen = pids[i] == f.pid;
+    if (!seen) pids[np++] = f.pid;
+  }
+  closedir(d);
+  return np + 1;
+}
+
+static int cmp_mtime(const void *a, const void *b) {
+  const ns_file *x = a, *y = b;
+  return (x->mtime > y->mtime) - (x->mtime < y->mtime);
+}
+
+int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len, char *removed,
+                       size_t removed_len) {
+  if (why && why_len) why[0] = '\0';
+  if (removed && removed_len) removed[0] = '\0';
+  struct statfs vfs;
+  if (statfs(dir, &vfs) != 0) return 1; /* not made yet, or unreadable: the creation will tell */
+  uint64_t total = (uint64_t)vfs.f_blocks * (uint64_t)vfs.f_bsize, avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_bsize;
+  /* /dev/shm and other memory file systems: where NCCL's segments live. */
+  int memory_fs = vfs.f_type == TMPFS_MAGIC || vfs.f_type == RAMFS_MAGIC;
+  int ranks = wd_nodeshare_local_ranks(dir);
+  /* The plugin's files on the node, and the leftovers of ended processes that may go. */
+  DIR *d = opendir(dir);
+  uint64_t files = 0;
+  ns_file *old = NULL;
+  size_t nold = 0, capold = 0;
+  if (d) {
+    wd_process_id me;
+    wd_process_identity(&me);
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+      ns_file f;
+      if (!ns_name_is_ring(e->d_name) || ns_read(dirfd(d), e->d_name, &me, &f) != 0) continue;
+      files += f.bytes;
+      if (!f.dead || now - f.mtime < WD_NODESHARE_GRACE_S) continue;
+      if (nold == capold) {
+        size_t c = capold ? capold * 2 : 16;
+        ns_file *p = realloc(old, c * sizeof(*p));
+        if (!p) continue;
+        old = p, capold = c;
+      }
+      old[nold++] = f;
+    }
+  }
+  pthread_mutex_lock(&ns_lock);
+  int ok = wd_nodeshare_decide(total, avail, files, ns_mine, ranks, need, memory_fs);
+  /* Leftovers past their grace period, oldest first, while they are what stands in the way. */
+  size_t gone = 0;
+  uint64_t gone_bytes = 0;
+  if (!ok && nold && d) {
+    qsort(old, nold, sizeof(*old), cmp_mtime);
+    for (size_t i = 0; i < nold && !ok; i++) {
+      if (unlinkat(dirfd(d), old[i].name, 0) != 0) continue;
+      gone++, gone_bytes += old[i].bytes;
+      files -= old[i].bytes < files ? old[i].bytes : files;
+      avail += old[i].bytes;
+      ok = wd_nodeshare_decide(total, avail, files, ns_mine, ranks, need, memory_fs);
+    }
+  }
+  if (gone && removed && removed_len)
+    snprintf(removed, removed_len, "%zu ring file%s (%.1f MiB) of processes that ended over %d h ago", gone,
+             gone == 1 ? "" : "s", (double)gone_bytes / 1048576.0, WD_NODESHARE_GRACE_S / 3600);
+  if (gone)
+    WD_WARN("%s: removed %zu post-mortem ring file%s (%.1f MiB) of processes that ended over %d h ago, the "
+            "oldest first, to make room within the plugin's part of it", dir, gone, gone == 1 ? "" : "s",
+            (double)gone_bytes / 1048576.0, WD_NODESHARE_GRACE_S / 3600);
+  if (ok) {
+    ns_mine += need;
+  } else if (why && why_len) {
+    snprintf(why, why_len,
+             "%s holds %.1f MiB (%.1f MiB free, the plugin's ring files %.1f MiB): a ring file of %.1f MiB would "
+             "take more than the plugin's part (1/8 of it for the node's %d local rank%s: %.1f MiB each) or leave "
+             "less than half free for NCCL's own shared memory",
+             dir, (double)total / 1048576.0, (double)avail / 1048576.0, (double)files / 1048576.0,
+             (double)need / 1048576.0, ranks, ranks == 1 ? "" : "s", (double)total / 8 / (double)ranks / 1048576.0);
+    if (!ns_note[0]) snprintf(ns_note, sizeof ns_note, "%s", why);
+  }
+  pthread_mutex_unlock(&ns_lock);
+  if (d) closedir(d);
+  free(old);
+  return ok;
+}
+
+void wd_nodeshare_release(uint64_t bytes) {
+  pthread_mutex_lock(&ns_lock);
+  ns_mine -= bytes < ns_mine ? bytes : ns_mine;
+  pthread_mutex_unlock(&ns_lock);
+}
+
+void wd_nodeshare_note(char *out, size_t len) {
+  pthread_mutex_lock(&ns_lock);
+  snprintf(out, len, "%s", ns_note);
+  pthread_mutex_unlock(&ns_lock);
+}
