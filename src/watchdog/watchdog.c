@@ -35,6 +35,7 @@
 #include "watchdog/collect.h"
 #include "watchdog/fatal.h"
 #include "watchdog/keep.h"
+#include "watchdog/leftovers.h"
 #include "watchdog/metrics.h"
 #include "watchdog/signals.h"
 #include "watchdog/stall.h"
@@ -72,6 +73,8 @@ static struct {
   unsigned warned_trigger; /* malformed triggers seen (the first is said) */
   /* Signal actions found replaced at a poll (the first of each kind is said, later ones counted). */
   unsigned snapsig_lost, fatal_lost;
+  int sweeper;            /* the node's first local rank: sweeps leftovers (leftovers.h) */
+  uint64_t next_sweep_ns;
   /* This process's stall was folded into episode fold_k, which another process opened (joined,
    * or answered just before): it stands for the stall while a verdict may still come, until
    * fold_deadline_ns. Without one by then (a trigger the job did not write, or its analyzer
@@ -624,6 +627,10 @@ static void *wd_main(void *arg) {
     if (now >= next) {
       next = now + poll_ns;
       wd_check_owned();
+      if (wd_wd.sweeper && now >= wd_wd.next_sweep_ns) {
+        wd_wd.next_sweep_ns = now + 3600ull * 1000000000ull;
+        wd_leftovers_sweep(wd_wd.cfg->ring_dir, wd_wd.cfg->metrics_dir, wd_wd.host);
+      }
       if (wd_wd.cfg->peer_dumps && wd_wd.dumps_ok) wd_check_triggers(now);
       wd_check_stalls(now);
       wd_av_poll(now);
@@ -649,6 +656,11 @@ int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.warned_trigger = 0;
   wd_wd.snapsig_lost = 0;
   wd_wd.fatal_lost = 0;
+  {
+    const char *lr = getenv("LOCAL_RANK");
+    wd_wd.sweeper = !lr || !*lr || strtol(lr, NULL, 10) == 0;
+    wd_wd.next_sweep_ns = 0;
+  }
   wd_wd.fold_k = 0;
   wd_wd.own_next = 0;
   wd_wd.last_dump_ns = 0;
