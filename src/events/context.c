@@ -12,7 +12,7 @@
 #include "base/log.h"
 #include "events/budget.h"
 #include "events/track.h"
-#include "flightrec/nodeshare.h"
+#include "events/nodeshare.h"
 #include "flightrec/strtab.h"
 
 wd_event *wd_ctx_slot(wd_context *ctx, uint32_t slot_id) {
@@ -48,6 +48,8 @@ void wd_context_free(wd_context *ctx) {
   wd_ring_destroy(&ctx->ring);
   wd_ring_destroy(&ctx->proxy_ring);
   wd_ringfile_close(&ctx->file, ctx->keep_file);
+  /* A file kept (post-mortem evidence) still takes its place on the node. */
+  if (!ctx->keep_file) wd_nodeshare_release(ctx->file_share);
   wd_pool_destroy(&ctx->pool);
   wd_pool_destroy(&ctx->proxy_pool);
   ctx->magic = 0;
@@ -94,7 +96,19 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
   if (ring_dir && ring_dir[0]) {
     char host[64];
     wd_hostname(host, sizeof host);
-    if (wd_ringfile_create(&ctx->file, ring_dir, host, cap, pcap) == 0) {
+    /* Checked where it is relied on: the file system NCCL's shared memory lives on, now. */
+    char why[400], removed[160];
+    uint64_t need = wd_rf_file_bytes(cap, pcap);
+    int admitted = wd_nodeshare_admit(ring_dir, need, why, sizeof why, removed, sizeof removed);
+    int refused = !admitted;
+    if (admitted && wd_ringfile_create(&ctx->file, ring_dir, host, cap, pcap) != 0) {
+      int saved = errno;
+      wd_nodeshare_release(need);
+      admitted = 0;
+      errno = saved;
+    }
+    if (admitted) {
+      ctx->file_share = need;
       wd_ring_init_at(&ctx->ring, cap, wd_ringfile_ring(&ctx->file, 0), WD_RF_INITIAL_RECORDS);
       wd_ring_init_at(&ctx->proxy_ring, pcap, wd_ringfile_ring(&ctx->file, 1), WD_RF_INITIAL_RECORDS);
       /* Fixed for the context's life (the mapping is): the hot path reads it unlocked. */
@@ -102,14 +116,12 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
       return ctx;
     }
     static _Atomic int warned;
-    if (errno == WD_RF_ENOSHARE) {
-      char why[400];
-      wd_nodeshare_note(why, sizeof why);
-      if (!atomic_exchange(&warned, 1))
-        WD_WARN("no ring file for this communicator (nor for later ones while it stands): %s; rings kept "
-                "in memory, whole, but they will not outlive the process (no post-mortem); every dump says so",
-                why);
-    } else if (!atomic_exchange(&warned, 1)) {
+    if (atomic_exchange(&warned, 1)) {
+      /* said once per process; every dump says it too (memory.ringFilesRefused) */
+    } else if (refused) {
+      WD_WARN("no ring file for this communicator: %s; its rings are kept in memory, whole, but will not "
+              "outlive the process (no post-mortem); said once, every dump says so", why);
+    } else {
       WD_WARN("cannot create a ring file in %s (%s): rings kept in memory only, they will not "
               "outlive the process", ring_dir, strerror(errno));
     }

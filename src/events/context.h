@@ -73,6 +73,7 @@ typedef struct wd_context {
   int keep_file;           /* leave the file behind when the context is freed */
   int file_full;           /* watchdog only: the ring file could not be allocated further */
   uint64_t ring_bytes;     /* counted against the memory budget while it lives */
+  uint64_t file_share;     /* its ring file's bytes, counted against the node's share (nodeshare.h) */
   struct wd_context *next; /* store list, under wd_store.lock */
 } wd_context;
 

@@ -1,8 +1,6 @@
 /* The flight recorder's file-backed mapping (ringfile.h). */
 #include "flightrec/ringfile.h"
 
-#include "flightrec/nodeshare.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -15,7 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "flightrec/nodeshare.h"
 #include "flightrec/strtab.h"
 
 static _Atomic unsigned wd_rf_counter;
@@ -136,24 +133,12 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
     f->path[0] = '\0';
     return -1;
   }
-  uint64_t bytes = wd_rf_file_bytes(ring_cap, proxy_ring_cap);
-  /* Checked where it is relied on: the file system NCCL's shared memory lives on, now. */
-  char why[400], removed[160];
-  if (!wd_nodeshare_admit(dir, bytes, why, sizeof why, removed, sizeof removed)) {
-    f->path[0] = '\0';
-    errno = WD_RF_ENOSHARE;
-    return -1;
-  }
-  f->admitted = bytes;
   int fd = open(f->path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
-    int saved = errno;
-    wd_nodeshare_release(bytes);
-    f->admitted = 0;
     f->path[0] = '\0';
-    errno = saved;
     return -1;
   }
+  uint64_t bytes = wd_rf_file_bytes(ring_cap, proxy_ring_cap);
   uint64_t ring_off = WD_RF_HEADER_BYTES + (uint64_t)WD_RF_STRINGS * WD_RF_STRLEN;
   uint64_t proxy_off = ring_off + (uint64_t)ring_cap * sizeof(wd_record);
   uint32_t init = WD_RF_INITIAL_RECORDS;
@@ -170,8 +155,6 @@ int wd_ringfile_create(wd_ringfile *f, const char *dir, const char *host, uint32
   if (base == MAP_FAILED) {
     unlink(f->path);
     f->path[0] = '\0';
-    wd_nodeshare_release(f->admitted);
-    f->admitted = 0;
     errno = saved;
     return -1;
   }
@@ -267,7 +250,5 @@ void wd_ringfile_close(wd_ringfile *f, int keep) {
     munmap(f->base, f->bytes);
   }
   if (f->path[0] && !keep) unlink(f->path);
-  /* A file kept (post-mortem evidence) still takes its place on the node. */
-  if (!keep) wd_nodeshare_release(f->admitted);
   memset(f, 0, sizeof(*f));
 }

@@ -17,7 +17,6 @@
 #define WD_RINGFILE_H
 
 #include <stddef.h>
-#include <errno.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -197,7 +196,6 @@ static inline uint64_t wd_rf_file_bytes(uint32_t ring_cap, uint32_t proxy_ring_c
 typedef struct wd_ringfile {
   void *base; /* the mapping, NULL when none */
   uint64_t bytes;
-  uint64_t admitted; /* bytes counted against the node's share (nodeshare.h) */
   char path[512];
 } wd_ringfile;
 
@@ -207,9 +205,6 @@ typedef struct wd_ringfile {
  * can then tell the process that wrote a file from another with its pid (0 or "": not known).
  * Set before the first ring file. */
 void wd_ringfile_set_process(uint64_t start_wall_ns, const char *boot_id, uint64_t pidns_ino);
-/* errno when the node's share of the ring directory's file system cannot hold the file
- * (nodeshare.h; wd_nodeshare_note says why). */
-#define WD_RF_ENOSHARE EDQUOT
 /* Create dir (0700, also its parent) and a new file in it named
  * <host>-<pid>-<process start s>-<n>.ring (O_CREAT|O_EXCL|O_NOFOLLOW, 0600), sized for the two
  * rings and mapped MAP_SHARED. The rings' records live in it. Returns 0, or -1 (errno) with f

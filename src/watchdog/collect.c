@@ -13,7 +13,7 @@
 #include "base/log.h"
 #include "base/ncclver.h"
 #include "events/store.h"
-#include "flightrec/nodeshare.h"
+#include "events/nodeshare.h"
 #include "flightrec/strtab.h"
 #include "stacks/python.h"
 #include "telemetry/aggregate.h"

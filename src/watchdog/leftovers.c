@@ -69,6 +69,6 @@ int wd_leftovers_sweep(const char *ring_dir, const char *metrics_dir, const char
   if (metrics || relay)
     WD_WARN("removed from this node's ring directory %d metrics file%s of ended processes (no longer "
             "exported as live) and %d relay file%s (triggers, heartbeats, verdict lines) over %d h old",
-            metrics, metrics == 1 ? "" : "s", relay, relay == 1 ? "" : "s", WD_LEFTOVERS_RELAY_S / 3600);
+            metrics, metrics == 1 ? "" : "s", relay, relay == 1 ? "" : "s", (int)(WD_LEFTOVERS_RELAY_S / 3600));
   return metrics + relay;
 }

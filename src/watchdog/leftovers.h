@@ -12,9 +12,9 @@
 #include <stdint.h>
 
 /* Relay files (triggers, heartbeats, verdict lines) older than this are of a job long over. */
-#define WD_LEFTOVERS_RELAY_S (6 * 3600)
+#define WD_LEFTOVERS_RELAY_S 21600L /* 6 h */
 /* A metrics file not rewritten for this long whose process is gone is removed. */
-#define WD_LEFTOVERS_METRICS_S 60
+#define WD_LEFTOVERS_METRICS_S 60L
 
 /* Sweeps ring_dir (and metrics_dir, when another) of this host's leftovers. Returns the number
  * of files removed (said in the log when any). */

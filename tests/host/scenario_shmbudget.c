@@ -57,7 +57,7 @@ static void rank_main(int rank, int fd) {
   if (sfd >= 0) close(sfd);
   char res[256], rp[4200];
   snprintf(res, sizeof res, "%s %d warned=%d\n", ok ? "ok" : "fail", ok ? 0 : err,
-           wdh_log_contains(NCCL_LOG_WARN, "rings kept in memory"));
+           wdh_log_contains(NCCL_LOG_WARN, "kept in memory"));
   snprintf(rp, sizeof rp, "%s/result-%d", g_dir, rank);
   FILE *f = fopen(rp, "w");
   if (f) fputs(res, f), fclose(f);

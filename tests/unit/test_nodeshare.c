@@ -1,10 +1,10 @@
-/* The node's share of the ring directory's file system (flightrec/nodeshare.h): the decision
+/* The node's share of the ring directory's file system (events/nodeshare.h): the decision
  * from the numbers, and the local ranks from the launcher's variables. */
 #include <CUnit/Basic.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "flightrec/nodeshare.h"
+#include "events/nodeshare.h"
 #include "wd_test_util.h"
 
 #define MiB (1ull << 20)

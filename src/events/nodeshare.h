@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WD_NODESHARE_GRACE_S (6 * 3600)
+#define WD_NODESHARE_GRACE_S 21600L /* 6 h */
 
 /* Whether a ring file of need bytes may be made in dir now. 1: yes (counted as this process's
  * until wd_nodeshare_release); 0: no, why says so in a sentence for the job's log. Leftover

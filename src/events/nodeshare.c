@@ -1,5 +1,5 @@
 /* The share of the ring directory's file system this process's ring files may take (nodeshare.h). */
-#include "flightrec/nodeshare.h"
+#include "events/nodeshare.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -158,11 +158,11 @@ int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len
   }
   if (gone && removed && removed_len)
     snprintf(removed, removed_len, "%zu ring file%s (%.1f MiB) of processes that ended over %d h ago", gone,
-             gone == 1 ? "" : "s", (double)gone_bytes / 1048576.0, WD_NODESHARE_GRACE_S / 3600);
+             gone == 1 ? "" : "s", (double)gone_bytes / 1048576.0, (int)(WD_NODESHARE_GRACE_S / 3600));
   if (gone)
     WD_WARN("%s: removed %zu post-mortem ring file%s (%.1f MiB) of processes that ended over %d h ago, the "
             "oldest first, to make room within the plugin's part of it", dir, gone, gone == 1 ? "" : "s",
-            (double)gone_bytes / 1048576.0, WD_NODESHARE_GRACE_S / 3600);
+            (double)gone_bytes / 1048576.0, (int)(WD_NODESHARE_GRACE_S / 3600));
   if (ok) {
     ns_mine += need;
   } else if (why && why_len) {
