@@ -82,28 +82,38 @@ if printf '%s\n' "${units[@]}" | grep -qx hostile && [ ! -x "$root/build-asan/bi
     { echo "conformance: the ASan analyzer failed to build"; exit 2; }
 fi
 
-# Two lanes side by side: the families mostly wait (timeouts of 1-2 s, processes asleep in a
-# hang), so two share the machine's cores. Alone, after them: what loads the machine or judges
-# time by its throughput (run4: 200 processes at once; slowlink: link throughput; longrun: ten
-# million records per rank and checkpoint phases of seconds; bench). WD_CONFORMANCE_LANES=1 runs
-# everything one after the other.
-lanes=${WD_CONFORMANCE_LANES:-2}
-alone=" run4 slowlink longrun bench "
-lane_a=() lane_b=() tail_units=()
+# Three lanes side by side: the families mostly wait (timeouts of 1-2 s, processes asleep in a
+# hang; a whole serial run used 2.4 min of CPU in 24 min), so three share the two cores; each
+# lane's cases run in order. Alone, after them: what loads the machine (run4: 200 processes at
+# once) and the benchmark. WD_CONFORMANCE_LANES=1 runs everything one after the other.
+lanes=${WD_CONFORMANCE_LANES:-3}
+lane_of() {
+  case "$1" in
+  run4 | bench) echo tail ;;
+  run[0-9] | drift | topo | teardown) echo a ;;
+  restart | hostile | nodes) echo b ;;
+  *) echo c ;;
+  esac
+}
+lane_a=() lane_b=() lane_c=() tail_units=()
 for u in "${units[@]}"; do
-  if [ "$lanes" -lt 2 ] || [[ "$alone" == *" $u "* ]]; then tail_units+=("$u")
-  elif [[ "$u" == run[0-9] || "$u" == drift || "$u" == topo || "$u" == teardown ]]; then lane_a+=("$u")
-  else lane_b+=("$u"); fi
+  l=$(lane_of "$u")
+  if [ "$lanes" -lt 2 ] || [ "$l" = tail ]; then tail_units+=("$u")
+  elif [ "$l" = a ] || { [ "$lanes" -lt 3 ] && [ "$l" = c ]; }; then lane_a+=("$u")
+  elif [ "$l" = b ]; then lane_b+=("$u")
+  else lane_c+=("$u"); fi
 done
 t_all=$SECONDS
-if [ ${#lane_a[@]} -gt 0 ] || [ ${#lane_b[@]} -gt 0 ]; then
-  echo "== conformance lanes: [${lane_a[*]}] beside [${lane_b[*]}]"
+if [ $((${#lane_a[@]} + ${#lane_b[@]} + ${#lane_c[@]})) -gt 0 ]; then
+  echo "== conformance lanes: [${lane_a[*]}] beside [${lane_b[*]}] beside [${lane_c[*]}]"
   (for u in "${lane_a[@]}"; do run_unit "$u" >/dev/null; done) &
   pa=$!
   (for u in "${lane_b[@]}"; do run_unit "$u" >/dev/null; done) &
   pb=$!
-  wait "$pa" "$pb"
-  for u in "${lane_a[@]}" "${lane_b[@]}"; do cat "$results/$u.log"; done
+  (for u in "${lane_c[@]}"; do run_unit "$u" >/dev/null; done) &
+  pc=$!
+  wait "$pa" "$pb" "$pc"
+  for u in "${lane_a[@]}" "${lane_b[@]}" "${lane_c[@]}"; do cat "$results/$u.log"; done
 fi
 for u in "${tail_units[@]}"; do run_unit "$u"; done
 echo "== conformance: $((SECONDS - t_all)) s in all"
