@@ -725,6 +725,7 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->timeout_ms = num(get(root, "config"), "timeoutMs", 0);
   d->poll_ms = num(get(root, "config"), "pollMs", 0);
   d->fatal_signal = inum(get(get(root, "postmortem"), "fatal"), "signal", 0);
+  if (hex(get(root, "postmortem"), "lastActivityWallNs", &d->activity_ns) != 0) d->activity_ns = 0;
   const char *st = str(get(root, "live"), "state");
   d->live_state = st && st[0] && !st[1] ? st[0] : 0;
   d->silent_ms = num(get(root, "live"), "watchdogSilentMs", -1);
@@ -1828,8 +1829,9 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   qsort(idx, set->ncranks, sizeof(*idx), cmp_key);
   /* Sorted newest first within a key, the process's own dumps before its ring file: the newest
    * of the judged attempt is kept. Newest evidence first: a snapshot is a routine picture, so a
-   * ring file of the same process refreshed after it (the process ran on and was then killed:
-   * an OOM kill after `scancel --signal=USR1`) decides what that process was doing. */
+   * ring file of the same process that recorded activity after it (the process ran on and was
+   * then killed: an OOM kill after `scancel --signal=USR1`) decides what that process was doing.
+   * A ring file that was only refreshed since (an idle process) does not: the snapshot has more. */
   wd_az_str snap = wd_az_intern("signal");
   for (size_t a = 0, b; a < set->ncranks; a = b) {
     for (b = a + 1; b < set->ncranks && same_key(set, &set->cranks[idx[b]], &set->cranks[idx[a]]); b++) {
@@ -1841,7 +1843,7 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
       const wd_az_dump *own = &set->dumps[set->cranks[idx[pick]].dump];
       for (size_t i = pick + 1; i < b; i++) {
         const wd_az_dump *d = &set->dumps[set->cranks[idx[i]].dump];
-        if (!set->cranks[idx[i]].aside && d->reason == g_postmortem && d->wall_ns > own->wall_ns) {
+        if (!set->cranks[idx[i]].aside && d->reason == g_postmortem && d->activity_ns > own->wall_ns) {
           pick = i;
           break;
         }

@@ -203,6 +203,7 @@ typedef struct wd_az_dump {
    * dump carries no identity at all (an older format); the machine and the process start. */
   int slurm_restart, te_restart;
   uint64_t mtime_ns;   /* the file's modification time (the file system's clock), 0 unknown */
+  uint64_t activity_ns; /* a post-mortem's newest record or fatal signal, wall clock; 0 unknown */
   int job_episode;     /* the job's stall episode a stall or peer dump answers, -1 unknown */
   int64_t clock_fix_ns; /* subtracted from wall_ns: its host's offset from the others' (wd_az_clock_offsets) */
   wd_az_str boot_id;

@@ -477,6 +477,14 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
     cJSON_AddBoolToObject(pm, "headerLive", live_ok);
     cJSON_AddBoolToObject(pm, "finalized", live_ok && h.finalized);
     add_hex(pm, "lastRefreshWallNs", live_ok ? h.live_wall_ns : 0);
+    /* When the process last did something NCCL reported (its newest record, or its fatal
+     * signal): a refresh alone says it lived, not that it moved on from an earlier snapshot. */
+    uint64_t act = 0;
+    if (n1 && r1[n1 - 1].r.ts_ns > act) act = r1[n1 - 1].r.ts_ns;
+    if (n2 && r2[n2 - 1].r.ts_ns > act) act = r2[n2 - 1].r.ts_ns;
+    if (h.fatal.signo > 0 && h.fatal_sum == wd_rf_fnv(&h.fatal, sizeof h.fatal) && h.fatal.mono_ns > act)
+      act = h.fatal.mono_ns;
+    if (act >= h.bind_mono_ns) add_hex(pm, "lastActivityWallNs", h.bind_wall_ns + (act - h.bind_mono_ns));
     cJSON_AddNumberToObject(pm, "records", n1 + n2);
     cJSON_AddNumberToObject(pm, "tornRecords", t1 + t2);
     /* The job stall episode its watchdog last began to answer: a silent process's copy whose
