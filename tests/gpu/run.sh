@@ -22,7 +22,7 @@ usage: tests/gpu/run.sh [options]
   --nccl-home DIR   NCCL to build nccl_e2e against (default: PyTorch's NCCL wheel if present)
   --no-build        never build; fail if something is missing
   --only LIST       comma-separated scenarios (healthy,skip,skip3,signal,graph,twocomms,
-                    torch_hang)
+                    torch_hang,lightning_fit)
   --timeout S       watchdog timeout given to the ranks (default 5)
   --poll S          watchdog poll interval (default 0.5)
   --work-dir DIR    where each scenario keeps its dumps and logs (default: a new temp dir)
@@ -87,7 +87,7 @@ if ! gpu_visible; then
   exit 0
 fi
 
-ALL_SCENARIOS=(healthy skip skip3 signal graph twocomms torch_hang)
+ALL_SCENARIOS=(healthy skip skip3 signal graph twocomms torch_hang lightning_fit)
 if [[ -n $ONLY ]]; then
   IFS=, read -r -a SCENARIOS <<<"$ONLY"
   for s in "${SCENARIOS[@]}"; do
@@ -291,11 +291,28 @@ run_torch() {
   esac
 }
 
+# PyTorch Lightning's fit() puts back the handlers it read through CPython: the process lives.
+run_lightning() {
+  local work=$WORK_ROOT/lightning out line
+  out=$(timeout --kill-after=10 500 python3 "$HERE/lightning_fit.py" --plugin "$PLUGIN" --work-dir "$work" \
+        --poll "$POLL_S" 2>"$WORK_ROOT/lightning.stderr")
+  line=$(printf '%s\n' "$out" | grep -m1 -E '^(PASS|FAIL|SKIP) ')
+  local notes=()
+  while IFS= read -r l; do [[ -n $l && $l != "$line" ]] && notes+=("$l"); done <<<"$out"
+  case $line in
+    PASS*) pass lightning_fit "${notes[@]}" ;;
+    SKIP*) echo "$line" ;;
+    FAIL*) fail lightning_fit "${line#FAIL lightning_fit: }" "${notes[@]}" "work dir: $work" ;;
+    *) fail lightning_fit "lightning_fit.py gave no verdict" "$(tail -n 5 "$WORK_ROOT/lightning.stderr")" ;;
+  esac
+}
+
 for s in "${SCENARIOS[@]}"; do
   case $s in
     healthy | skip | signal | graph | twocomms) run_c_scenario "$s" "$s" ;;
     skip3) run_c_scenario skip3 skip --ranks 3 --skip-rank 1 ;;
     torch_hang) run_torch ;;
+    lightning_fit) run_lightning ;;
   esac
 done
 
