@@ -72,14 +72,21 @@ __attribute__((noinline, visibility("default"))) int wd_test_park_a(void) {
   return rounds;
 }
 
-__attribute__((noinline, visibility("default"))) int wd_test_park_b(void) {
+/* Sleeps in rounds of ns until the test stops: the thread sits in nanosleep. */
+static __attribute__((noinline)) int park_sleeping(long ns) {
   int rounds = 0;
   atomic_fetch_add(&g_ready, 1);
   while (!atomic_load(&g_stop)) {
-    struct timespec ts = {0, 2000000};
+    struct timespec ts = {0, ns};
     nanosleep(&ts, NULL);
     rounds++;
   }
+  return rounds;
+}
+
+__attribute__((noinline, visibility("default"))) int wd_test_park_b(void) {
+  int rounds = park_sleeping(2000000);
+  __asm__ volatile("" ::: "memory"); /* not a tail call: this frame stays on the stack */
   return rounds;
 }
 
@@ -127,14 +134,7 @@ __attribute__((noinline, visibility("default"))) int wd_test_park_blocked(void) 
   sigemptyset(&set);
   sigaddset(&set, bt_signo());
   pthread_sigmask(SIG_BLOCK, &set, NULL);
-  int rounds = 0;
-  atomic_fetch_add(&g_ready, 1);
-  while (!atomic_load(&g_stop)) {
-    struct timespec ts = {0, 250000000};
-    nanosleep(&ts, NULL);
-    rounds++;
-  }
-  return rounds;
+  return park_sleeping(250000000);
 }
 
 typedef int (*park_fn)(void);
