@@ -25,6 +25,9 @@ static const char *const wd_fatal_names[] = {"SIGSEGV", "SIGBUS", "SIGILL", "SIG
 #define WD_NFATAL (int)(sizeof(wd_fatal_signals) / sizeof(wd_fatal_signals[0]))
 
 static wd_sig_prev fatal_old[WD_NFATAL];
+/* Install, restore, the chain of SIGTERM and the watchdog's check take it in turn: the check
+ * must never take a signal back after restore gave it up. Never taken by the handler. */
+static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
 static int fatal_installed[WD_NFATAL];
 static pid_t fatal_pid;
 static atomic_int fatal_wake_fd = -1;
@@ -151,6 +154,7 @@ int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir) {
                    ring_dir && *ring_dir ? ring_dir : "");
   abrt_msg_len = n > 0 ? ((size_t)n < sizeof abrt_msg ? (size_t)n : sizeof abrt_msg - 1) : 0;
   int rc = 0;
+  pthread_mutex_lock(&fatal_mu);
   for (int i = 0; i < WD_NFATAL; i++) {
     if (fatal_installed[i]) continue;
     if (wd_fatal_signals[i] == SIGTERM && !term_dump) continue;
@@ -168,6 +172,7 @@ int wd_fatal_install(int term_dump, int wake_fd, const char *ring_dir) {
     }
     fatal_installed[i] = 1;
   }
+  pthread_mutex_unlock(&fatal_mu);
   return rc;
 }
 
@@ -175,8 +180,8 @@ int wd_fatal_check(char *what, size_t len) {
   int n = 0;
   size_t at = 0;
   if (what && len) what[0] = '\0';
-  if (getpid() != fatal_pid) return 0;
-  for (int i = 0; i < WD_NFATAL; i++) {
+  pthread_mutex_lock(&fatal_mu);
+  for (int i = 0; getpid() == fatal_pid && i < WD_NFATAL; i++) {
     if (!fatal_installed[i]) continue;
     struct sigaction cur;
     if (sigaction(wd_fatal_signals[i], NULL, &cur) != 0) continue;
@@ -194,17 +199,20 @@ int wd_fatal_check(char *what, size_t len) {
       if (w > 0) at += (size_t)w;
     }
   }
+  pthread_mutex_unlock(&fatal_mu);
   return n;
 }
 
 void wd_fatal_restore(void) {
   atomic_store(&fatal_wake_fd, -1);
   abrt_on = 0;
+  pthread_mutex_lock(&fatal_mu);
   for (int i = 0; i < WD_NFATAL; i++) {
     if (!fatal_installed[i]) continue;
     wd_sig_restore(wd_fatal_signals[i], wd_fatal_handler, &fatal_old[i]);
     fatal_installed[i] = 0;
   }
+  pthread_mutex_unlock(&fatal_mu);
 }
 
 int wd_fatal_term_pending(void) { return atomic_load(&term_pending); }
@@ -225,10 +233,12 @@ void wd_fatal_close(void) {
 
 void wd_fatal_term_chain(void) {
   int i = wd_fatal_index(SIGTERM);
+  pthread_mutex_lock(&fatal_mu);
   if (i >= 0 && fatal_installed[i]) {
     wd_fatal_put_back(i);
     fatal_installed[i] = 0;
   }
+  pthread_mutex_unlock(&fatal_mu);
   /* To the process: whichever thread has it unblocked takes the previous action. */
   kill(getpid(), SIGTERM);
 }

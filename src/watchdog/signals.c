@@ -9,6 +9,7 @@
 #include "base/sigown.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -16,6 +17,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Install, restore and the watchdog's check take it in turn: the check must never take the
+ * signal back after restore gave it up (the plugin may be unloaded right after). Never taken by
+ * the handler. */
+static pthread_mutex_t snapsig_mu = PTHREAD_MUTEX_INITIALIZER;
 static int snapsig_signo;
 static int snapsig_installed;
 static wd_sig_prev snapsig_old;
@@ -52,9 +57,11 @@ static void wd_snapsig_handler(int sig, siginfo_t *si, void *uc) {
   atomic_fetch_sub(&snapsig_entered, 1);
 }
 
-static int wd_snapsig_put(int signo, int wake_fd) {
+static void wd_snapsig_restore_locked(void);
+
+static int wd_snapsig_put_locked(int signo, int wake_fd) {
   if (signo <= 0 || signo >= NSIG) return -1;
-  if (snapsig_installed) wd_snapsig_restore();
+  if (snapsig_installed) wd_snapsig_restore_locked();
   /* Set the state first: the signal may arrive the moment sigaction returns. */
   snapsig_signo = signo;
   snapsig_pid = getpid();
@@ -69,13 +76,20 @@ static int wd_snapsig_put(int signo, int wake_fd) {
   return 0;
 }
 
+static int wd_snapsig_put(int signo, int wake_fd) {
+  pthread_mutex_lock(&snapsig_mu);
+  int rc = wd_snapsig_put_locked(signo, wake_fd);
+  pthread_mutex_unlock(&snapsig_mu);
+  return rc;
+}
+
 int wd_snapsig_install(int signo, int wake_fd) {
   return wake_fd < 0 ? -1 : wd_snapsig_put(signo, wake_fd);
 }
 
 int wd_snapsig_install_inert(int signo) { return wd_snapsig_put(signo, -1); }
 
-void wd_snapsig_restore(void) {
+static void wd_snapsig_restore_locked(void) {
   if (!snapsig_installed) return;
   wd_sig_restore(snapsig_signo, wd_snapsig_handler, &snapsig_old);
   atomic_store(&snapsig_active, 0);
@@ -87,6 +101,12 @@ void wd_snapsig_restore(void) {
   }
 }
 
+void wd_snapsig_restore(void) {
+  pthread_mutex_lock(&snapsig_mu);
+  wd_snapsig_restore_locked();
+  pthread_mutex_unlock(&snapsig_mu);
+}
+
 int wd_snapsig_take(int *sender_pid) {
   int n = atomic_exchange(&snapsig_pending, 0);
   if (sender_pid) *sender_pid = atomic_load(&snapsig_sender);
@@ -94,11 +114,20 @@ int wd_snapsig_take(int *sender_pid) {
 }
 
 int wd_snapsig_check(char *found, size_t len) {
-  if (!snapsig_installed || getpid() != snapsig_pid) return 0;
-  struct sigaction was;
-  int rc = wd_sig_reclaim(snapsig_signo, wd_snapsig_handler, SA_RESTART, &snapsig_old, &was);
-  if (rc != 0 && found && len) wd_sig_describe(&was, found, (unsigned)len);
+  pthread_mutex_lock(&snapsig_mu);
+  int rc = 0;
+  if (snapsig_installed && getpid() == snapsig_pid) {
+    struct sigaction was;
+    rc = wd_sig_reclaim(snapsig_signo, wd_snapsig_handler, SA_RESTART, &snapsig_old, &was);
+    if (rc != 0 && found && len) wd_sig_describe(&was, found, (unsigned)len);
+  }
+  pthread_mutex_unlock(&snapsig_mu);
   return rc;
 }
 
-int wd_snapsig_signo(void) { return snapsig_installed ? snapsig_signo : 0; }
+int wd_snapsig_signo(void) {
+  pthread_mutex_lock(&snapsig_mu);
+  int s = snapsig_installed ? snapsig_signo : 0;
+  pthread_mutex_unlock(&snapsig_mu);
+  return s;
+}
