@@ -111,8 +111,8 @@ if [ -x "$ANALYZER" ]; then
   bold "-- the job's own logs: the verdict, with nobody running a command"
   echo "(the process that opened the episode ran the analyzer beside the plugin once every rank"
   echo " had dumped; every rank that dumped logged its first line at WARN, as NCCL's logger prints it)"
-  nv=$(grep -l "verdict of stall episode" "$LOGS"/rank*.log 2>/dev/null | wc -l)
-  grep -h "verdict of stall episode" "$LOGS"/rank*.log | head -1 || echo "(no verdict line in the logs)"
+  nv=$({ grep -l "verdict of stall episode" "$LOGS"/rank*.log 2>/dev/null || true; } | wc -l)
+  { grep -h "verdict of stall episode" "$LOGS"/rank*.log || echo "(no verdict line in the logs)"; } | head -1
   echo "(that line is in the logs of $nv of the $NRANKS ranks; its reports: $(cd "$DUMPS" && ls verdict-1.* 2>/dev/null | tr '\n' ' '))"
   echo
   bold "-- nccl-watchdog-analyze $DUMPS"
