@@ -69,16 +69,3 @@ void wd_sig_describe(const struct sigaction *sa, char *out, unsigned len) {
     snprintf(out, len, "a handler at %p", p);
   }
 }
-
-int wd_sig_action_kills(int signo, const struct sigaction *sa) {
-  if ((sa->sa_flags & SA_SIGINFO) || sa->sa_handler != SIG_DFL) return 0;
-  /* Default actions that do not end the process: ignore (SIGCHLD, SIGURG, SIGWINCH), stop and
-   * continue. Every other default, real-time signals included, terminates. */
-  switch (signo) {
-  case SIGCHLD: case SIGURG: case SIGWINCH: case SIGCONT:
-  case SIGSTOP: case SIGTSTP: case SIGTTIN: case SIGTTOU:
-    return 0;
-  default:
-    return 1;
-  }
-}

@@ -46,8 +46,4 @@ void wd_sig_restore(int signo, wd_sig_fn fn, wd_sig_prev *prev);
 /* A few words for an action: "SIG_DFL", "SIG_IGN" or "a handler at 0x...". */
 void wd_sig_describe(const struct sigaction *sa, char *out, unsigned len);
 
-/* Whether delivering signo with this action ends the process (SIG_DFL of a signal whose default
- * is to terminate or dump core). */
-int wd_sig_action_kills(int signo, const struct sigaction *sa);
-
 #endif

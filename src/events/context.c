@@ -97,9 +97,9 @@ wd_context *wd_context_alloc(uint32_t max_events, uint32_t ring_size, uint32_t p
     char host[64];
     wd_hostname(host, sizeof host);
     /* Checked where it is relied on: the file system NCCL's shared memory lives on, now. */
-    char why[400], removed[160];
+    char why[400];
     uint64_t need = wd_rf_file_bytes(cap, pcap);
-    int admitted = wd_nodeshare_admit(ring_dir, need, why, sizeof why, removed, sizeof removed);
+    int admitted = wd_nodeshare_admit(ring_dir, need, why, sizeof why);
     int refused = !admitted;
     if (admitted && wd_ringfile_create(&ctx->file, ring_dir, host, cap, pcap) != 0) {
       int saved = errno;

@@ -45,61 +45,88 @@ static int env_int(const char *name) {
   return end != v && n > 0 && n < 100000 ? (int)n : 0;
 }
 
-/* One ring file of the directory: its size, and whether its process has ended for certain (the
- * same machine and PID namespace, and /proc says the pid which started then is gone). */
+/* One ring file of the directory. */
 typedef struct ns_file {
   char name[256];
   uint64_t bytes;
-  int32_t pid;
-  int dead;
   time_t mtime;
 } ns_file;
 
-static int ns_read(int dfd, const char *name, const wd_process_id *me, ns_file *out) {
-  int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return -1;
-  struct stat st;
-  wd_rf_header h;
-  int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-           pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, WD_RF_MAGIC, 8) == 0;
-  close(fd);
-  if (!ok) return -1;
-  snprintf(out->name, sizeof out->name, "%s", name);
-  out->bytes = (uint64_t)st.st_blocks * 512u;
-  out->pid = h.pid;
-  out->mtime = st.st_mtime;
-  out->dead = h.where_sum == wd_rf_where_sum(&h) && wd_rf_of_place(&h, me->boot_id, me->pidns_ino) &&
-              h.pid > 0 && h.pid != getpid() && wd_proc_gone(h.pid, h.process_start_wall_ns);
-  return 0;
+/* What one pass over the directory tells: the plugin's files on the node, the processes they are
+ * of (this one included), and the files past their grace period whose process has ended for
+ * certain (the same machine and PID namespace, and /proc says the pid which started then is
+ * gone): the leftovers that may go. /proc is asked once per process, and only where it matters. */
+typedef struct ns_scan {
+  uint64_t files;
+  int procs;
+  ns_file *old;
+  size_t nold;
+} ns_scan;
+
+static void ns_scan_dir(DIR *d, int count_procs, ns_scan *out) {
+  memset(out, 0, sizeof(*out));
+  out->procs = 1;
+  wd_process_id me;
+  wd_process_identity(&me);
+  time_t now = time(NULL);
+  int32_t pids[256];
+  int np = 0;
+  size_t cap = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    if (e->d_name[0] == '.' || len <= 5 || strcmp(e->d_name + len - 5, ".ring") != 0) continue;
+    int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st;
+    wd_rf_header h;
+    int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+             pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, WD_RF_MAGIC, 8) == 0;
+    close(fd);
+    if (!ok) continue;
+    out->files += (uint64_t)st.st_blocks * 512u;
+    /* /proc speaks for processes of this machine and PID namespace only; others count as live. */
+    int here = h.where_sum == wd_rf_where_sum(&h) && wd_rf_of_place(&h, me.boot_id, me.pidns_ino);
+    int old = now - st.st_mtime >= WD_NODESHARE_GRACE_S;
+    int seen = h.pid <= 0 || h.pid == getpid();
+    for (int i = 0; i < np && !seen; i++) seen = pids[i] == h.pid;
+    if (!(count_procs && !seen) && !(here && old)) continue;
+    int gone = here && h.pid > 0 && h.pid != getpid() && wd_proc_gone(h.pid, h.process_start_wall_ns);
+    if (count_procs && !seen && np < 256) {
+      pids[np++] = h.pid;
+      out->procs += !gone;
+    }
+    if (!gone || !old) continue;
+    if (out->nold == cap) {
+      size_t c = cap ? cap * 2 : 16;
+      ns_file *p = realloc(out->old, c * sizeof(*p));
+      if (!p) continue;
+      out->old = p, cap = c;
+    }
+    ns_file *f = &out->old[out->nold++];
+    snprintf(f->name, sizeof f->name, "%s", e->d_name);
+    f->bytes = (uint64_t)st.st_blocks * 512u;
+    f->mtime = st.st_mtime;
+  }
 }
 
-static int ns_name_is_ring(const char *n) {
-  size_t len = strlen(n);
-  return n[0] != '.' && len > 5 && strcmp(n + len - 5, ".ring") == 0;
-}
-
-int wd_nodeshare_local_ranks(const char *dir) {
+static int ns_ranks_env(void) {
   int n = env_int("LOCAL_WORLD_SIZE");
   if (!n) n = env_int("SLURM_NTASKS_PER_NODE");
   if (!n) n = env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return n;
+}
+
+int wd_nodeshare_local_ranks(const char *dir) {
+  int n = ns_ranks_env();
   if (n) return n;
-  /* The processes whose ring files are there, this one included. */
   DIR *d = opendir(dir);
   if (!d) return 1;
-  wd_process_id me;
-  wd_process_identity(&me);
-  int32_t pids[256];
-  int np = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL && np < 256) {
-    ns_file f;
-    if (!ns_name_is_ring(e->d_name) || ns_read(dirfd(d), e->d_name, &me, &f) != 0 || f.dead) continue;
-    int seen = f.pid == getpid();
-    for (int i = 0; i < np && !seen; i++) seen = pids[i] == f.pid;
-    if (!seen) pids[np++] = f.pid;
-  }
+  ns_scan sc;
+  ns_scan_dir(d, 1, &sc);
   closedir(d);
-  return np + 1;
+  free(sc.old);
+  return sc.procs;
 }
 
 static int cmp_mtime(const void *a, const void *b) {
@@ -107,40 +134,21 @@ static int cmp_mtime(const void *a, const void *b) {
   return (x->mtime > y->mtime) - (x->mtime < y->mtime);
 }
 
-int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len, char *removed,
-                       size_t removed_len) {
+int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len) {
   if (why && why_len) why[0] = '\0';
-  if (removed && removed_len) removed[0] = '\0';
   struct statfs vfs;
   if (statfs(dir, &vfs) != 0) return 1; /* not made yet, or unreadable: the creation will tell */
   uint64_t total = (uint64_t)vfs.f_blocks * (uint64_t)vfs.f_bsize, avail = (uint64_t)vfs.f_bavail * (uint64_t)vfs.f_bsize;
   /* /dev/shm and other memory file systems: where NCCL's segments live. */
   int memory_fs = vfs.f_type == TMPFS_MAGIC || vfs.f_type == RAMFS_MAGIC;
-  int ranks = wd_nodeshare_local_ranks(dir);
-  /* The plugin's files on the node, and the leftovers of ended processes that may go. */
+  int ranks = ns_ranks_env();
   DIR *d = opendir(dir);
-  uint64_t files = 0;
-  ns_file *old = NULL;
-  size_t nold = 0, capold = 0;
-  if (d) {
-    wd_process_id me;
-    wd_process_identity(&me);
-    time_t now = time(NULL);
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-      ns_file f;
-      if (!ns_name_is_ring(e->d_name) || ns_read(dirfd(d), e->d_name, &me, &f) != 0) continue;
-      files += f.bytes;
-      if (!f.dead || now - f.mtime < WD_NODESHARE_GRACE_S) continue;
-      if (nold == capold) {
-        size_t c = capold ? capold * 2 : 16;
-        ns_file *p = realloc(old, c * sizeof(*p));
-        if (!p) continue;
-        old = p, capold = c;
-      }
-      old[nold++] = f;
-    }
-  }
+  ns_scan sc = {0, 1, NULL, 0};
+  if (d) ns_scan_dir(d, !ranks, &sc);
+  if (!ranks) ranks = sc.procs;
+  uint64_t files = sc.files;
+  ns_file *old = sc.old;
+  size_t nold = sc.nold;
   pthread_mutex_lock(&ns_lock);
   int ok = wd_nodeshare_decide(total, avail, files, ns_mine, ranks, need, memory_fs);
   /* Leftovers past their grace period, oldest first, while they are what stands in the way. */
@@ -156,9 +164,6 @@ int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len
       ok = wd_nodeshare_decide(total, avail, files, ns_mine, ranks, need, memory_fs);
     }
   }
-  if (gone && removed && removed_len)
-    snprintf(removed, removed_len, "%zu ring file%s (%.1f MiB) of processes that ended over %d h ago", gone,
-             gone == 1 ? "" : "s", (double)gone_bytes / 1048576.0, (int)(WD_NODESHARE_GRACE_S / 3600));
   if (gone)
     WD_WARN("%s: removed %zu post-mortem ring file%s (%.1f MiB) of processes that ended over %d h ago, the "
             "oldest first, to make room within the plugin's part of it", dir, gone, gone == 1 ? "" : "s",

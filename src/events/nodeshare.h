@@ -27,9 +27,8 @@
 /* Whether a ring file of need bytes may be made in dir now. 1: yes (counted as this process's
  * until wd_nodeshare_release); 0: no, why says so in a sentence for the job's log. Leftover
  * ring files of ended processes older than the grace period are removed, oldest first, while
- * they are what stands in the way (removed names how many, and their bytes). */
-int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len, char *removed,
-                       size_t removed_len);
+ * they are what stands in the way (said in the log). */
+int wd_nodeshare_admit(const char *dir, uint64_t need, char *why, size_t why_len);
 void wd_nodeshare_release(uint64_t bytes);
 /* The first refusal's sentence into out, "" when none: every dump says it. */
 void wd_nodeshare_note(char *out, size_t len);

@@ -82,4 +82,3 @@ void wd_keep_resumed(const char *path) {
     if (!strcmp(wd_keep.list[i].name, base)) wd_keep.list[i].resumed = 1;
 }
 
-unsigned wd_keep_count(void) { return wd_keep.count; }

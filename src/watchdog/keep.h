@@ -22,7 +22,5 @@ int wd_keep_room(const char *dir, int (*resumed)(unsigned k), char *removed, siz
 void wd_keep_add(const char *path, unsigned episode);
 /* This process's own stall episode resumed: its dump (path) may go first. */
 void wd_keep_resumed(const char *path);
-/* Dumps kept now. */
-unsigned wd_keep_count(void);
 
 #endif
