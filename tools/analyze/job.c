@@ -176,7 +176,13 @@ static void op_text(const wd_az_comm *c, const wd_az_crank *who, char *out, size
     }
     if (op->seq >= 0 && op->func == c->stuck_func) break;
   }
-  if (c->stuck_seq < 0) wd_az_fmt(out, len, "point-to-point operations");
+  if (c->graph && c->stuck_seq < 0)
+    wd_az_fmt(out, len, "%s (replay %lld of CUDA graph %d, launch %d)", f, (long long)c->graph_replay, c->graph,
+              c->graph_launch);
+  else if (c->graph)
+    wd_az_fmt(out, len, "%s seq %lld (replay %lld of CUDA graph %d)", f, (long long)c->stuck_seq,
+              (long long)c->graph_replay, c->graph);
+  else if (c->stuck_seq < 0) wd_az_fmt(out, len, "point-to-point operations");
   else wd_az_fmt(out, len, "%s seq %lld", f, (long long)c->stuck_seq);
 }
 

@@ -319,6 +319,7 @@ static void load_op(wd_az_op *op, const cJSON *node) {
   op->dtype = istr(node, "datatype");
   op->status = istr(node, "status");
   op->seq = lnum(node, "seq", -1);
+  op->replay = lnum(node, "replay", -1);
   op->count = lnum(node, "count", -1);
   op->root = inum(node, "root", -1);
   op->peer = inum(node, "peer", -1);
@@ -400,6 +401,7 @@ static void keep_hist(wd_az_crank *cr, const cJSON *r, size_t *pos) {
   h->count = lnum(r, "count", -1);
   h->root = inum(r, "root", -1);
   h->t = lnum(r, "t", 0);
+  h->replay = lnum(r, "replay", -1);
   (*pos)++;
 }
 

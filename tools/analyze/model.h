@@ -72,6 +72,7 @@ typedef struct wd_az_op {
   wd_az_str dtype;
   wd_az_str status; /* posting/enqueued/reached/gpu_done/stalled */
   int64_t seq;      /* -1 for p2p */
+  int64_t replay;   /* the CUDA graph replay it belongs to, -1 when not a replay */
   int64_t count;
   int root, peer;   /* -1 when absent */
   double age_ms, since_ms;
@@ -98,7 +99,8 @@ typedef struct wd_az_hist {
   wd_az_str func, dtype;
   int64_t seq, count;
   int root;
-  int64_t t; /* start time, ns relative to the dump (<= 0): when this rank entered it */
+  int64_t t;      /* start time, ns relative to the dump (<= 0): when this rank entered it */
+  int64_t replay; /* the CUDA graph replay it belongs to, -1 when not a replay */
 } wd_az_hist;
 
 /* How long one collective's kernel spent in its first phase on this rank (NCCL 2.31+ KernelPhase,

@@ -166,6 +166,7 @@ static cJSON *stuck_json(const wd_az_comm *c) {
       cJSON_AddNumberToObject(g, "graph", c->graph);
       cJSON_AddNumberToObject(g, "launch", c->graph_launch);
       cJSON_AddNumberToObject(g, "replay", (double)c->graph_replay);
+      if (c->graph_seq >= 0) cJSON_AddNumberToObject(g, "seq", (double)c->graph_seq);
     }
   }
   cJSON_AddItemToObject(o, "ranksWaiting", int_array(c->waiting, c->nwaiting));

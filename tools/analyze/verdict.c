@@ -1403,6 +1403,55 @@ static const wd_az_glaunch *glaunch_find(const wd_az_crank *cr, int graph, int l
   return NULL;
 }
 
+/* The seq NCCL's own events gave launch bl of graph bg in replay br, where NCCL numbers replays
+ * (KernelCh on, or a plan with proxy work): a replay's Colls carry its replay number, in capture
+ * order, so the k-th launch of a function in the graph is the k-th Coll of that function in the
+ * replay. Read from the waiting ranks' operations in flight and ring (a symmetric kernel's Coll
+ * stops at once); -1 unless their seqs are exactly one per launch of that function and no other
+ * replay carried one of them (seq left unmoved at replays names none). */
+#define REPLAY_SEQS 16
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+static int64_t replay_seq(const wd_az_comm *c, int bg, int bl, int64_t br) {
+  int nl = 0, k = 0;
+  const wd_az_crank *any = c->nwaiting ? c->by_rank[c->waiting[0]] : NULL;
+  for (int i = 0; any && i < any->nglaunch; i++) {
+    const wd_az_glaunch *g = &any->glaunch[i];
+    if (g->graph != bg || g->func != c->stuck_func) continue;
+    nl++;
+    k += g->launch < bl;
+  }
+  int64_t seqs[REPLAY_SEQS], olds[REPLAY_SEQS];
+  int n = 0, over = 0, stale = 0, nold = 0;
+  for (int w = 0; w < c->nwaiting; w++) {
+    const wd_az_crank *cr = c->by_rank[c->waiting[w]];
+    for (int i = 0; i < cr->nops + cr->nhist; i++) {
+      int op = i < cr->nops;
+      wd_az_str f = op ? cr->ops[i].func : cr->hist[i - cr->nops].func;
+      int64_t s = op ? cr->ops[i].seq : cr->hist[i - cr->nops].seq;
+      int64_t r = op ? cr->ops[i].replay : cr->hist[i - cr->nops].replay;
+      if (f != c->stuck_func || s < 0) continue;
+      if (r != br) { /* NCCL leaves seq unmoved at replays (KernelCh off): it names no replay */
+        for (int j = 0; j < n; j++) stale |= seqs[j] == s;
+        if (r >= 0) olds[nold < REPLAY_SEQS ? nold++ : nold - 1] = s;
+        continue;
+      }
+      int seen = 0;
+      for (int j = 0; j < n && !seen; j++) seen = seqs[j] == s;
+      if (seen) continue;
+      if (n == REPLAY_SEQS) over = 1;
+      else seqs[n++] = s;
+    }
+  }
+  for (int i = 0; i < nold; i++)
+    for (int j = 0; j < n; j++) stale |= olds[i] == seqs[j];
+  if (over || stale || n != nl || k >= n) return -1;
+  qsort(seqs, (size_t)n, sizeof(*seqs), cmp_i64);
+  return seqs[k];
+}
+
 /* A hang inside a replayed CUDA graph, from the captured launches' own GPU records (the plugin's
  * external events and replay counters: the GPU's word, first in the order of trust). NCCL may
  * fire nothing at a replay, so no sequence number or in-flight operation need show it. Stuck:
@@ -1439,9 +1488,12 @@ static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c)
   c->stuck_type = wd_az_intern("Coll");
   c->stuck_seq = -1;
   for (int i = 0; i < c->npresent; i++) {
+    const wd_az_glaunch *h = glaunch_find(c->by_rank[c->present[i]], bg, bl);
+    if (h && h->func && !c->stuck_func) c->stuck_func = h->func;
+  }
+  for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
     const wd_az_glaunch *h = glaunch_find(cr, bg, bl);
-    if (h && h->func && !c->stuck_func) c->stuck_func = h->func;
     if (h && h->state == WD_AZ_GL_IN && h->replays == br) {
       c->waiting[c->nwaiting++] = cr->rank;
       if (h->for_ms > c->stalled_ms) c->stalled_ms = h->for_ms;
@@ -1465,6 +1517,7 @@ static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c)
                 "its GPU never began that replay (replay %" PRId64 " passed it): the application has "
                 "not launched the graph again, or its stream is blocked before it", h->replays);
   }
+  c->graph_seq = c->stuck_seq = replay_seq(c, bg, bl, br);
   return 1;
 }
 
@@ -1477,8 +1530,10 @@ static void graph_summary(const wd_az_set *set, wd_az_comm *c) {
   rank_list(r ? r : &none, n, who, sizeof who);
   rank_list(c->waiting, c->nwaiting, wait, sizeof wait);
   wd_az_secs(c->stalled_ms, secs, sizeof secs);
-  wd_az_fmt(what, sizeof what, "%s (replay %" PRId64 " of CUDA graph %d, launch %d)",
-            wd_az_s(c->stuck_func), c->graph_replay, c->graph, c->graph_launch);
+  char seq[32] = "";
+  if (c->graph_seq >= 0) wd_az_fmt(seq, sizeof seq, " seq %" PRId64, c->graph_seq);
+  wd_az_fmt(what, sizeof what, "%s%s (replay %" PRId64 " of CUDA graph %d, launch %d)",
+            wd_az_s(c->stuck_func), seq, c->graph_replay, c->graph, c->graph_launch);
   const char *are = c->nwaiting == 1 ? "is" : "are";
   if (c->verdict == WD_AZ_HANG && n == 1) {
     head(c, "HANG", h, sizeof h);

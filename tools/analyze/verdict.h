@@ -82,6 +82,7 @@ typedef struct wd_az_comm {
    * launch of which graph, and which replay the waiting ranks' GPUs are in. */
   int graph, graph_launch;
   int64_t graph_replay;
+  int64_t graph_seq; /* the seq NCCL's events gave that replay's operation, -1 none */
   /* NCCL 2.31+ KernelPhase: the rank that arrived last at the recent collectives, when one does
    * consistently (its kernels wait least in initial_sync); empty otherwise. */
   char arrival[384];
