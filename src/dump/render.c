@@ -936,6 +936,7 @@ static int add_env_count(cJSON *o, const char *key, const char *name, const char
   return add_num(o, key, (double)n);
 }
 
+#define WD_IDENTITY_COMMS 32
 static int put_identity(cJSON *root, const wd_dump_input *in) {
   cJSON *o = cJSON_AddObjectToObject(root, "identity");
   if (!o) return -1;
@@ -955,6 +956,17 @@ static int put_identity(cJSON *root, const wd_dump_input *in) {
   if (in->proc && ((in->proc->boot_id[0] && add_str(o, "bootId", in->proc->boot_id)) ||
                    (in->proc->start_wall_ns && add_hex(o, "processStartNs", in->proc->start_wall_ns))))
     return -1;
+  /* The communicators this process had alive when it wrote the dump: an incarnation of the job
+   * is the communicators made together and the processes that use them, and this list (in the
+   * file's first bytes) lets the automatic verdict count a dump toward its episode by them, not
+   * by a launcher's counter. Bounded: the rest are in comms[]. */
+  cJSON *ids = cJSON_AddArrayToObject(o, "comms");
+  if (!ids) return -1;
+  for (uint32_t i = 0; i < in->ncomms && i < WD_IDENTITY_COMMS; i++) {
+    char buf[24];
+    snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)in->comms[i].comm_id);
+    if (!cJSON_AddItemToArray(ids, cJSON_CreateString(buf))) return -1;
+  }
   return 0;
 }
 

@@ -195,9 +195,10 @@ static void av_publish(const char *line);
  * this process die meanwhile, the episode still gets its verdict), at nice 19, within
  * VERDICT_MEMORY and its own deadline. detached: a session of its own, stderr the job's (the
  * process is ending). Returns its pid, or -1. */
-static pid_t av_start_analyzer(unsigned k, int expected, int detached) {
+static pid_t av_start_analyzer(unsigned k, const wd_av_who *who, int detached) {
   char out[WD_PATH_MAX + 48], err[WD_PATH_MAX + 48], line[WD_PATH_MAX + 64], settle[96], deadline[32],
-      episode[32];
+      episode[32], comms[16 + WD_AV_COMMS * 20];
+  int expected = who->processes;
   snprintf(out, sizeof out, "--out=%s/verdict-%u", av.base, k);
   snprintf(err, sizeof err, "%s/verdict-%u.log", av.base, k);
   snprintf(line, sizeof line, "--line=%s/verdict-%u.line", av.watch->dir, k);
@@ -211,7 +212,17 @@ static pid_t av_start_analyzer(unsigned k, int expected, int detached) {
    * that resumed; read as the latest moment they would answer for a process whose dump of k is
    * not in (an "OK" during a hang, or a verdict on an old barrier). The settle counts k's. */
   snprintf(episode, sizeof episode, "--episode=%u", k);
-  char *argv[] = {av.analyzer, "-q", "-j", "2", settle, deadline, episode, out, line, av.base, NULL};
+  /* A dump of a process's end counts only when it names one of the episode's communicators: the
+   * directory may hold an earlier incarnation's (a restart, a requeue) written minutes ago. */
+  size_t used = (size_t)snprintf(comms, sizeof comms, "--settle-comms=");
+  for (uint32_t i = 0; i < who->ncomms && used < sizeof comms; i++)
+    used += (size_t)snprintf(comms + used, sizeof comms - used, "%s0x%llx", i ? "," : "",
+                             (unsigned long long)who->comms[i]);
+  char *argv[] = {av.analyzer, "-q", "-j", "2", settle, deadline, episode, out, line, av.base, NULL, NULL};
+  if (who->ncomms) { /* before the directory, the last argument */
+    argv[10] = argv[9];
+    argv[9] = comms;
+  }
   pid_t pid = av_spawn_flags(argv, NULL, err, detached);
   if (pid <= 0) return -1;
   /* At low priority and within its memory: the job's own work comes first. */
@@ -566,7 +577,7 @@ static void av_supersede(unsigned k, uint64_t now) {
   av_publish(line);
 }
 
-void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
+void wd_av_opened(unsigned k, uint64_t now, const wd_av_who *who) {
   if (av.cfg) av.mark_k = k;
   if (!av.cfg || !av.analyzer[0]) return;
   if (av.state != AV_IDLE) av_supersede(k, now);
@@ -574,14 +585,7 @@ void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
   av.opened_ns = now;
   av.opened_wall = time(NULL);
   av.stats.open_episode = k;
-  /* Every process of the job, when the launcher says how many (torchrun, SLURM through the
-   * framework); else every rank of the largest stalled communicator. */
-  const char *ws = getenv("WORLD_SIZE");
-  long world = ws ? strtol(ws, NULL, 10) : 0;
-  int expected = world > 0 && world < (1L << 24) ? (int)world : 1;
-  for (uint32_t i = 0; world <= 0 && i < n; i++)
-    if (st[i].nranks > expected) expected = st[i].nranks;
-  pid_t pid = av_start_analyzer(k, expected, 0);
+  pid_t pid = av_start_analyzer(k, who, 0);
   if (pid <= 0) {
     char line[AV_LINE];
     snprintf(line, sizeof line, "NO VERDICT MADE for stall episode %u: the analyzer %s could not be started (%s)",
@@ -591,8 +595,8 @@ void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n) {
   }
   av.analyzer_run = (av_child){pid, now + av.cfg->verdict_wait_ns + av.cfg->verdict_limit_ns};
   av.state = AV_RUNNING;
-  WD_INFO("stall episode %u: analyzing (pid %d) once %d dump(s) are in: %s/verdict-%u.txt", k,
-          (int)pid, expected, av.base, k);
+  WD_INFO("stall episode %u: analyzing (pid %d) once %d process(es) have dumped: %s/verdict-%u.txt", k,
+          (int)pid, who->processes, av.base, k);
 }
 
 void wd_av_dumped(unsigned k, uint64_t now, int own) {
@@ -639,7 +643,7 @@ int wd_av_episode_resumed(unsigned k) {
   return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid();
 }
 
-void wd_av_teardown(uint64_t now, int expected) {
+void wd_av_teardown(uint64_t now, const wd_av_who *who) {
   (void)now;
   if (!av.cfg || !av.analyzer[0] || av.state != AV_IDLE) return;
   char json[256], name[64];
@@ -647,7 +651,7 @@ void wd_av_teardown(uint64_t now, int expected) {
            av.host, (int)getpid());
   if (wd_trigger_post(av.watch, json, name, sizeof name, NULL, 0) != 1) return; /* another's */
   unsigned k = av.watch->next - 1;
-  pid_t pid = av_start_analyzer(k, expected, 1);
+  pid_t pid = av_start_analyzer(k, who, 1);
   if (pid <= 0) {
     WD_WARN("stall episode %u (posted on SIGABRT): could not start the analyzer: %s", k, strerror(errno));
     return;

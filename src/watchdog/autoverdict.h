@@ -28,9 +28,20 @@ void wd_av_start(const wd_config *cfg, wd_trigger_watch *watch, const char *base
  * has its own deadline); forgets everything. */
 void wd_av_stop(void);
 
-/* This process opened episode k (its trigger won): it makes the episode's verdict. The stalls
- * name the communicators whose ranks are expected to dump. */
-void wd_av_opened(unsigned k, uint64_t now, const wd_stall *st, uint32_t n);
+/* Whom an episode's verdict waits for: how many processes, and the communicators whose
+ * processes those are (the stalled ones; at a teardown, this process's). A process's dump of its
+ * end counts toward the episode only when it names one of them: the incarnation is the
+ * communicators made together, whatever the launcher's counters say (a restarted job writes
+ * into the same directory). */
+#define WD_AV_COMMS 16
+typedef struct wd_av_who {
+  int processes;
+  uint32_t ncomms;
+  uint64_t comms[WD_AV_COMMS];
+} wd_av_who;
+
+/* This process opened episode k (its trigger won): it makes the episode's verdict. */
+void wd_av_opened(unsigned k, uint64_t now, const wd_av_who *who);
 /* This process dumped for episode k (its own stall or a peer dump): it logs the verdict line. */
 void wd_av_dumped(unsigned k, uint64_t now, int own); /* own: its own stall dumped for k */
 /* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's
@@ -47,8 +58,8 @@ int wd_av_episode_resumed(unsigned k);
  * of the job posts the episode (the job's live processes answer with peer dumps: the rank that
  * never entered, before torchrun's SIGTERM reaches it) and leaves a detached analyzer behind
  * (its own session, its own settle wait and deadline), which publishes the line and prints it on
- * this process's stderr, the job's log. expected: the dumps to wait for. */
-void wd_av_teardown(uint64_t now, int expected);
+ * this process's stderr, the job's log. */
+void wd_av_teardown(uint64_t now, const wd_av_who *who);
 /* One step: settle, spawn, reap or kill, publish, hook, log. */
 void wd_av_poll(uint64_t now);
 

@@ -323,6 +323,41 @@ static int wd_fold_expired(uint64_t now) {
   return 1;
 }
 
+/* Whom an episode's verdict waits for (autoverdict.h): the communicators (the stalled ones, or
+ * all of this process's at a teardown) and how many processes hold their ranks. WORLD_SIZE,
+ * when the launcher set it, counts processes (torchrun, the frameworks' Slurm paths); else a
+ * communicator of N ranks of which this process holds k (JAX, TensorFlow and `nccl-tests -g`
+ * drive several GPUs from one process) has N/k processes, rounded up: the ranks are spread
+ * alike, as those launchers do. */
+static void wd_who(const wd_stall *st, uint32_t n, wd_av_who *who) {
+  memset(who, 0, sizeof *who);
+  const char *ws = getenv("WORLD_SIZE");
+  long world = ws ? strtol(ws, NULL, 10) : 0;
+  int procs = 1;
+  pthread_mutex_lock(&wd_store.lock);
+  for (uint32_t i = 0; i < n && who->ncomms < WD_AV_COMMS; i++) {
+    int seen = 0;
+    for (uint32_t j = 0; j < who->ncomms && !seen; j++) seen = who->comms[j] == st[i].comm_id;
+    if (!seen) who->comms[who->ncomms++] = st[i].comm_id;
+  }
+  for (wd_context *ctx = wd_store.contexts; !n && ctx && who->ncomms < WD_AV_COMMS; ctx = ctx->next) {
+    int seen = 0;
+    for (uint32_t j = 0; j < who->ncomms && !seen; j++) seen = who->comms[j] == ctx->comm_id;
+    if (!seen) who->comms[who->ncomms++] = ctx->comm_id;
+  }
+  for (uint32_t j = 0; j < who->ncomms; j++) {
+    int local = 0, nranks = 0;
+    for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next)
+      if (ctx->comm_id == who->comms[j]) local++, nranks = ctx->nranks;
+    for (uint32_t i = 0; !local && i < n; i++)
+      if (st[i].comm_id == who->comms[j]) local = 1, nranks = st[i].nranks;
+    int p = local ? (nranks + local - 1) / local : 1;
+    if (p > procs) procs = p;
+  }
+  pthread_mutex_unlock(&wd_store.lock);
+  who->processes = world > 0 && world < (1L << 24) ? (int)world : procs;
+}
+
 static void wd_check_stalls(uint64_t now) {
   wd_stall stalls[WD_MAX_STALLS];
   uint32_t n = 0;
@@ -420,7 +455,11 @@ static void wd_check_stalls(uint64_t now) {
   int posted = wd_wd.cfg->peer_dumps && wd_wd.dumps_ok ? wd_post_trigger(stalls, n) : -1;
   int joined = posted == 0;
   unsigned k = wd_wd.watch.next - 1; /* the episode posted or joined */
-  if (posted == 1) wd_av_opened(k, now, stalls, n);
+  if (posted == 1) {
+    wd_av_who who;
+    wd_who(stalls, n, &who);
+    wd_av_opened(k, now, &who);
+  }
   else wd_av_unmark();
   if (posted == 0) wd_fold(k, now);
   if (posted >= 0) wd_ringfile_note_answer(k);
@@ -567,18 +606,6 @@ static void wd_check_term(void) {
 }
 
 /* The job's processes: WORLD_SIZE when the launcher says, else the largest communicator here. */
-static int wd_world_size(void) {
-  const char *ws = getenv("WORLD_SIZE");
-  long n = ws ? strtol(ws, NULL, 10) : 0;
-  if (n > 0 && n < (1L << 24)) return (int)n;
-  int max = 1;
-  pthread_mutex_lock(&wd_store.lock);
-  for (wd_context *ctx = wd_store.contexts; ctx; ctx = ctx->next)
-    if (ctx->nranks > max) max = ctx->nranks;
-  pthread_mutex_unlock(&wd_store.lock);
-  return max;
-}
-
 /* SIGABRT: PyTorch's watchdog (nccl2 backend: ::abort(); legacy: std::terminate) ends the ranks
  * waiting in a hung collective, usually well before our timeout and with no finalize. What they
  * were waiting in is the evidence the analyzer needs: dump it now, whatever the timeout. */
@@ -589,7 +616,11 @@ static void wd_check_abrt(void) {
   if (wd_dump("sigabrt", &extra, 0, 0, path, sizeof(path)) == 0) {
     WD_WARN("SIGABRT: the process is ending; what it had in flight: dump %s", path);
     /* PyTorch's watchdog fired before ours: the verdict is left to a detached analyzer. */
-    if (wd_wd.cfg->peer_dumps) wd_av_teardown(wd_now_ns(), wd_world_size());
+    if (wd_wd.cfg->peer_dumps) {
+      wd_av_who who;
+      wd_who(NULL, 0, &who);
+      wd_av_teardown(wd_now_ns(), &who);
+    }
   } else {
     WD_WARN("SIGABRT: the process is ending; no dump written, its ring files are in %s",
             wd_wd.cfg->ring_dir[0] ? wd_wd.cfg->ring_dir : "(no ring directory)");

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "incarnation.h"
 #include "load.h"
 #include "model.h"
 #include "verdict.h"

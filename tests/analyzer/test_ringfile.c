@@ -14,6 +14,7 @@
 #include "base/host.h"
 #include "flightrec/ring.h"
 #include "flightrec/ringfile.h"
+#include "incarnation.h"
 #include "load.h"
 #include "model.h"
 #include "ringfile.h"

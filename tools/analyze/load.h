@@ -52,22 +52,11 @@ void wd_az_set_memory(size_t bytes);
  * --deadline of deadline_s), never read as "no hang". */
 void wd_az_set_read_until(double t, unsigned deadline_s);
 
-/* Mark what the analysis uses: the newest dump per (host, pid, commId, rank) by time.wall_ns, or
- * everything when all_dumps. */
-void wd_az_select(wd_az_set *set, int all_dumps);
-/* Correct the wall clock of hosts whose dumps' times disagree with the file system's stamps of
- * them by more than write delays explain (after wd_az_select). */
-void wd_az_clock_offsets(wd_az_set *set);
-/* --attempt: judge attempt N (0 the first in the directory) instead of the latest. */
-void wd_az_set_attempt(int attempt);
-/* --episode: judge the dumps that answered the job's stall episode K only. */
+/* --episode: judge the dumps that answered the job's stall episode K only (a directory's
+ * snapshots are then not even read); -1 when not asked. */
 void wd_az_set_episode(int episode);
+int wd_az_episode_wanted(void);
 /* Whether a dump's reason says what a process left as it ended (postmortem, term, sigabrt,
  * abort): judged with any episode, as a process that died or was torn down answers no trigger. */
 int wd_az_reason_is_final(const char *reason);
-/* Whether the process that wrote the ring file starting with data (len bytes: its header) runs
- * now on this machine, in this PID namespace, as /proc tells (never another host's): 1 with its
- * state letter in *state ('T' stopped, 'D' in the kernel, 'S' asleep, 'R' running). */
-int wd_az_ring_alive_here(const void *data, size_t len, char *state);
-
 #endif

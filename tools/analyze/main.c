@@ -21,6 +21,7 @@
 #include "base/host.h"
 #include "flightrec/ringfile.h"
 #include "job.h"
+#include "incarnation.h"
 #include "load.h"
 #include "ringfile.h"
 #include "report.h"
@@ -41,6 +42,8 @@ typedef struct args {
   double settle_s;     /* ... at most this long */
   long settle_since;   /* counting files modified since this time (epoch seconds), 0: all */
   long episode;        /* --episode: settle counts that episode's answers only; -1 none */
+  int nsettle_comms;   /* --settle-comms: a dump of a process's end counts when it names one */
+  uint64_t settle_comms[16];
   long deadline_s;     /* SIGALRM ends the run after this long (0: none; -1: DEFAULT_DEADLINE_S);
                           reading stops at 90 % of it, so the report says what was left */
   long max_memory_mib; /* parse trees of all threads together; -1: the default (default_memory) */
@@ -60,6 +63,9 @@ static void usage(FILE *f) {
           "                     first line on stdout (the plugin's automatic verdict uses it)\n"
           "  --settle=N,SECONDS[,SINCE] wait until the inputs hold N dumps (modified since SINCE,\n"
           "                     epoch seconds), at most SECONDS, then analyze\n"
+          "  --settle-comms=ID[,ID...] with --settle and --episode: a dump of a process's end counts\n"
+          "                     only when its identity names one of these communicators (the\n"
+          "                     episode's incarnation; the plugin's automatic verdict passes them)\n"
           "  --line=FILE        publish the first line as FILE (created whole, never replaced)\n"
           "                     and print it on stderr\n"
           "  --deadline=SECONDS bound the run's time: reading dumps stops at 90%% of it (files not\n"
@@ -111,7 +117,7 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
   enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT,
-         O_SETTLE, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE, O_MAXMEM };
+         O_SETTLE, O_SETTLE_COMMS, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE, O_MAXMEM };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
@@ -122,6 +128,7 @@ static int parse_args(int argc, char **argv, args *a) {
       {"html", required_argument, NULL, O_HTML},
       {"out", required_argument, NULL, O_OUT},
       {"settle", required_argument, NULL, O_SETTLE},
+      {"settle-comms", required_argument, NULL, O_SETTLE_COMMS},
       {"line", required_argument, NULL, O_LINE},
       {"deadline", required_argument, NULL, O_DEADLINE},
       {"max-memory", required_argument, NULL, O_MAXMEM},
@@ -167,6 +174,19 @@ static int parse_args(int argc, char **argv, args *a) {
       long m = strtol(optarg, &end, 10);
       if (errno || end == optarg || *end || m < 0 || m > (1L << 30)) return bad("--max-memory", optarg, "expected MiB, 0 for no bound");
       a->max_memory_mib = m;
+      break;
+    }
+    case O_SETTLE_COMMS: {
+      a->nsettle_comms = 0;
+      for (const char *p = optarg; *p;) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(p, &end, 16);
+        if (errno || end == p || (*end && *end != ',') || a->nsettle_comms == 16)
+          return bad("--settle-comms", optarg, "expected up to 16 hex communicator ids, comma-separated");
+        a->settle_comms[a->nsettle_comms++] = (uint64_t)v;
+        p = *end ? end + 1 : end;
+      }
       break;
     }
     case O_SALVAGE: a->salvage = optarg; break;
@@ -261,10 +281,9 @@ static int ends_with(const char *s, size_t len, const char *tail) {
 
 /* Whether a stall or peer dump (name in dfd) answers episode k: its identity's jobEpisode, in the
  * first few KiB (render.c writes identity near the top), read through zlib for a .json.gz. */
-static int answers_episode(int dfd, const char *name, size_t len, long k) {
+static int dump_head(int dfd, const char *name, size_t len, char *buf, size_t cap) {
   int fd = wd_az_open_nolink(dfd, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
-  char buf[4096];
   int n;
   if (ends_with(name, len, ".gz")) {
     gzFile z = gzdopen(fd, "rb"); /* closes fd */
@@ -272,19 +291,49 @@ static int answers_episode(int dfd, const char *name, size_t len, long k) {
       close(fd);
       return 0;
     }
-    n = gzread(z, buf, sizeof buf - 1);
+    n = gzread(z, buf, (unsigned)cap - 1);
     gzclose(z);
   } else {
-    n = (int)read(fd, buf, sizeof buf - 1);
+    n = (int)read(fd, buf, cap - 1);
     close(fd);
   }
   if (n <= 0) return 0;
   buf[n] = '\0';
+  return n;
+}
+
+static int answers_episode(int dfd, const char *name, size_t len, long k) {
+  char buf[4096];
+  if (!dump_head(dfd, name, len, buf, sizeof buf)) return 0;
   const char *e = strstr(buf, "\"jobEpisode\":");
   if (!e) return 0;
   char *end;
   long v = strtol(e + 13, &end, 10);
   return end != e + 13 && v == k;
+}
+
+/* Whether a dump of a process's end belongs to the episode's incarnation: its identity names
+ * one of the episode's communicators (render.c writes identity.comms in the first KiB). A dump
+ * that names none (an older plugin's) is counted, as before. */
+static int of_incarnation(int dfd, const char *name, size_t len, const uint64_t *ids, int nids) {
+  if (!nids) return 1;
+  char buf[4096];
+  if (!dump_head(dfd, name, len, buf, sizeof buf)) return 0;
+  const char *c = strstr(buf, "\"identity\":");
+  c = c ? strstr(c, "\"comms\":[") : NULL;
+  if (!c) return 1;
+  for (c += 9; *c && *c != ']';) {
+    const char *q = strchr(c, '"');
+    if (!q) break;
+    char *end;
+    unsigned long long v = strtoull(q + 1, &end, 16);
+    for (int i = 0; i < nids; i++)
+      if (ids[i] == (uint64_t)v) return 1;
+    c = strchr(end, '"');
+    if (!c) break;
+    c++;
+  }
+  return 0;
 }
 
 /* Whether a node's copy of a running process's ring files (<host>-<pid>-e<K>-live.json, kind at
@@ -317,7 +366,7 @@ static long pid_before(const char *name, size_t end) {
  * is <host>-<pid>-<seq, commId or e<K>>-<kind>, and a process that answered and then died, or
  * died with several communicators (a post-mortem dump each), or was copied by its node while its
  * watchdog was merely late, is one of the processes the verdict waits for, not several. */
-static long count_dumps(const char *dir, int depth, long since, long episode) {
+static long count_dumps(const char *dir, int depth, long since, long episode, const uint64_t *ids, int nids) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
@@ -348,7 +397,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
         else if (!strcmp(kind, "live")) /* a node's copy of a silent process's ring files */
           mine = copy_answers_episode(e->d_name, dash, episode);
         else
-          mine = wd_az_reason_is_final(kind);
+          mine = wd_az_reason_is_final(kind) && of_incarnation(dirfd(d), e->d_name, len, ids, nids);
         /* The process: its host and the pid, the component before the one before the kind (a
          * folder may hold several hosts' dumps, whose pids may be alike). */
         size_t at = dash > 1 ? dash - 2 : 0;
@@ -365,7 +414,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode) {
     } else if (depth < 1 && ok && S_ISDIR(st.st_mode) && strcmp(e->d_name, "triggers")) {
       char sub[4096];
       snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-      n += count_dumps(sub, depth + 1, since, episode);
+      n += count_dumps(sub, depth + 1, since, episode, ids, nids);
     }
   }
   closedir(d);
@@ -380,7 +429,7 @@ static void settle(const args *a, double read_until) {
   if (read_until > 0 && read_until < until) until = read_until; /* the rest is for reading */
   for (;;) {
     long n = 0;
-    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode);
+    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms);
     if (n >= a->settle_n || now_s() >= until) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
       return;

@@ -455,6 +455,14 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
     cJSON_AddStringToObject(ident, "bootId", boot);
   }
   if (ident && h.process_start_wall_ns) add_hex(ident, "processStartNs", h.process_start_wall_ns);
+  /* Its communicator, alive when the process ended (render.c's identity.comms): one finalized
+   * or aborted before was history for that process already. */
+  cJSON *ids = ident ? cJSON_AddArrayToObject(ident, "comms") : NULL;
+  if (ids && !h.finalized) {
+    char id[24];
+    snprintf(id, sizeof id, "0x%llx", (unsigned long long)h.comm_id);
+    cJSON_AddItemToArray(ids, cJSON_CreateString(id));
+  }
 
   cJSON *time = cJSON_AddObjectToObject(root, "time");
   if (time) {

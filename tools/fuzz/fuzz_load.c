@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "incarnation.h"
 #include "load.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

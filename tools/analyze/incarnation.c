@@ -1,0 +1,557 @@
+/* Which dumps belong together (incarnation.h): the incarnation, the episode and the clocks. */
+#include "incarnation.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/host.h"
+#include "flightrec/ringfile.h"
+#include "load.h"
+#include "ringfile.h"
+
+static const wd_az_set *g_sort_set; /* qsort has no context argument */
+static wd_az_str g_postmortem;
+
+static int cmp_key(const void *a, const void *b) {
+  const wd_az_crank *x = &g_sort_set->cranks[*(const size_t *)a];
+  const wd_az_crank *y = &g_sort_set->cranks[*(const size_t *)b];
+  const wd_az_dump *dx = &g_sort_set->dumps[x->dump], *dy = &g_sort_set->dumps[y->dump];
+  if (x->comm_id != y->comm_id) return x->comm_id < y->comm_id ? -1 : 1;
+  if (x->rank != y->rank) return x->rank - y->rank;
+  if (dx->host != dy->host) return dx->host < dy->host ? -1 : 1;
+  if (dx->pid != dy->pid) return dx->pid - dy->pid;
+  if (dx->boot_id != dy->boot_id) return dx->boot_id < dy->boot_id ? -1 : 1;
+  if (dx->proc_start_ns != dy->proc_start_ns) return dx->proc_start_ns < dy->proc_start_ns ? -1 : 1;
+  /* A dump the process wrote itself says more (open trees, stacks) than its ring file. */
+  int px = dx->reason == g_postmortem, py = dy->reason == g_postmortem;
+  if (px != py) return px - py;
+  if (dx->wall_ns != dy->wall_ns) return dx->wall_ns > dy->wall_ns ? -1 : 1;
+  return x->dump < y->dump ? 1 : -1; /* later file wins a tie */
+}
+
+static int same_key(const wd_az_set *s, const wd_az_crank *x, const wd_az_crank *y) {
+  const wd_az_dump *a = &s->dumps[x->dump], *b = &s->dumps[y->dump];
+  /* Two nodes with one host name whose processes have one pid (containers, cloned images) are
+   * two processes: their boot ids or start times differ. */
+  return x->comm_id == y->comm_id && x->rank == y->rank && a->host == b->host && a->pid == b->pid &&
+         a->boot_id == b->boot_id && a->proc_start_ns == b->proc_start_ns;
+}
+
+static int g_attempt = -1; /* --attempt: the attempt to judge, -1 the latest */
+void wd_az_set_attempt(int attempt) { g_attempt = attempt; }
+
+
+/* A verdict is about one stall episode: by default the latest of the judged attempt, whose
+ * stall and peer dumps are judged with the snapshots and teardown dumps (each process's newest);
+ * stall and peer dumps of earlier episodes (ones that resumed, or a process that did not answer
+ * the latest) are set aside. --episode=K (the automatic verdict's): episode K's stall and peer
+ * dumps and what processes left as they ended (postmortem, teardown: an episode posted on
+ * SIGABRT is answered by those), never a snapshot or an earlier episode's dump, which would show
+ * a moment before the hang; none of these, no verdict. */
+static void select_episode(wd_az_set *set) {
+  int want = wd_az_episode_wanted();
+  set->episode = want;
+  if (want < 0) { /* the latest episode, when dumps of several are here */
+    int latest = -1, several = 0;
+    for (size_t i = 0; i < set->ndumps; i++) {
+      const wd_az_dump *d = &set->dumps[i];
+      if (d->aside || d->job_episode < 0) continue;
+      several |= latest >= 0 && d->job_episode != latest;
+      if (d->job_episode > latest) latest = d->job_episode;
+    }
+    set->episode = latest;
+    if (!several) return;
+    want = latest;
+  }
+  size_t aside = wd_az_episode_wanted() >= 0 ? set->snapshots_unread : 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    int other = wd_az_episode_wanted() >= 0 ? d->job_episode != want && !(d->job_episode < 0 && wd_az_reason_is_final(wd_az_s(d->reason)))
+                               : d->job_episode >= 0 && d->job_episode != want;
+    if (!d->aside && other) d->aside = 1, aside++;
+  }
+  for (size_t i = 0; i < set->ncranks; i++)
+    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  size_t n = strlen(set->attempt_note);
+  snprintf(set->attempt_note + n, sizeof set->attempt_note - n, "%sepisode %d; set aside %zu dump%s of %s",
+           n ? "; " : "", want, aside, aside == 1 ? "" : "s",
+           wd_az_episode_wanted() >= 0 ? "other episodes and snapshots" : "earlier episodes");
+}
+
+static int64_t attempt_of(const wd_az_dump *d) {
+  /* Slurm's requeue restarts everything, torchrun's agent restarts within a Slurm attempt. */
+  return d->slurm_restart < -1 ? -1 : (int64_t)(d->slurm_restart + 1) * 1000000 + (d->te_restart + 1);
+}
+
+/* A verdict is about one attempt of the job (restarted attempts share the dump directory):
+ * the latest, or --attempt's; dumps of the others are set aside and said so. A ring file takes
+ * the attempt its process's own dumps state (adopt_identity). One that still states none (its
+ * process wrote no dump; an older format) goes with the judged attempt unless its host's clock
+ * shows it older than that attempt there: written before the attempt's first process on the
+ * same host started (one host, one clock). */
+static void select_attempt(wd_az_set *set) {
+  int64_t keys[64];
+  int nk = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    int64_t k = attempt_of(&set->dumps[i]);
+    int seen = k < 0;
+    for (int j = 0; j < nk && !seen; j++) seen = keys[j] == k;
+    if (!seen && nk < 64) keys[nk++] = k;
+  }
+  set->attempt_note[0] = '\0';
+  if (nk == 0) return;
+  for (int i = 1; i < nk; i++) /* ascending */
+    for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
+      int64_t t = keys[j];
+      keys[j] = keys[j - 1], keys[j - 1] = t;
+    }
+  int pick = g_attempt >= 0 && g_attempt < nk ? g_attempt : nk - 1;
+  int64_t want = keys[pick];
+  size_t aside = 0, unstated = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    int64_t k = attempt_of(d);
+    if (k >= 0) {
+      if (k != want) d->aside = 1, aside++;
+      continue;
+    }
+    uint64_t began = 0;
+    for (size_t j = 0; j < set->ndumps; j++) {
+      const wd_az_dump *e = &set->dumps[j];
+      if (e->host == d->host && attempt_of(e) == want && e->proc_start_ns && (!began || e->proc_start_ns < began))
+        began = e->proc_start_ns;
+    }
+    if (began && d->wall_ns < began) d->aside = 1, aside++, unstated++;
+  }
+  for (size_t i = 0; i < set->ncranks; i++)
+    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  if (!aside) return;
+  int sr = (int)(want / 1000000) - 1, tr = (int)(want % 1000000) - 1;
+  char what[96] = "";
+  if (sr >= 0) snprintf(what, sizeof what, "SLURM_RESTART_COUNT=%d", sr);
+  if (tr >= 0)
+    snprintf(what + strlen(what), sizeof what - strlen(what), "%sTORCHELASTIC_RESTART_COUNT=%d", sr >= 0 ? ", " : "", tr);
+  snprintf(set->attempt_note, sizeof set->attempt_note,
+           "attempt %d of %d (%s); set aside %zu dump%s of %s%s", pick, nk, what[0] ? what : "no restart count",
+           aside, aside == 1 ? "" : "s", pick == nk - 1 ? "earlier attempts" : "other attempts",
+           unstated ? ", ring files included (written before this attempt began on their host)" : "");
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+#define CLOCK_FIX_MIN_NS 1000000000ll    /* a smaller offset is within write delays: left alone */
+#define CLOCK_SPREAD_MAX_NS 2000000000ll /* a host's files must agree with each other this well */
+#define CLOCK_COPIED_NS 120000000000ll   /* files stamped this long after their dump: copied */
+
+/* A machine: its host name and its boot (cloned nodes and containers share names; a dump without
+ * a boot id, an older format's, goes with its host name alone). */
+typedef struct host_clock {
+  wd_az_str host, boot;
+  int64_t med, spread; /* median and spread of wall_ns - mtime over its dumps */
+  int fix;
+} host_clock;
+
+static int cmp_machine(const wd_az_dump *x, const wd_az_dump *y) {
+  if (x->host != y->host) return (x->host > y->host) - (x->host < y->host);
+  return (x->boot_id > y->boot_id) - (x->boot_id < y->boot_id);
+}
+
+static int cmp_host(const void *a, const void *b) {
+  return cmp_machine(&g_sort_set->dumps[*(const size_t *)a], &g_sort_set->dumps[*(const size_t *)b]);
+}
+
+/* The machine of dump d among hc[0..nh) (sorted by host, then boot): its own, or, for a dump that
+ * names no boot (a ring file), its host's when only one machine has that name. -1 if none. */
+static long machine_of(const host_clock *hc, size_t nh, const wd_az_dump *d) {
+  size_t lo = 0, hi = nh;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (hc[mid].host < d->host) lo = mid + 1;
+    else hi = mid;
+  }
+  size_t k = lo;
+  for (; k < nh && hc[k].host == d->host; k++)
+    if (hc[k].boot == d->boot_id) return (long)k;
+  if (!d->boot_id && k == lo + 1) return (long)lo;
+  return -1;
+}
+
+/* No wall clock is compared across hosts without an offset: each host's clock is set against
+ * the shared file system's, which stamped every dump file as it was written (its mtime). For a
+ * host, wall_ns - mtime is its offset plus the write delay; the hosts' median is the common
+ * part. A host further than CLOCK_FIX_MIN_NS from it, whose own files agree with each other, is
+ * corrected by the difference (the report says by how much, and how sure). Files copied later
+ * (mtime far from every dump's time) tell nothing: no correction. */
+void wd_az_clock_offsets(wd_az_set *set) {
+  set->clock_note[0] = '\0';
+  wd_az_str pm = wd_az_intern("postmortem");
+  size_t n = 0, *ix = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*ix));
+  int64_t *v = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*v));
+  host_clock *hc = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*hc));
+  if (!ix || !v || !hc) goto out;
+  for (size_t i = 0; i < set->ndumps; i++)
+    if (set->dumps[i].kept && set->dumps[i].reason != pm && set->dumps[i].mtime_ns) ix[n++] = i;
+  /* One pass per host over the dumps sorted by host (a 100,000-rank job: 12,500 hosts). */
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_host);
+  size_t nh = 0;
+  for (size_t a = 0, b; a < n; a = b) {
+    size_t k = 0;
+    for (b = a; b < n && !cmp_machine(&set->dumps[ix[b]], &set->dumps[ix[a]]); b++)
+      v[k++] = (int64_t)(set->dumps[ix[b]].wall_ns - set->dumps[ix[b]].mtime_ns);
+    qsort(v, k, sizeof(*v), cmp_i64);
+    hc[nh++] = (host_clock){set->dumps[ix[a]].host, set->dumps[ix[a]].boot_id, v[k / 2], v[k - 1] - v[0], 0};
+  }
+  if (nh < 2) goto out;
+  /* One host name on several machines: said once, each machine's clock set apart. */
+  size_t pos = 0;
+  for (size_t h = 0, e; h < nh; h = e) {
+    for (e = h + 1; e < nh && hc[e].host == hc[h].host; e++) {
+    }
+    if (e - h > 1 && pos < sizeof set->clock_note)
+      pos += (size_t)snprintf(set->clock_note + pos, sizeof set->clock_note - pos,
+                              "%shost name %s names %zu machines (their boot ids differ): told apart", pos ? "; " : "",
+                              wd_az_s(hc[h].host), e - h);
+  }
+  for (size_t h = 0; h < nh; h++) v[h] = hc[h].med;
+  qsort(v, nh, sizeof(*v), cmp_i64);
+  int64_t common = v[nh / 2];
+  if (nh == 2) common = llabs(v[0]) < llabs(v[1]) ? v[0] : v[1];
+  if (llabs(common) > CLOCK_COPIED_NS) goto out;
+  for (size_t h = 0; h < nh; h++) {
+    int64_t dev = hc[h].med - common;
+    if (llabs(dev) < CLOCK_FIX_MIN_NS || hc[h].spread > CLOCK_SPREAD_MAX_NS) continue;
+    hc[h].fix = 1;
+    int shared = (h > 0 && hc[h - 1].host == hc[h].host) || (h + 1 < nh && hc[h + 1].host == hc[h].host);
+    char boot[48] = "";
+    if (shared && hc[h].boot) snprintf(boot, sizeof boot, " (boot %.8s)", wd_az_s(hc[h].boot));
+    if (pos < sizeof set->clock_note)
+      pos += (size_t)snprintf(set->clock_note + pos, sizeof set->clock_note - pos,
+                              "%shost %s%s's clock read %.1f s %s the others' (within %.1f s, from the file "
+                              "system's times of its dumps): corrected",
+                              pos ? "; " : "", wd_az_s(hc[h].host), boot, (double)llabs(dev) / 1e9,
+                              dev > 0 ? "ahead of" : "behind", (double)hc[h].spread / 1e9 + 0.1);
+  }
+  /* Every dump of a corrected machine, its ring files included. */
+  for (size_t i = 0; i < set->ndumps; i++) {
+    long lo = machine_of(hc, nh, &set->dumps[i]);
+    if (lo >= 0 && hc[lo].fix) {
+      int64_t dev = hc[lo].med - common;
+      set->dumps[i].clock_fix_ns = dev;
+      set->dumps[i].wall_ns -= (uint64_t)dev;
+    }
+  }
+out:
+  free(ix);
+  free(v);
+  free(hc);
+}
+
+static int cmp_host_pid(const void *a, const void *b) {
+  const wd_az_dump *x = &g_sort_set->dumps[*(const size_t *)a], *y = &g_sort_set->dumps[*(const size_t *)b];
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
+/* Whether two dumps of one host and pid can be of one process: no part of their identity
+ * (machine boot, process start) that both state differs. */
+static int same_process(const wd_az_dump *x, const wd_az_dump *y) {
+  return (!x->proc_start_ns || !y->proc_start_ns || x->proc_start_ns == y->proc_start_ns) &&
+         (!x->boot_id || !y->boot_id || x->boot_id == y->boot_id);
+}
+
+/* An older dump (and an older plugin's ring file) may say nothing of its machine or start: it
+ * takes those of the process of its host and pid when there is exactly one, so it stays that
+ * process's evidence. A ring file never states its attempt: it takes that of its own process's
+ * dumps (the same start and boot), whichever else its host and pid once ran. */
+static void adopt_identity(wd_az_set *set) {
+  size_t n = set->ndumps, *ix = malloc((n ? n : 1) * sizeof(*ix));
+  if (!ix) return;
+  for (size_t i = 0; i < n; i++) ix[i] = i;
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_host_pid);
+  for (size_t a = 0, b; a < n; a = b) {
+    const wd_az_dump *first = NULL;
+    int several = 0;
+    for (b = a; b < n && !cmp_host_pid(&ix[a], &ix[b]); b++) {
+      const wd_az_dump *d = &set->dumps[ix[b]];
+      if (!d->proc_start_ns && !d->boot_id) continue;
+      if (!first) first = d;
+      else several |= !same_process(first, d);
+      /* The fullest identity stands for the process. */
+      if ((d->proc_start_ns && d->boot_id) && !(first->proc_start_ns && first->boot_id)) first = d;
+    }
+    for (size_t k = a; first && !several && k < b; k++) {
+      wd_az_dump *d = &set->dumps[ix[k]];
+      if (!d->proc_start_ns) d->proc_start_ns = first->proc_start_ns;
+      if (!d->boot_id) d->boot_id = first->boot_id;
+    }
+    for (size_t k = a; k < b; k++) {
+      wd_az_dump *d = &set->dumps[ix[k]];
+      if (d->slurm_restart >= -1) continue;
+      for (size_t j = a; j < b; j++) {
+        const wd_az_dump *e = &set->dumps[ix[j]];
+        if (e->slurm_restart < -1 || e->proc_start_ns != d->proc_start_ns || e->boot_id != d->boot_id) continue;
+        d->slurm_restart = e->slurm_restart, d->te_restart = e->te_restart;
+        break;
+      }
+    }
+  }
+  free(ix);
+}
+
+/* What a ring file's header says now: its live part's generation (0: it cannot be read as a ring
+ * file), how often its watchdog rewrites that part (0: not recorded), whose it is, and whether
+ * /proc here speaks of that process: the same machine boot and PID namespace, whatever host
+ * name the file was given (NCCL_WATCHDOG_HOSTNAME names a container's node; an older file,
+ * without boot and namespace, never: it is probed). A running process's watchdog rewrites it
+ * every poll (NCCL_WATCHDOG_POLL, 1 s by default); a dead process's never changes. Read as the
+ * dumps are: a regular file, no link. */
+typedef struct ring_now {
+  uint64_t gen, proc_start_ns;
+  uint32_t poll_ms;
+  int32_t pid;
+  int here;
+} ring_now;
+
+/* 0 when h is not a ring file's header or its identity fails its check. */
+static int ring_now_of(const wd_rf_header *h, const wd_process_id *here, ring_now *out) {
+  memset(out, 0, sizeof *out);
+  if (!wd_az_is_ringfile((const char *)h, sizeof *h) || h->ident_sum != wd_rf_ident_sum(h)) return 0;
+  out->gen = h->live_gen;
+  out->poll_ms = h->poll_ms;
+  out->pid = h->pid;
+  out->proc_start_ns = h->process_start_wall_ns;
+  out->here = wd_rf_of_place(h, here->boot_id, here->pidns_ino);
+  return 1;
+}
+
+static int ring_read_now(const char *path, const wd_process_id *here, ring_now *out) {
+  memset(out, 0, sizeof *out);
+  int fd = wd_az_open_nolink(AT_FDCWD, path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return 0;
+  wd_rf_header h;
+  struct stat st;
+  int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h;
+  close(fd);
+  return ok && ring_now_of(&h, here, out) && out->gen != 0;
+}
+
+int wd_az_ring_alive_here(const void *data, size_t len, char *state) {
+  wd_rf_header h;
+  ring_now r;
+  wd_process_id here;
+  *state = '?';
+  if (len < sizeof h) return 0;
+  memcpy(&h, data, sizeof h); /* the buffer need not be aligned */
+  wd_process_identity(&here);
+  return ring_now_of(&h, &here, &r) && r.here && wd_proc_alive_since(r.pid, r.proc_start_ns, state);
+}
+
+/* When a ring file's header is read again, in ms after the first reading: two polls at the
+ * default and a slow one, in three re-reads (a job's directory may hold a ring file per
+ * communicator of every process: no tight loop over a shared file system). A file whose
+ * watchdog polls slower is read again every 2.5 s until one of its polls and a quarter more
+ * have passed, never past LIVE_RING_MAX_MS (NCCL_WATCHDOG_POLL may be up to a minute: a
+ * process polling slower than that is called dead only after the wait). */
+static const int live_ring_reread_ms[] = {300, 1100, 2500};
+#define LIVE_RING_STEP_MS 2500
+#define LIVE_RING_MAX_MS 15000
+
+/* How long file's probe lasts: three default polls' worth, or its own poll and a quarter. */
+static int live_ring_deadline_ms(uint32_t poll_ms) {
+  uint64_t ms = (uint64_t)poll_ms + poll_ms / 4 + 500;
+  if (ms < 2500) ms = 2500;
+  return ms > LIVE_RING_MAX_MS ? LIVE_RING_MAX_MS : (int)ms;
+}
+
+/* A ring file stands for a process that died (reason postmortem) only if that process is gone:
+ * ring files kept among the dumps (NCCL_WATCHDOG_RING_DIR inside the dump directory) of
+ * processes still running would call each rank that has not answered the episode yet dead.
+ * Those become "live" evidence instead: the process's state at its watchdog's last poll, used
+ * only where the process left no other dump in the judged cut (live_rings_keep). A file of this
+ * machine is settled by /proc (its process alive, maybe stopped: its watchdog cannot rewrite
+ * anything); the others by their headers, re-read until each has been seen rewritten or its
+ * watchdog's poll has passed (one wait for all, only when there are such files). A file that
+ * records a fatal signal is dead already. Returns how many are live; *stopped: how many of
+ * them are stopped processes of this machine. */
+static size_t find_live_rings(wd_az_set *set, size_t *stopped) {
+  wd_az_str pm = wd_az_intern("postmortem"), live_reason = wd_az_intern("live");
+  uint64_t *gen = calloc(set->ndumps ? set->ndumps : 1, sizeof(*gen));
+  int *deadline = calloc(set->ndumps ? set->ndumps : 1, sizeof(*deadline));
+  *stopped = 0;
+  if (!gen || !deadline) {
+    free(gen);
+    free(deadline);
+    return 0;
+  }
+  wd_process_id here;
+  wd_process_identity(&here);
+  size_t probing = 0, live = 0;
+  int last = 0;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    size_t n = d->path ? strlen(d->path) : 0;
+    if (d->aside || d->reason != pm || d->fatal_signal > 0 || n < 5 || strcmp(d->path + n - 5, ".ring") != 0) continue;
+    ring_now r;
+    if (!ring_read_now(d->path, &here, &r)) continue;
+    char state = '?';
+    if (r.here && wd_proc_alive_since(r.pid, r.proc_start_ns, &state)) {
+      d->reason = live_reason;
+      live++;
+      if (state == 'T' || state == 't') ++*stopped;
+      continue;
+    }
+    if (r.here && wd_proc_gone(r.pid, r.proc_start_ns)) continue; /* /proc here says it ended */
+    gen[i] = r.gen;
+    deadline[i] = live_ring_deadline_ms(r.poll_ms);
+    if (deadline[i] > last) last = deadline[i];
+    probing++;
+  }
+  int waited = 0;
+  for (size_t r = 0; probing && waited < last; r++) {
+    int at = r < sizeof live_ring_reread_ms / sizeof live_ring_reread_ms[0]
+                 ? live_ring_reread_ms[r]
+                 : waited + LIVE_RING_STEP_MS;
+    if (at > last) at = last;
+    int ms = at - waited;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    waited = at;
+    for (size_t i = 0; i < set->ndumps; i++) {
+      if (!gen[i]) continue;
+      ring_now now;
+      int read = ring_read_now(set->dumps[i].path, &here, &now);
+      if (read && now.gen != gen[i]) {
+        set->dumps[i].reason = live_reason;
+        live++;
+      } else if (read && waited < deadline[i]) {
+        continue;
+      }
+      gen[i] = 0; /* rewritten, past its poll, or gone */
+      probing--;
+    }
+  }
+  free(gen);
+  free(deadline);
+  return live;
+}
+
+/* A live ring file stands in for its process only where that process has nothing else in the
+ * judged cut (it has not answered the episode: no peer dumps, a spent budget): its own dumps
+ * say more (stacks, the moment of the episode). One pass over the dumps sorted by host and pid.
+ * Returns how many were set aside. */
+static size_t live_rings_keep(wd_az_set *set) {
+  wd_az_str live = wd_az_intern("live");
+  size_t n = set->ndumps, aside = 0, *ix = malloc((n ? n : 1) * sizeof(*ix));
+  if (!ix) return 0;
+  for (size_t i = 0; i < n; i++) ix[i] = i;
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_host_pid);
+  for (size_t a = 0, b; a < n; a = b) {
+    for (b = a; b < n && !cmp_host_pid(&ix[a], &ix[b]); b++) {
+    }
+    for (size_t k = a; k < b; k++) {
+      wd_az_dump *d = &set->dumps[ix[k]];
+      if (d->aside || d->reason != live) continue;
+      for (size_t j = a; j < b && !d->aside; j++) {
+        const wd_az_dump *e = &set->dumps[ix[j]];
+        if (!e->aside && e->reason != live && e->proc_start_ns == d->proc_start_ns) d->aside = 1, aside++;
+      }
+    }
+  }
+  free(ix);
+  for (size_t i = 0; aside && i < set->ncranks; i++)
+    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
+  return aside;
+}
+
+void wd_az_select(wd_az_set *set, int all_dumps) {
+  adopt_identity(set);
+  size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
+  for (size_t i = 0; i < set->ndumps; i++) set->dumps[i].kept = all_dumps;
+  if (!idx) return;
+  set->episode = -1;
+  set->resumed_note[0] = '\0';
+  size_t stopped = 0, live = all_dumps ? 0 : find_live_rings(set, &stopped);
+  if (!all_dumps) select_attempt(set), select_episode(set);
+  /* Copies a node made of its silent processes' ring files (the salvage's, for this episode). */
+  size_t copies = 0, copies_stopped = 0;
+  for (size_t i = 0; !all_dumps && i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (d->aside || !d->live_state) continue;
+    copies++;
+    copies_stopped += d->live_state == 'T' || d->live_state == 't';
+  }
+  size_t aside = live || copies ? live_rings_keep(set) : 0, n = strlen(set->attempt_note);
+  if (live) {
+    snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+             "%s%zu ring file%s of running processes (rewritten while read, or alive on this machine: "
+             "not post-mortems)",
+             n ? "; " : "", live, live == 1 ? "" : "s");
+    n = strlen(set->attempt_note);
+    if (stopped)
+      snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+               ", %zu of them stopped (state T: SIGSTOP or a debugger), their watchdogs frozen too", stopped);
+    n = strlen(set->attempt_note);
+  }
+  if (copies) {
+    snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+             "%sthe ring files of %zu running process%s whose watchdog did not answer, copied by %s node",
+             n ? "; " : "", copies, copies == 1 ? "" : "es", copies == 1 ? "its" : "their");
+    n = strlen(set->attempt_note);
+    if (copies_stopped)
+      snprintf(set->attempt_note + n, sizeof set->attempt_note - n,
+               ", %zu of them stopped (state T: SIGSTOP or a debugger)", copies_stopped);
+    n = strlen(set->attempt_note);
+  }
+  if (live || copies)
+    snprintf(set->attempt_note + n, sizeof set->attempt_note - n, "; %zu set aside for their own dumps", aside);
+  for (size_t i = 0; i < set->ncranks; i++) idx[i] = i;
+  g_sort_set = set;
+  g_postmortem = wd_az_intern("postmortem");
+  qsort(idx, set->ncranks, sizeof(*idx), cmp_key);
+  /* Sorted newest first within a key, the process's own dumps before its ring file: the newest
+   * of the judged attempt is kept. Newest evidence first: a snapshot is a routine picture, so a
+   * ring file of the same process that recorded activity after it (the process ran on and was
+   * then killed: an OOM kill after `scancel --signal=USR1`) decides what that process was doing.
+   * A ring file that was only refreshed since (an idle process) does not: the snapshot has more. */
+  wd_az_str snap = wd_az_intern("signal");
+  for (size_t a = 0, b; a < set->ncranks; a = b) {
+    for (b = a + 1; b < set->ncranks && same_key(set, &set->cranks[idx[b]], &set->cranks[idx[a]]); b++) {
+    }
+    size_t pick = b;
+    for (size_t i = a; i < b && pick == b; i++)
+      if (!set->cranks[idx[i]].aside) pick = i;
+    if (pick < b && set->dumps[set->cranks[idx[pick]].dump].reason == snap) {
+      const wd_az_dump *own = &set->dumps[set->cranks[idx[pick]].dump];
+      for (size_t i = pick + 1; i < b; i++) {
+        const wd_az_dump *d = &set->dumps[set->cranks[idx[i]].dump];
+        if (!set->cranks[idx[i]].aside && d->reason == g_postmortem && d->activity_ns > own->wall_ns) {
+          pick = i;
+          break;
+        }
+      }
+    }
+    for (size_t i = a; i < b; i++) {
+      wd_az_crank *c = &set->cranks[idx[i]];
+      c->kept = all_dumps || i == pick;
+      if (c->kept) set->dumps[c->dump].kept = 1;
+    }
+  }
+  /* A process that had no communicator alive still counts as read. */
+  char *has = calloc(set->ndumps ? set->ndumps : 1, 1);
+  for (size_t j = 0; has && j < set->ncranks; j++) has[set->cranks[j].dump] = 1;
+  for (size_t i = 0; has && i < set->ndumps; i++)
+    if (!has[i] && !(set->dumps[i].aside && !all_dumps)) set->dumps[i].kept = 1;
+  free(has);
+  free(idx);
+}
