@@ -8,7 +8,7 @@ pid must not be merged.
 
 usage: check_attempts.py GEN_DUMPS ANALYZER
 """
-import json, os, shutil, subprocess, sys, tempfile
+import json, os, shutil, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wd_check import check, finish  # noqa: E402
@@ -68,7 +68,15 @@ def merged(dst, *srcs):
     os.makedirs(dst)
     for s in srcs:
         for f in os.listdir(s):
-            shutil.copy(os.path.join(s, f), os.path.join(dst, f))
+            shutil.copy2(os.path.join(s, f), os.path.join(dst, f))  # with its file time
+
+
+def written(d, ago):
+    """the files of d as written `ago` seconds ago on the file system's clock (mtime): an earlier
+    incarnation's were written before the next began; processes that ran at once, together"""
+    t = time.time() - ago
+    for f in os.listdir(d):
+        os.utime(os.path.join(d, f), (t, t))
 
 
 def main():
@@ -81,19 +89,40 @@ def main():
         stamp(a1, {"torchelasticRestartCount": 1}, pid_add=1000, comm_xor=0xff)
         gen(a1h, "healthy")
         stamp(a1h, {"torchelasticRestartCount": 1}, pid_add=1000, comm_xor=0xff, reason="signal")
+        written(a0, 600)
+        written(a1, 60)
+        written(a1h, 60)
 
         d = os.path.join(root, "restart-hang")
         merged(d, a0, a1)
         line = first_line(d)
-        check(line.startswith("HANG") and "rank 1 never entered" in line and "attempt 1 of 2" in line
-              and "set aside 4 dumps" in line, f"restart: the latest attempt's culprit, attempt said ({line[:220]})")
+        check(line.startswith("HANG") and "rank 1 never entered" in line and "incarnation 1 of 2" in line
+              and "TORCHELASTIC_RESTART_COUNT=1" in line and "set aside 4 dumps" in line,
+              f"restart: the latest incarnation's culprit, incarnation said ({line[:260]})")
         line0 = first_line("--attempt=0", d)
-        check("rank 3 never entered" in line0 and "attempt 0 of 2" in line0, f"--attempt=0 judges the first ({line0[:200]})")
+        check("rank 3 never entered" in line0 and "incarnation 0 of 2" in line0, f"--attempt=0 judges the first ({line0[:200]})")
+        line0 = first_line("--incarnation=0", d)
+        check("rank 3 never entered" in line0 and "incarnation 0 of 2" in line0,
+              f"--incarnation=0 judges the first ({line0[:200]})")
+        # Launcher counters label an incarnation, they do not define it: with no counter at all
+        # (an in-process restart changes none), the new communicators still tell the two apart.
+        n0, n1 = os.path.join(root, "n0"), os.path.join(root, "n1")
+        gen(n0, "not-entered", 3)
+        stamp(n0, {})
+        gen(n1, "not-entered", 1)
+        stamp(n1, {}, comm_xor=0x3c)  # the same pids: restarted in-process
+        written(n0, 600)
+        written(n1, 60)
+        d = os.path.join(root, "inprocess")
+        merged(d, n0, n1)
+        line = first_line(d)
+        check(line.startswith("HANG") and "rank 1 never entered" in line and "incarnation 1 of 2" in line,
+              f"in-process restart (no counter, the same pids): the newest communicators judged ({line[:220]})")
 
         d = os.path.join(root, "restart-healthy")
         merged(d, a0, a1h)
         line = first_line(d)
-        check(line.startswith("OK") and "attempt 1 of 2" in line, f"a healthy live attempt after a hung one reads OK ({line[:200]})")
+        check(line.startswith("OK") and "incarnation 1 of 2" in line, f"a healthy live incarnation after a hung one reads OK ({line[:200]})")
 
         # Slurm's requeue: SLURM_RESTART_COUNT orders attempts before torchelastic's count.
         s0, s1 = os.path.join(root, "s0"), os.path.join(root, "s1")
@@ -101,6 +130,8 @@ def main():
         stamp(s0, {"slurmRestartCount": 0, "torchelasticRestartCount": 3})
         gen(s1, "not-entered", 0)
         stamp(s1, {"slurmRestartCount": 1, "torchelasticRestartCount": 0}, pid_add=2000, comm_xor=0xf0)
+        written(s0, 600)
+        written(s1, 60)
         d = os.path.join(root, "requeue")
         merged(d, s0, s1)
         line = first_line(d)
@@ -243,6 +274,8 @@ def main():
         # Same host folder, same pid: the second writer's O_EXCL gives it the next sequence.
         for f in os.listdir(c1):
             os.rename(os.path.join(c1, f), os.path.join(c1, f.replace("-0001-", "-0002-")))
+        written(c0, 60)  # one job: they ran at once
+        written(c1, 60)
         d = os.path.join(root, "containers")
         merged(d, c0, c1)
         p = subprocess.run([ANA, "--json", d], capture_output=True, text=True, timeout=120)

@@ -115,10 +115,10 @@ int main(int argc, char **argv) {
   wdh_analyzer_first_line(dir, "", line, sizeof line);
   if (hang)
     WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 1") && !strstr(line, "rank 3 never") &&
-                  strstr(line, "attempt"),
-              "latest attempt: first line \"%s\" should name rank 1 and the attempt", line);
+                  strstr(line, "incarnation 1 of 2"),
+              "latest incarnation: first line \"%s\" should name rank 1 and the incarnation", line);
   else
-    WDH_CHECK(!strncmp(line, "OK", 2) && strstr(line, "attempt") &&
+    WDH_CHECK(!strncmp(line, "OK", 2) && strstr(line, "incarnation 1 of 2") &&
                   strstr(line, g_slurm ? "SLURM_RESTART_COUNT=1" : "TORCHELASTIC_RESTART_COUNT=1"),
               "latest attempt: first line \"%s\" should be OK and say which attempt", line);
   wdh_analyzer_first_line(dir, "--attempt=0", line, sizeof line);

@@ -88,58 +88,244 @@ static int64_t attempt_of(const wd_az_dump *d) {
   return d->slurm_restart < -1 ? -1 : (int64_t)(d->slurm_restart + 1) * 1000000 + (d->te_restart + 1);
 }
 
-/* A verdict is about one attempt of the job (restarted attempts share the dump directory):
- * the latest, or --attempt's; dumps of the others are set aside and said so. A ring file takes
- * the attempt its process's own dumps state (adopt_identity). One that still states none (its
- * process wrote no dump; an older format) goes with the judged attempt unless its host's clock
- * shows it older than that attempt there: written before the attempt's first process on the
- * same host started (one host, one clock). */
-static void select_attempt(wd_az_set *set) {
-  int64_t keys[64];
-  int nk = 0;
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+static size_t uf_find(size_t *parent, size_t x) {
+  while (parent[x] != x) x = parent[x] = parent[parent[x]];
+  return x;
+}
+
+/* When a file was written on the one clock every host shares, the file system's (its mtime);
+ * the dump's own wall clock when the file system gave none. */
+static uint64_t written_ns(const wd_az_dump *d) { return d->mtime_ns ? d->mtime_ns : d->wall_ns; }
+
+/* A dump the analyzer made later from a ring file (a salvage): its file time is the salvage's,
+ * not its process's; a ring file read whole keeps its last refresh. */
+static int salvaged(const wd_az_dump *d) {
+  size_t n = d->path ? strlen(d->path) : 0;
+  return d->reason == wd_az_intern("postmortem") && !(n >= 5 && !strcmp(d->path + n - 5, ".ring"));
+}
+
+/* A dump made of ring files (a post-mortem, a running process's live state): one file per
+ * communicator, so it lists one of the process's communicators, not all. */
+static int from_ring(const wd_az_dump *d) {
+  return d->reason == wd_az_intern("postmortem") || d->reason == wd_az_intern("live");
+}
+
+typedef struct incarnation {
+  uint64_t first_ns, last_ns; /* its files' span on the file system's clock */
+  size_t ndumps, first_dump;  /* first_dump: one of its dumps, for its labels */
+  int has_span, has_episode;
+  uint64_t comm;              /* one of its communicators, for the report */
+  size_t ncomms;
+} incarnation;
+
+static incarnation *g_incs; /* qsort has no context argument */
+/* Spans this close ran at once: a restart takes longer than this from the old processes' last
+ * file to the new ones' first (the launcher's stop and rendezvous, NCCL's init, a timeout). */
+#define CONCURRENT_NS 1000000000ull
+static int cmp_inc(const void *a, const void *b) {
+  const incarnation *x = &g_incs[*(const size_t *)a], *y = &g_incs[*(const size_t *)b];
+  if (x->first_ns != y->first_ns) return x->first_ns < y->first_ns ? -1 : 1;
+  return (x->last_ns > y->last_ns) - (x->last_ns < y->last_ns);
+}
+
+/* A communicator one process replaced while it lived (torchft's quorum, an in-process restart
+ * whose new communicators overlap the old): a later dump the process wrote itself lists
+ * communicators an earlier one did not, and no longer lists one that the earlier did. That one
+ * was finalized or aborted: history, whatever its last dumps say. Its ranks are set aside. */
+static size_t superseded(wd_az_set *set, const char *in_judged, uint64_t *gone, size_t cap) {
+  size_t n = 0;
   for (size_t i = 0; i < set->ndumps; i++) {
-    int64_t k = attempt_of(&set->dumps[i]);
-    int seen = k < 0;
-    for (int j = 0; j < nk && !seen; j++) seen = keys[j] == k;
-    if (!seen && nk < 64) keys[nk++] = k;
-  }
-  set->attempt_note[0] = '\0';
-  if (nk == 0) return;
-  for (int i = 1; i < nk; i++) /* ascending */
-    for (int j = i; j > 0 && keys[j - 1] > keys[j]; j--) {
-      int64_t t = keys[j];
-      keys[j] = keys[j - 1], keys[j - 1] = t;
-    }
-  int pick = g_attempt >= 0 && g_attempt < nk ? g_attempt : nk - 1;
-  int64_t want = keys[pick];
-  size_t aside = 0, unstated = 0;
-  for (size_t i = 0; i < set->ndumps; i++) {
-    wd_az_dump *d = &set->dumps[i];
-    int64_t k = attempt_of(d);
-    if (k >= 0) {
-      if (k != want) d->aside = 1, aside++;
-      continue;
-    }
-    uint64_t began = 0;
+    const wd_az_dump *newest = &set->dumps[i];
+    if (!in_judged[i] || from_ring(newest) || !newest->ncranks) continue;
     for (size_t j = 0; j < set->ndumps; j++) {
-      const wd_az_dump *e = &set->dumps[j];
-      if (e->host == d->host && attempt_of(e) == want && e->proc_start_ns && (!began || e->proc_start_ns < began))
-        began = e->proc_start_ns;
+      const wd_az_dump *old = &set->dumps[j];
+      if (j == i || !in_judged[j] || from_ring(old) || old->host != newest->host || old->pid != newest->pid ||
+          old->proc_start_ns != newest->proc_start_ns || old->wall_ns >= newest->wall_ns || !old->ncranks)
+        continue;
+      int added = 0;
+      for (size_t a = 0; a < newest->ncranks && !added; a++) {
+        int had = 0;
+        for (size_t b = 0; b < old->ncranks && !had; b++)
+          had = set->cranks[old->crank0 + b].comm_id == set->cranks[newest->crank0 + a].comm_id;
+        added = !had;
+      }
+      if (!added) continue;
+      for (size_t b = 0; b < old->ncranks; b++) {
+        uint64_t id = set->cranks[old->crank0 + b].comm_id;
+        int kept = 0;
+        for (size_t a = 0; a < newest->ncranks && !kept; a++) kept = set->cranks[newest->crank0 + a].comm_id == id;
+        for (size_t k = 0; k < n && !kept; k++) kept = gone[k] == id;
+        if (!kept && n < cap) gone[n++] = id;
+      }
     }
-    if (began && d->wall_ns < began) d->aside = 1, aside++, unstated++;
   }
-  for (size_t i = 0; i < set->ncranks; i++)
-    if (set->dumps[set->cranks[i].dump].aside) set->cranks[i].aside = 1;
-  if (!aside) return;
-  int sr = (int)(want / 1000000) - 1, tr = (int)(want % 1000000) - 1;
-  char what[96] = "";
-  if (sr >= 0) snprintf(what, sizeof what, "SLURM_RESTART_COUNT=%d", sr);
-  if (tr >= 0)
-    snprintf(what + strlen(what), sizeof what - strlen(what), "%sTORCHELASTIC_RESTART_COUNT=%d", sr >= 0 ? ", " : "", tr);
-  snprintf(set->attempt_note, sizeof set->attempt_note,
-           "attempt %d of %d (%s); set aside %zu dump%s of %s%s", pick, nk, what[0] ? what : "no restart count",
-           aside, aside == 1 ? "" : "s", pick == nk - 1 ? "earlier attempts" : "other attempts",
-           unstated ? ", ring files included (written before this attempt began on their host)" : "");
+  return n;
+}
+
+/* A verdict is about one incarnation of the job (restarts share the dump directory). The
+ * communicators each dump lists were alive together in one process: joined, they give the
+ * job's incarnations, each with the processes that used them. Incarnations whose files' times
+ * overlap (within CONCURRENT_NS) on the file system's clock ran at once (processes with no communicator in common) and
+ * are one; otherwise the later one replaced the earlier. The newest is judged (or
+ * --incarnation's, or the one holding --episode's dumps); the rest are set aside and said so,
+ * labelled with the launcher's counters where they gave any. A ring file marked finalized is
+ * history. A dump with no communicator goes with its process's, else with the judged one. */
+static void select_incarnation(wd_az_set *set) {
+  set->attempt_note[0] = '\0';
+  size_t nd = set->ndumps, nc = set->ncranks;
+  if (!nd) return;
+  uint64_t *ids = malloc((nc ? nc : 1) * sizeof(*ids));
+  size_t *parent = malloc((nc ? nc : 1) * sizeof(*parent));
+  long *comp_of = malloc(nd * sizeof(*comp_of));
+  incarnation *inc = calloc(nd, sizeof(*inc));
+  size_t *order = malloc(nd * sizeof(*order));
+  long *group = malloc(nd * sizeof(*group));
+  char *in_judged = calloc(nd, 1);
+  uint64_t gone[64];
+  if (!ids || !parent || !comp_of || !inc || !order || !group || !in_judged) goto out;
+  size_t nids = 0;
+  for (size_t i = 0; i < nc; i++) ids[nids++] = set->cranks[i].comm_id;
+  qsort(ids, nids, sizeof(*ids), cmp_u64);
+  size_t u = 0;
+  for (size_t i = 0; i < nids; i++)
+    if (!u || ids[u - 1] != ids[i]) ids[u++] = ids[i];
+  nids = u;
+  for (size_t i = 0; i < nids; i++) parent[i] = i;
+#define ID_INDEX(id) ((size_t)((const uint64_t *)bsearch(&(id), ids, nids, sizeof(*ids), cmp_u64) - ids))
+  for (size_t i = 0; i < nd; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (d->finalized || d->ncranks < 2) continue;
+    size_t a = uf_find(parent, ID_INDEX(set->cranks[d->crank0].comm_id));
+    for (size_t k = 1; k < d->ncranks; k++) {
+      size_t b = uf_find(parent, ID_INDEX(set->cranks[d->crank0 + k].comm_id));
+      if (a != b) parent[b] = a;
+    }
+  }
+  /* Each dump's incarnation: its communicators' root. */
+  size_t ninc = 0;
+  long *root_inc = malloc((nids ? nids : 1) * sizeof(*root_inc));
+  if (!root_inc) goto out;
+  for (size_t i = 0; i < nids; i++) root_inc[i] = -1;
+  for (size_t i = 0; i < nd; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    comp_of[i] = -1;
+    if (!d->ncranks) continue;
+    size_t r = uf_find(parent, ID_INDEX(set->cranks[d->crank0].comm_id));
+    if (root_inc[r] < 0) {
+      root_inc[r] = (long)ninc;
+      inc[ninc].comm = ids[r];
+      inc[ninc].first_dump = i;
+      ninc++;
+    }
+    comp_of[i] = root_inc[r];
+  }
+  for (size_t i = 0; i < nids; i++)
+    if (root_inc[uf_find(parent, i)] >= 0) inc[root_inc[uf_find(parent, i)]].ncomms++;
+  free(root_inc);
+#undef ID_INDEX
+  /* Spans: files the processes wrote, ring files as last refreshed; a salvage's copy or a
+   * finalized ring file only where nothing else dates its incarnation. */
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < nd; i++) {
+      const wd_az_dump *d = &set->dumps[i];
+      if (comp_of[i] < 0) continue;
+      incarnation *c = &inc[comp_of[i]];
+      int weak = salvaged(d) || d->finalized;
+      if (pass == 0) c->ndumps++;
+      if ((pass == 0 && weak) || (pass == 1 && (!weak || c->has_span))) continue;
+      uint64_t t = written_ns(d);
+      if (!c->has_span || t < c->first_ns) c->first_ns = t;
+      if (!c->has_span || t > c->last_ns) c->last_ns = t;
+      if (pass == 0) c->has_span = 1;
+    }
+  for (size_t i = 0; i < ninc; i++) order[i] = i;
+  g_incs = inc;
+  qsort(order, ninc, sizeof(*order), cmp_inc);
+  /* Overlapping spans: one incarnation. */
+  size_t ngroups = 0;
+  uint64_t end = 0;
+  for (size_t k = 0; k < ninc; k++) {
+    incarnation *c = &inc[order[k]];
+    if (!ngroups || c->first_ns > end + CONCURRENT_NS) ngroups++, end = c->last_ns;
+    else if (c->last_ns > end) end = c->last_ns;
+    group[order[k]] = (long)ngroups - 1;
+  }
+  if (ngroups == 0) goto out;
+  long pick = g_attempt >= 0 && (size_t)g_attempt < ngroups ? g_attempt : (long)ngroups - 1;
+  int ep = wd_az_episode_wanted();
+  if (ep >= 0 && g_attempt < 0) /* the incarnation that answered episode K */
+    for (size_t i = 0; i < nd; i++)
+      if (comp_of[i] >= 0 && set->dumps[i].job_episode == ep) pick = group[comp_of[i]];
+  for (size_t i = 0; i < nd; i++) in_judged[i] = comp_of[i] >= 0 && group[comp_of[i]] == pick;
+  /* A dump with no communicator: its process's incarnation, else the judged one when written in
+   * its span or after. */
+  uint64_t pick_first = 0;
+  for (size_t i = 0; i < ninc; i++)
+    if (group[i] == pick && (!pick_first || inc[i].first_ns < pick_first)) pick_first = inc[i].first_ns;
+  for (size_t i = 0; i < nd; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (comp_of[i] >= 0) continue;
+    long g = -1;
+    for (size_t j = 0; j < nd && g < 0; j++) {
+      const wd_az_dump *e = &set->dumps[j];
+      if (comp_of[j] >= 0 && e->host == d->host && e->pid == d->pid && e->proc_start_ns == d->proc_start_ns)
+        g = group[comp_of[j]];
+    }
+    in_judged[i] = g >= 0 ? g == pick : written_ns(d) >= pick_first;
+  }
+  size_t ngone = superseded(set, in_judged, gone, sizeof gone / sizeof gone[0]);
+  size_t aside = 0, hist = 0;
+  for (size_t i = 0; i < nd; i++) {
+    wd_az_dump *d = &set->dumps[i];
+    if (!in_judged[i] && !d->aside) d->aside = 1, aside++;
+  }
+  for (size_t i = 0; i < nc; i++) {
+    wd_az_crank *cr = &set->cranks[i];
+    if (set->dumps[cr->dump].aside) cr->aside = 1;
+    for (size_t k = 0; k < ngone && !cr->aside; k++)
+      if (cr->comm_id == gone[k]) cr->aside = 1, hist++;
+  }
+  if (ngroups < 2 && !ngone) goto out;
+  /* Its labels: the launcher's counters, where its dumps state them. */
+  char what[160] = "";
+  size_t pos = 0;
+  for (size_t i = 0; i < nd && pos < sizeof what; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (!in_judged[i] || attempt_of(d) < 0) continue;
+    if (d->slurm_restart >= 0)
+      pos += (size_t)snprintf(what + pos, sizeof what - pos, ", SLURM_RESTART_COUNT=%d", d->slurm_restart);
+    if (d->te_restart >= 0 && pos < sizeof what)
+      pos += (size_t)snprintf(what + pos, sizeof what - pos, ", TORCHELASTIC_RESTART_COUNT=%d", d->te_restart);
+    break;
+  }
+  size_t ncomm = 0;
+  uint64_t one = 0;
+  for (size_t i = 0; i < ninc; i++)
+    if (group[i] == pick) ncomm += inc[i].ncomms, one = one ? one : inc[i].comm;
+  if (ngroups >= 2)
+    pos = (size_t)snprintf(set->attempt_note, sizeof set->attempt_note,
+                           "incarnation %ld of %zu (communicator 0x%llx%s%s); set aside %zu dump%s of %s",
+                           pick, ngroups, (unsigned long long)one, ncomm > 1 ? " and others" : "", what, aside,
+                           aside == 1 ? "" : "s", pick == (long)ngroups - 1 ? "earlier incarnations" : "other incarnations");
+  else
+    pos = 0;
+  if (ngone && pos < sizeof set->attempt_note)
+    snprintf(set->attempt_note + pos, sizeof set->attempt_note - pos,
+             "%s%zu communicator%s its processes replaced (0x%llx%s) set aside: %zu rank%s", pos ? "; " : "", ngone,
+             ngone == 1 ? "" : "s", (unsigned long long)gone[0], ngone > 1 ? ", ..." : "", hist, hist == 1 ? "" : "s");
+out:
+  free(ids);
+  free(parent);
+  free(comp_of);
+  free(inc);
+  free(order);
+  free(group);
+  free(in_judged);
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -482,7 +668,7 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
   set->episode = -1;
   set->resumed_note[0] = '\0';
   size_t stopped = 0, live = all_dumps ? 0 : find_live_rings(set, &stopped);
-  if (!all_dumps) select_attempt(set), select_episode(set);
+  if (!all_dumps) select_incarnation(set), select_episode(set);
   /* Copies a node made of its silent processes' ring files (the salvage's, for this episode). */
   size_t copies = 0, copies_stopped = 0;
   for (size_t i = 0; !all_dumps && i < set->ndumps; i++) {

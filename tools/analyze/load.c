@@ -728,6 +728,7 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->poll_ms = num(get(root, "config"), "pollMs", 0);
   d->fatal_signal = inum(get(get(root, "postmortem"), "fatal"), "signal", 0);
   if (hex(get(root, "postmortem"), "lastActivityWallNs", &d->activity_ns) != 0) d->activity_ns = 0;
+  d->finalized = is_true(get(root, "postmortem"), "finalized");
   const char *st = str(get(root, "live"), "state");
   d->live_state = st && st[0] && !st[1] ? st[0] : 0;
   d->silent_ms = num(get(root, "live"), "watchdogSilentMs", -1);

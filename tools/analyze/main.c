@@ -80,7 +80,10 @@ static void usage(FILE *f) {
           "                     live state (reason \"live\"; with --episode=K, standing in for its\n"
           "                     answer to episode K)\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
-          "  --attempt=N        judge attempt N of a restarted job (0: the first; default the latest)\n"
+          "  --incarnation=N    judge incarnation N of the job (0: the oldest in the directory;\n"
+          "                     default the newest): an incarnation is the communicators made\n"
+          "                     together and the processes that use them (a restart, in-process\n"
+          "                     or by a launcher, makes a new one); --attempt=N is the same\n"
           "  --episode=K        judge the job's stall episode K: its dumps, and post-mortem and\n"
           "                     teardown dumps of processes that ended (no snapshot; --settle\n"
           "                     then counts these only, one per process)\n"
@@ -121,7 +124,7 @@ static int parse_args(int argc, char **argv, args *a) {
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
-      {"attempt", required_argument, NULL, O_ATTEMPT}, {"episode", required_argument, NULL, O_EPISODE},
+      {"attempt", required_argument, NULL, O_ATTEMPT}, {"incarnation", required_argument, NULL, O_ATTEMPT}, {"episode", required_argument, NULL, O_EPISODE},
       {"stall-ms", required_argument, NULL, O_STALL},
       {"straggler-ms", required_argument, NULL, O_STRAG},
       {"timings", no_argument, NULL, O_TIMINGS},
@@ -196,7 +199,7 @@ static int parse_args(int argc, char **argv, args *a) {
       char *end;
       long v = strtol(optarg, &end, 10);
       if (*end || v < 0 || v > 1000000) {
-        fprintf(stderr, "nccl-watchdog-analyze: --%s wants a number\n", c == O_ATTEMPT ? "attempt" : "episode");
+        fprintf(stderr, "nccl-watchdog-analyze: --%s wants a number\n", c == O_ATTEMPT ? "incarnation" : "episode");
         return -1;
       }
       if (c == O_ATTEMPT) wd_az_set_attempt((int)v);

@@ -215,7 +215,8 @@ typedef struct wd_az_dump {
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
   size_t crank0, ncranks; /* its communicator ranks: cranks[crank0 .. crank0+ncranks) */
   int kept;
-  int aside; /* of another attempt than the one judged */
+  int aside; /* of another incarnation, episode or superseded communicator than the judged */
+  int finalized; /* a ring file whose communicator was finalized or aborted (history) */
   int npxn;
   wd_az_pxn pxn[WD_AZ_PXN]; /* open PXN sends of other processes it progressed */
 } wd_az_dump;
