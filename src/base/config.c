@@ -418,7 +418,7 @@ void wd_config_defaults(wd_config *cfg) {
   cfg->verdict_memory_mib = 16384;
   cfg->telemetry = 1;
   cfg->telemetry_links = 512;
-  cfg->graph_launches = 1024;
+  cfg->graph_launches = 8192; /* a serving engine: dozens of graphs x 160 launches */
   cfg->otlp_interval_ns = 10 * WD_NS_PER_S;
   cfg->otlp_timeout_ns = 5 * WD_NS_PER_S;
 }

@@ -102,6 +102,10 @@ const wd_cuda *wd_cuda_get(void) {
           wd_cuda_sym(h, &t->launch_host_func, "cuLaunchHostFunc", NULL))
         t->event_record_flags = NULL, t->launch_host_func = NULL;
       if (wd_cuda_sym(h, &t->capture_info, "cuStreamGetCaptureInfo_v2", NULL)) t->capture_info = NULL;
+      if (wd_cuda_sym(h, &t->user_object_create, "cuUserObjectCreate", NULL) ||
+          wd_cuda_sym(h, &t->user_object_release, "cuUserObjectRelease", NULL) ||
+          wd_cuda_sym(h, &t->graph_retain_user_object, "cuGraphRetainUserObject", NULL))
+        t->user_object_create = NULL, t->user_object_release = NULL, t->graph_retain_user_object = NULL;
       wd_cuda_dl = h;
       wd_cuda_state = 1;
     } else if (h) {

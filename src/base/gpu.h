@@ -32,6 +32,11 @@ typedef struct wd_cuda {
    * launch counts its own replays. */
   int (*capture_info)(void *stream, int *status, unsigned long long *id, void **graph,
                       const void **deps, size_t *ndeps);
+  /* CUDA user objects (11.3+): a destructor the driver runs when the last graph holding the
+   * object is gone; the captured-launch watch gives a graph's slots back by it. Optional. */
+  int (*user_object_create)(void **obj, void *ptr, void (*destroy)(void *), unsigned refs, unsigned flags);
+  int (*user_object_release)(void *obj, unsigned count);
+  int (*graph_retain_user_object)(void *graph, void *obj, unsigned count, unsigned flags);
 } wd_cuda;
 
 #define WD_CUDA_SUCCESS 0
@@ -41,6 +46,8 @@ typedef struct wd_cuda {
 #define WD_CU_CAPTURE_MODE_RELAXED 2    /* CU_STREAM_CAPTURE_MODE_RELAXED */
 #define WD_CU_CAPTURE_ACTIVE 1          /* CU_STREAM_CAPTURE_STATUS_ACTIVE */
 #define WD_CU_EVENT_RECORD_EXTERNAL 0x1 /* CU_EVENT_RECORD_EXTERNAL: an event node every replay records */
+#define WD_CU_USER_OBJECT_NO_DESTRUCTOR_SYNC 0x1 /* the only flag cuUserObjectCreate takes */
+#define WD_CU_GRAPH_USER_OBJECT_MOVE 0x1         /* the graph takes the caller's reference */
 
 /* The driver's table when libcuda.so.1 is already loaded in the process (NCCL loaded it) and
  * exports every entry point above; NULL otherwise. The first call opens it; wd_cuda_release()

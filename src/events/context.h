@@ -36,6 +36,11 @@ typedef struct wd_context {
   _Atomic uint8_t gather_seen;
   uint8_t bcast_func; /* "Broadcast"'s string id, interned at bind: the hot path compares ids */
   _Atomic uint32_t pinned_api; /* captured API events whose slots are kept (track.c) */
+  /* The launching thread's: the pinned API events of the group being captured, named after the
+   * launch slot their KernelLaunch takes (track.c), so that its graph's destruction unpins them. */
+  uint64_t cap_api_group;
+  uint32_t ncap_api;
+  struct wd_event *cap_api[8];
   _Atomic int32_t bcast_root;
   _Atomic uint64_t bcast_group;
   /* NCCL's activation mask (one per process, NCCL's memory), what we set in it at init, and

@@ -1,13 +1,78 @@
 /* Captured launches and their replays (graph.h). */
 #include "events/graph.h"
 
+#include <dlfcn.h>
 #include <sys/mman.h>
 
 #include <stdlib.h>
 #include <string.h>
 
 static _Atomic uint64_t wd_replay_count[WD_REPLAY_COUNTERS];
-static _Atomic uint32_t wd_replay_next;
+/* A counter's life: free, held by one communicator's graph, or that graph gone (its user
+ * object's destructor ran) until the communicator's watchdog gives its slots back. */
+enum { WD_CTR_FREE = 0, WD_CTR_HELD = 1, WD_CTR_GONE = 2 };
+static _Atomic uint8_t wd_counter_state[WD_REPLAY_COUNTERS];
+static _Atomic uint32_t wd_counter_hint;
+/* User objects whose destructor has not run yet: the library must stay mapped while any is
+ * (graph.h, wd_graphs_pending). */
+static _Atomic long wd_user_objects;
+
+/* A free counter, or WD_REPLAY_COUNTERS when all are held. One pass from a rotating hint: at
+ * capture, never in a replay. */
+static uint32_t wd_counter_take(void) {
+  uint32_t start = atomic_fetch_add_explicit(&wd_counter_hint, 1, memory_order_relaxed) % WD_REPLAY_COUNTERS;
+  for (uint32_t k = 0; k < WD_REPLAY_COUNTERS; k++) {
+    uint32_t i = (start + k) % WD_REPLAY_COUNTERS;
+    uint8_t want = WD_CTR_FREE;
+    if (atomic_compare_exchange_strong_explicit(&wd_counter_state[i], &want, WD_CTR_HELD, memory_order_acq_rel,
+                                                memory_order_relaxed))
+      return i;
+  }
+  return WD_REPLAY_COUNTERS;
+}
+
+/* The user object's destructor: the driver runs it (on a thread of its own, no CUDA call
+ * allowed) when the last graph or executable graph holding it is destroyed. Marks the counter's
+ * graph gone; its slots are given back by its communicator's watchdog at its next poll. */
+static void wd_graph_gone(void *arg) {
+  uintptr_t i = (uintptr_t)arg;
+  if (i < WD_REPLAY_COUNTERS) atomic_store_explicit(&wd_counter_state[i], WD_CTR_GONE, memory_order_release);
+  atomic_fetch_sub_explicit(&wd_user_objects, 1, memory_order_acq_rel);
+}
+
+long wd_graphs_pending(void) { return atomic_load_explicit(&wd_user_objects, memory_order_acquire); }
+
+long wd_graphs_pin_if_pending(void) {
+  long n = wd_graphs_pending();
+  Dl_info info;
+  if (n > 0 && dladdr((void *)wd_graph_gone, &info) && info.dli_fname)
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+  return n;
+}
+
+/* Ties counter i's life to the graph being captured on stream: a user object moved into the
+ * graph (NCCL does the same for its persistent plans: strongstream.cc, ncclCudaGraphAddDestructor).
+ * 0 when the driver cannot (no user objects, no graph handle): its slots are then never given
+ * back while the communicator lives. */
+static int wd_graph_tie(const wd_cuda *cu, void *stream, uint32_t i) {
+  if (!cu->user_object_create || !cu->capture_info) return 0;
+  int st = 0;
+  unsigned long long id = 0;
+  void *graph = NULL, *obj = NULL;
+  if (cu->capture_info(stream, &st, &id, &graph, NULL, NULL) != WD_CUDA_SUCCESS || graph == NULL) return 0;
+  if (cu->user_object_create(&obj, (void *)(uintptr_t)i, wd_graph_gone, 1, WD_CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) !=
+      WD_CUDA_SUCCESS)
+    return 0;
+  atomic_fetch_add_explicit(&wd_user_objects, 1, memory_order_acq_rel);
+  if (cu->graph_retain_user_object(graph, obj, 1, WD_CU_GRAPH_USER_OBJECT_MOVE) != WD_CUDA_SUCCESS) {
+    /* Not taken: our reference is the only one, and its release runs the destructor, which
+     * would mark a counter still in use gone: held again after it. */
+    cu->user_object_release(obj, 1);
+    atomic_store_explicit(&wd_counter_state[i], WD_CTR_HELD, memory_order_release);
+    return 0;
+  }
+  return 1;
+}
 
 /* The host node: runs on CUDA's callback thread at every replay, when the GPU gets there. One
  * relaxed increment, no lock, no CUDA call (CUDA forbids driver calls in a host function). */
@@ -46,6 +111,10 @@ int wd_graphs_open(wd_graphs *g) {
   if (g->slot) memset(g->slot, 0, (size_t)wd_graphs_touched(g) * sizeof(*g->slot));
   atomic_store(&g->used, 0);
   atomic_store(&g->unfollowed, 0);
+  atomic_store(&g->nfree, 0);
+  atomic_store(&g->full, 0);
+  g->given_back = g->tied = 0;
+  g->full_said = 0;
   g->cap_id = 0;
   g->cap_stream = NULL;
   g->cap_graph = g->cap_pos = g->cap_counter = g->ngraphs = 0;
@@ -69,6 +138,12 @@ void wd_graphs_close(wd_graphs *g) {
   int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
   for (uint32_t i = 0, n = wd_graphs_touched(g); i < n; i++) {
     wd_glaunch *s = &g->slot[i];
+    /* A destroyed graph's counter is free again; a live graph's stays held (its host node
+     * still counts its replays) until the process ends. */
+    uint8_t want = WD_CTR_GONE;
+    if (s->counter < WD_REPLAY_COUNTERS)
+      atomic_compare_exchange_strong_explicit(&wd_counter_state[s->counter], &want, WD_CTR_FREE,
+                                              memory_order_acq_rel, memory_order_relaxed);
     if (s->start) cu->event_destroy(s->start);
     if (s->end) cu->event_destroy(s->end);
     s->start = s->end = NULL;
@@ -104,9 +179,21 @@ void wd_graph_note_api(wd_graphs *g, uint64_t group, uint8_t func, uint8_t dtype
 uint64_t wd_graph_capture_begin(wd_graphs *g, void *stream, uint64_t group) {
   if (!g->on) return 0;
   const wd_cuda *cu = g->cu;
-  uint32_t i = atomic_load_explicit(&g->used, memory_order_relaxed);
+  uint32_t used = atomic_load_explicit(&g->used, memory_order_relaxed), i = used;
+  /* A slot a destroyed graph gave back first (its events are reused: that graph records
+   * nothing any more), else the next never used. */
+  if (atomic_load_explicit(&g->nfree, memory_order_acquire) > 0)
+    for (uint32_t k = 0; k < used && i == used; k++) {
+      uint32_t want = WD_SLOT_FREE;
+      if (atomic_compare_exchange_strong_explicit(&g->slot[k].armed, &want, WD_SLOT_CLAIMED, memory_order_acq_rel,
+                                                  memory_order_relaxed)) {
+        i = k;
+        atomic_fetch_sub_explicit(&g->nfree, 1, memory_order_relaxed);
+      }
+    }
   if (i >= g->cap) {
     atomic_fetch_add_explicit(&g->unfollowed, 1, memory_order_relaxed);
+    atomic_store_explicit(&g->full, 1, memory_order_relaxed);
     return 0;
   }
   int mode = WD_CU_CAPTURE_MODE_RELAXED;
@@ -127,10 +214,14 @@ uint64_t wd_graph_capture_begin(wd_graphs *g, void *stream, uint64_t group) {
       (s->end == NULL && cu->event_create(&s->end, WD_CU_EVENT_DISABLE_TIMING) != WD_CUDA_SUCCESS))
     goto fail;
   if (own_counter) {
-    counter = atomic_fetch_add_explicit(&wd_replay_next, 1, memory_order_relaxed);
+    counter = wd_counter_take();
     if (counter >= WD_REPLAY_COUNTERS) goto fail;
     atomic_store_explicit(&wd_replay_count[counter], 0, memory_order_relaxed);
-    if (cu->launch_host_func(stream, wd_replay_tick, (void *)(uintptr_t)counter) != WD_CUDA_SUCCESS) goto fail;
+    if (cu->launch_host_func(stream, wd_replay_tick, (void *)(uintptr_t)counter) != WD_CUDA_SUCCESS) {
+      atomic_store_explicit(&wd_counter_state[counter], WD_CTR_FREE, memory_order_release);
+      goto fail;
+    }
+    if (new_graph && have_id && wd_graph_tie(cu, stream, counter)) g->tied++;
   }
   if (new_graph) {
     g->ngraphs++;
@@ -156,11 +247,15 @@ uint64_t wd_graph_capture_begin(wd_graphs *g, void *stream, uint64_t group) {
   s->w_since_ns = 0;
   s->w_error = 0;
   s->stream = stream;
-  atomic_store_explicit(&s->armed, 1, memory_order_relaxed);
-  atomic_store_explicit(&g->used, i + 1, memory_order_release);
+  atomic_store_explicit(&s->armed, 1, memory_order_release);
+  if (i == used) atomic_store_explicit(&g->used, i + 1, memory_order_release);
   token = (uint64_t)i + 1;
   goto out;
 fail:
+  if (i < used) { /* a slot given back: back to the free ones */
+    atomic_store_explicit(&s->armed, WD_SLOT_FREE, memory_order_release);
+    atomic_fetch_add_explicit(&g->nfree, 1, memory_order_relaxed);
+  }
   atomic_fetch_add_explicit(&g->unfollowed, 1, memory_order_relaxed);
 out:
   cu->capture_mode_exchange(&mode);
@@ -214,15 +309,27 @@ void wd_graph_truth_of(wd_graphs *g, uint32_t i, uint64_t r, wd_graph_truth *t) 
   }
 }
 
-void wd_graphs_poll(wd_graphs *g, uint64_t now) {
-  if (!g->on) return;
+uint32_t wd_graphs_poll(wd_graphs *g, uint64_t now) {
+  if (!g->on) return 0;
   uint32_t n = atomic_load_explicit(&g->used, memory_order_acquire);
-  if (n == 0) return;
+  if (n == 0) return 0;
   const wd_cuda *cu = g->cu;
   int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
+  uint32_t gone = 0;
   for (uint32_t i = 0; i < n; i++) {
     wd_glaunch *s = &g->slot[i];
-    if (atomic_load_explicit(&s->armed, memory_order_acquire) != 2) continue;
+    uint32_t armed = atomic_load_explicit(&s->armed, memory_order_acquire);
+    if ((armed == 1 || armed == 2) && s->counter < WD_REPLAY_COUNTERS &&
+        atomic_load_explicit(&wd_counter_state[s->counter], memory_order_acquire) == WD_CTR_GONE) {
+      /* Its graph was destroyed: the slot is given back, and the counter once all of that
+       * graph's slots are (below). */
+      s->w_state = WD_GL_IDLE;
+      atomic_store_explicit(&s->armed, WD_SLOT_GONE, memory_order_release);
+      g->given_back++;
+      gone++;
+      continue;
+    }
+    if (armed != 2) continue;
     uint64_t c = wd_graph_counter(s->counter);
     uint8_t state;
     if (c == 0) {
@@ -244,6 +351,28 @@ void wd_graphs_poll(wd_graphs *g, uint64_t now) {
     s->w_state = state;
     s->w_replay = c;
   }
+  /* The counters of destroyed graphs whose slots were all given back in this pass (a graph's
+   * slots are all of one communicator: its own counter). */
+  for (uint32_t i = 0; gone && i < n; i++) {
+    wd_glaunch *s = &g->slot[i];
+    if (atomic_load_explicit(&s->armed, memory_order_acquire) != WD_SLOT_GONE || s->counter >= WD_REPLAY_COUNTERS)
+      continue;
+    uint8_t want = WD_CTR_GONE;
+    atomic_compare_exchange_strong_explicit(&wd_counter_state[s->counter], &want, WD_CTR_FREE, memory_order_acq_rel,
+                                            memory_order_relaxed);
+    s->counter = WD_REPLAY_COUNTERS;
+  }
   void *popped;
   if (pushed) cu->ctx_pop(&popped);
+  return gone;
+}
+
+void wd_graphs_settle(wd_graphs *g) {
+  uint32_t n = g->slot ? atomic_load_explicit(&g->used, memory_order_acquire) : 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t want = WD_SLOT_GONE;
+    if (atomic_compare_exchange_strong_explicit(&g->slot[i].armed, &want, WD_SLOT_FREE, memory_order_acq_rel,
+                                                memory_order_relaxed))
+      atomic_fetch_add_explicit(&g->nfree, 1, memory_order_relaxed);
+  }
 }

@@ -14,9 +14,15 @@
  *
  * Per replay the watchdog then tells, for each captured launch: not reached (both events
  * pending), in it (start complete, end pending), passed (end complete), and which replay (the
- * counter). Slots are handed out in capture order and never reused while the communicator
- * lives: a graph keeps its event nodes for as long as it exists, and a reused event would mix
- * two graphs' replays.
+ * counter). Slots are handed out in capture order. A graph keeps its event nodes for as long
+ * as it exists, and a reused event would mix two graphs' replays, so a slot is given back only
+ * when its graph is gone: at its first captured launch the graph takes a CUDA user object
+ * (cuUserObjectCreate, moved into the graph by cuGraphRetainUserObject) whose destructor the
+ * driver runs once the graph and every executable graph made from it are destroyed; the
+ * destructor marks the graph's replay counter gone, and the watchdog's next poll frees its
+ * slots and counter for the next capture. Without user objects or capture ids, slots stay
+ * taken while the communicator lives. Past NCCL_WATCHDOG_GRAPH_LAUNCHES slots held by live
+ * graphs, a captured launch is not followed: counted, said once in the log, and in every dump.
  */
 #ifndef WD_GRAPH_H
 #define WD_GRAPH_H
@@ -31,11 +37,13 @@
 #define WD_REPLAY_COUNTERS 16384u
 
 enum { WD_GL_IDLE = 0, WD_GL_WAIT = 1, WD_GL_IN = 2, WD_GL_PASSED = 3 };
+/* A slot's armed word beyond 1 and 2: given back (its graph destroyed), or being filled again. */
+enum { WD_SLOT_FREE = 3, WD_SLOT_CLAIMED = 4, WD_SLOT_GONE = 5 /* given back, its API events still pinned */ };
 
 typedef struct wd_glaunch {
   void *start, *end;         /* CUevents, created at the capture that takes the slot */
   void *stream;              /* the capturing stream */
-  _Atomic uint32_t armed;    /* 1: start recorded into the graph; 2: end too */
+  _Atomic uint32_t armed;    /* 1: start recorded into the graph; 2: end too; WD_SLOT_* */
   uint32_t counter;          /* replay counter index (its graph's) */
   uint32_t graph, pos;       /* graph number in this communicator (1-based), launch in it (1-based) */
   uint8_t func, dtype;       /* the captured call's string ids (the last one of its group) */
@@ -58,6 +66,11 @@ typedef struct wd_graphs {
   uint32_t cap;                /* slots: NCCL_WATCHDOG_GRAPH_LAUNCHES */
   _Atomic uint32_t used;       /* slots handed out (published after they are filled) */
   _Atomic uint32_t unfollowed; /* captured launches not followed (slots or counters full, error) */
+  _Atomic uint32_t nfree;      /* slots given back by destroyed graphs, not yet taken again */
+  _Atomic int full;            /* a launch found every slot held (the watchdog says so once) */
+  int full_said;               /* the watchdog's own */
+  uint64_t given_back;         /* slots given back so far (the watchdog's own) */
+  uint32_t tied;               /* graphs whose destruction gives their slots back */
   /* Capture grouping, on the launching thread. */
   unsigned long long cap_id;
   void *cap_stream;
@@ -100,8 +113,11 @@ typedef struct wd_graph_truth {
 } wd_graph_truth;
 void wd_graph_truth_of(wd_graphs *g, uint32_t i, uint64_t r, wd_graph_truth *t);
 
-/* Watchdog thread, once per poll: query every armed slot and move its state. */
-void wd_graphs_poll(wd_graphs *g, uint64_t now);
+/* Watchdog thread, once per poll: query every armed slot and move its state; a destroyed
+ * graph's slots become WD_SLOT_GONE. Returns how many did. */
+uint32_t wd_graphs_poll(wd_graphs *g, uint64_t now);
+/* Then (after wd_unpin_gone): those slots are free for the next capture. */
+void wd_graphs_settle(wd_graphs *g);
 
 /* A Coll/P2p's or KernelLaunch's gpu_key naming a captured launch (slot) and, for a replay's
  * operation, the replay (launch.h's tokens never reach bit 63). */
@@ -117,6 +133,13 @@ static inline uint64_t wd_graph_capture_key(wd_graphs *g, void *stream, uint64_t
   uint64_t token = wd_graph_capture_begin(g, stream, group);
   return token ? wd_graph_key((uint32_t)(token - 1), 0) : 0;
 }
+
+/* User objects whose destructor has not run (graphs still alive that hold one): while any
+ * is, the library must stay mapped (the driver will call into it), whatever NCCL's dlclose. */
+long wd_graphs_pending(void);
+/* At the plugin's stop: keeps the library mapped for good when some are (dlopen RTLD_NODELETE),
+ * and returns how many. */
+long wd_graphs_pin_if_pending(void);
 
 /* Tests: the process-wide counter of slot i's graph (what its host node bumps). */
 uint64_t wd_graph_counter(uint32_t index);

@@ -400,6 +400,23 @@ static uint64_t wd_replay_key(wd_context *ctx, wd_event *api, uint64_t group, wd
   return wd_graph_key((uint32_t)gi, r);
 }
 
+void wd_unpin_gone(wd_context *ctx) {
+  const wd_graphs *g = &ctx->graphs;
+  for (uint32_t i = 0, n = wd_pool_nslots(&ctx->pool); i < n; i++) {
+    wd_event *ev = wd_pool_slot(&ctx->pool, i);
+    uint32_t k = atomic_load_explicit(&ev->kch_expected, memory_order_relaxed);
+    unsigned t = wd_event_type(ev);
+    if (k == 0 || k > g->cap || (t != WD_T_COLLAPI && t != WD_T_P2PAPI) || !(wd_event_flags(ev) & WD_F_GRAPH) ||
+        wd_life_refs(atomic_load_explicit(&ev->life, memory_order_acquire)) == 0 ||
+        atomic_load_explicit(&g->slot[k - 1].armed, memory_order_acquire) != WD_SLOT_GONE)
+      continue;
+    if (!atomic_compare_exchange_strong_explicit(&ev->kch_expected, &k, 0, memory_order_acq_rel, memory_order_relaxed))
+      continue;
+    atomic_fetch_sub_explicit(&ctx->pinned_api, 1, memory_order_relaxed);
+    wd_event_unref(ev);
+  }
+}
+
 /* A replay's events come from its graph's host node, which runs only once the graph's previous
  * launch finished on the GPU (cuGraphLaunch orders one graph's launches): the previous replay
  * of the same captured call is past its kernel, so its hold goes now, not a poll later, and the
@@ -476,8 +493,15 @@ static inline __attribute__((always_inline)) void *wd_start_typed(wd_start_req *
     uint64_t group = type == WD_T_KERNELLAUNCH ? gkey : 0;
     gkey = wd_launch_begin(&ctx->launches, req->stream, group);
     /* Into a graph being captured: the replays' own ground truth (graph.h). */
-    if (gkey == WD_LAUNCH_CAPTURING)
+    if (gkey == WD_LAUNCH_CAPTURING) {
       gkey = type == WD_T_KERNELLAUNCH ? wd_graph_capture_key(&ctx->graphs, req->stream, group) : 0;
+      /* The group's captured API events name the launch's slot now (wd_replay_key's cache): its
+       * graph's destruction then unpins them (wd_unpin_gone). */
+      if (wd_is_graph_key(gkey) && ctx->cap_api_group == group)
+        for (uint32_t k = 0; k < ctx->ncap_api; k++)
+          atomic_store_explicit(&ctx->cap_api[k]->kch_expected, wd_graph_key_slot(gkey) + 1, memory_order_relaxed);
+      ctx->ncap_api = 0;
+    }
     else if (gkey && type == WD_T_KERNELLAUNCH)
       wd_graph_note_eager(&ctx->graphs);
   }
@@ -562,6 +586,8 @@ static inline __attribute__((always_inline)) void *wd_start_typed(wd_start_req *
      * hostStreamPlanCallback): its slot is kept, never reused, so each replay still reads
      * graphCaptured from it (bounded: WD_MAX_PINNED_API per communicator; finalize frees them). */
     refs = 2;
+    if (ctx->cap_api_group != gkey) ctx->cap_api_group = gkey, ctx->ncap_api = 0;
+    if (ctx->ncap_api < sizeof ctx->cap_api / sizeof ctx->cap_api[0]) ctx->cap_api[ctx->ncap_api++] = ev;
     /* Its replay count, captured launch and latest replay (wd_replay_key, wd_replay_supersede),
      * fields only roots use otherwise. */
     atomic_store_explicit(&ev->kch_expected, 0, memory_order_relaxed);

@@ -56,6 +56,9 @@ int wd_event_unref(wd_event *ev);
 int wd_event_abandon(wd_event *ev, uint64_t now);
 /* Release the kernel-channel hold of a root operation once. */
 void wd_event_release_hold(wd_event *ev);
+/* Watchdog thread, after wd_graphs_poll gave slots back: the captured API events that named
+ * them (kept for their replays) are unpinned; then wd_graphs_settle frees the slots. */
+void wd_unpin_gone(wd_context *ctx);
 
 /* Copy an event's start record with atomic word loads (safe while it is being reused; the
  * caller validates with the slot's seq word). */

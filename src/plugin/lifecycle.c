@@ -13,6 +13,7 @@
 #include "base/ncclver.h"
 #include "events/arena.h"
 #include "events/budget.h"
+#include "events/graph.h"
 #include "events/store.h"
 #include "flightrec/record.h"
 #include "flightrec/strtab.h"
@@ -79,6 +80,10 @@ static int process_start(void) {
 static void process_stop(void) {
   wd_watchdog_stop();
   wd_store_close();
+  long graphs = wd_graphs_pin_if_pending();
+  if (graphs > 0)
+    WD_INFO("%ld CUDA graph(s) captured with NCCL work outlive the last communicator: the plugin "
+            "stays loaded, as the driver will call it when they are destroyed", graphs);
   wd_cuda_release();
   /* NCCL may be unloaded and loaded again at another address (or another NCCL): forget its
    * string pointers and its version. */

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/log.h"
 #include "events/judge.h"
 #include "events/store.h"
 #include "events/track.h"
@@ -332,13 +333,31 @@ static uint32_t wd_graph_stalls(wd_context *ctx, uint64_t now, const wd_config *
   return nst;
 }
 
+/* A captured launch found every slot held by a live graph: said once per communicator, in the
+ * job's log (every dump also counts them: graphLaunchesUnfollowed). */
+static void wd_graphs_say_full(wd_context *ctx, const wd_config *cfg) {
+  wd_graphs *g = &ctx->graphs;
+  if (g->full_said || !atomic_load_explicit(&g->full, memory_order_relaxed)) return;
+  g->full_said = 1;
+  WD_WARN("comm 0x%llx \"%s\" rank %d: all %u captured-launch slots are held by live CUDA graphs "
+          "(%u graphs give theirs back when destroyed, %llu given back so far): captured launches past "
+          "them are not followed, and a hang in their replays gives no dump; raise "
+          "NCCL_WATCHDOG_GRAPH_LAUNCHES (now %u)",
+          (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, g->cap, g->tied,
+          (unsigned long long)g->given_back, cfg->graph_launches);
+}
+
 uint32_t wd_scan_context(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                          uint32_t max) {
   uint32_t nst = 0;
   uint64_t settle = 2 * cfg->poll_ns;
   wd_tid_cache tids = {0};
   /* First: a replay's operations read the state this leaves (wd_graph_truth_of). */
-  wd_graphs_poll(&ctx->graphs, now);
+  if (wd_graphs_poll(&ctx->graphs, now)) { /* destroyed graphs: their pins, then their slots */
+    wd_unpin_gone(ctx);
+    wd_graphs_settle(&ctx->graphs);
+  }
+  wd_graphs_say_full(ctx, cfg);
   for (int p = 0; p < WD_CTX_NPOOLS; p++)
     for (uint32_t i = 0, n = wd_pool_nslots(wd_ctx_pool(ctx, p)); i < n; i++) {
       wd_event *ev = wd_pool_slot(wd_ctx_pool(ctx, p), i);

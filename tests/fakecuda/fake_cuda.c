@@ -43,6 +43,7 @@ typedef struct fake_stream {
   _Atomic uint64_t completed; /* positions the "GPU" finished */
   _Atomic int capturing;
   int graph;                  /* the graph being captured (under gmu) */
+  unsigned long long serial;  /* its capture id (under gmu) */
 } fake_stream;
 
 typedef struct fake_event {
@@ -62,9 +63,20 @@ typedef struct gnode {
   void (*fn)(void *);
   void *arg;
 } gnode;
+/* A user object (cuUserObjectCreate): its destructor runs when its last reference goes. */
+typedef struct fake_uobj {
+  uint32_t magic;
+  void *ptr;
+  void (*fn)(void *);
+  int refs;
+} fake_uobj;
+#define MAXOBJS 8
 typedef struct fgraph {
+  int live; /* captured and not destroyed (wdfake_graph_destroy) */
   int n;
   gnode node[MAXNODES];
+  int nobj;
+  fake_uobj *obj[MAXOBJS]; /* the references it holds (cuGraphRetainUserObject) */
 } fgraph;
 /* Host functions queued on a stream behind its positions. */
 typedef struct hfn {
@@ -79,6 +91,9 @@ static fgraph graphs[MAXGRAPHS + 1];
 static int ngraphs;
 static hfn *hhead, *htail;
 static _Atomic int capture_ids = 1;
+static unsigned long long capture_serial; /* capture ids: unique per capture (under gmu) */
+static _Atomic long uobjs_live;
+#define UOBJ_MAGIC 0x554f424au
 
 /* Graph 0 is a capture that is never launched: its nodes are accepted and forgotten. */
 static int add_node(fake_stream *s, gnode nd) {
@@ -217,12 +232,52 @@ EXPORT int cuStreamGetCaptureInfo_v2(void *stream, int *status, unsigned long lo
   if (!atomic_load(&capture_ids)) return 801; /* CUDA_ERROR_NOT_SUPPORTED */
   pthread_mutex_lock(&gmu);
   *status = atomic_load(&s->capturing) ? 1 : 0;
-  if (id) *id = *status ? (unsigned long long)s->graph : 0;
+  if (id) *id = *status ? s->serial : 0;
+  if (graph) *graph = *status && s->graph > 0 ? (void *)&graphs[s->graph] : NULL;
   pthread_mutex_unlock(&gmu);
-  if (graph) *graph = NULL;
   if (deps) *deps = NULL;
   if (ndeps) *ndeps = 0;
   return OK;
+}
+
+/* User objects, as cuda.h documents them: "the destructor callback ... is called when the
+ * reference count reaches zero"; a graph holds references moved into it
+ * (CU_GRAPH_USER_OBJECT_MOVE) and drops them when destroyed. Destructors run on the thread that
+ * drops the last reference here (the driver's own thread on a GPU). */
+EXPORT int cuUserObjectCreate(void **out, void *ptr, void (*destroy)(void *), unsigned refs, unsigned flags) {
+  if (!out || !destroy || refs == 0 || flags != 1) return INVALID;
+  fake_uobj *o = calloc(1, sizeof *o);
+  if (!o) return 2;
+  *o = (fake_uobj){UOBJ_MAGIC, ptr, destroy, (int)refs};
+  atomic_fetch_add(&uobjs_live, 1);
+  *out = o;
+  return OK;
+}
+EXPORT int cuUserObjectRelease(void *obj, unsigned count) {
+  fake_uobj *o = obj;
+  if (!o || o->magic != UOBJ_MAGIC || count == 0) return INVALID;
+  pthread_mutex_lock(&gmu);
+  int left = o->refs -= (int)count;
+  pthread_mutex_unlock(&gmu);
+  if (left > 0) return OK;
+  o->magic = 0;
+  o->fn(o->ptr);
+  free(o);
+  atomic_fetch_sub(&uobjs_live, 1);
+  return OK;
+}
+EXPORT int cuGraphRetainUserObject(void *graph, void *obj, unsigned count, unsigned flags) {
+  fgraph *g = graph;
+  fake_uobj *o = obj;
+  if (!g || g < &graphs[1] || g > &graphs[MAXGRAPHS] || !o || o->magic != UOBJ_MAGIC || count != 1) return INVALID;
+  pthread_mutex_lock(&gmu);
+  int rc = g->live && g->nobj < MAXOBJS ? OK : 2;
+  if (rc == OK) {
+    g->obj[g->nobj++] = o;
+    if (!(flags & 1)) o->refs++; /* not moved: the graph takes a reference of its own */
+  }
+  pthread_mutex_unlock(&gmu);
+  return rc;
 }
 
 EXPORT int cuEventQuery(void *ev) {
@@ -302,9 +357,13 @@ EXPORT void wdfake_complete(void *stream, uint64_t pos) {
 EXPORT int wdfake_capture_begin(void *stream) {
   fake_stream *s = stream;
   pthread_mutex_lock(&gmu);
-  int id = ngraphs < MAXGRAPHS ? ++ngraphs : 0;
-  if (id) graphs[id].n = 0;
+  int id = 0;
+  for (int k = 1; k <= MAXGRAPHS && !id; k++) /* a destroyed graph's place is taken again */
+    if (!graphs[k].live) id = k;
+  if (id) graphs[id].n = 0, graphs[id].nobj = 0, graphs[id].live = 1;
+  if (id > ngraphs) ngraphs = id;
   s->graph = id;
+  s->serial = ++capture_serial;
   atomic_store(&s->capturing, 1);
   pthread_mutex_unlock(&gmu);
   return id;
@@ -346,6 +405,22 @@ EXPORT uint64_t wdfake_graph_launch(void *stream, int id) {
   pthread_mutex_unlock(&gmu);
   return base;
 }
+/* cuGraphDestroy and cuGraphExecDestroy of graph id together: its user objects' references go
+ * (their destructors run here when those were the last), and its place is free for a capture. */
+EXPORT void wdfake_graph_destroy(int id) {
+  if (id <= 0 || id > MAXGRAPHS) return;
+  pthread_mutex_lock(&gmu);
+  int n = graphs[id].live ? graphs[id].nobj : 0;
+  fake_uobj *objs[MAXOBJS];
+  memcpy(objs, graphs[id].obj, sizeof objs);
+  graphs[id].live = 0;
+  graphs[id].nobj = 0;
+  graphs[id].n = 0;
+  pthread_mutex_unlock(&gmu);
+  for (int i = 0; i < n; i++) cuUserObjectRelease(objs[i], 1);
+}
+/* User objects not yet destroyed. */
+EXPORT long wdfake_user_objects(void) { return atomic_load(&uobjs_live); }
 /* Nodes of graph id (kernels, events, host functions), for tests. */
 EXPORT int wdfake_graph_nodes(int id, int kind) {
   if (id <= 0 || id > MAXGRAPHS) return -1;

@@ -210,6 +210,8 @@ static struct {
   void (*capture_ids)(int);
   int (*graph_nodes)(int, int);
   void (*refuse_nodes)(int);
+  void (*graph_destroy)(int);
+  long (*user_objects)(void);
 } g_fake;
 
 static int fake_sym(void *slot, const char *name) {
@@ -243,8 +245,15 @@ int wdh_fake_cuda_load(void) {
   fake_sym(&g_fake.capture_ids, "wdfake_capture_ids");
   fake_sym(&g_fake.graph_nodes, "wdfake_graph_nodes");
   fake_sym(&g_fake.refuse_nodes, "wdfake_refuse_nodes");
+  fake_sym(&g_fake.graph_destroy, "wdfake_graph_destroy");
+  fake_sym(&g_fake.user_objects, "wdfake_user_objects");
   return 0;
 }
+
+void wdh_gpu_graph_destroy(int graph) {
+  if (g_fake.graph_destroy) g_fake.graph_destroy(graph);
+}
+long wdh_gpu_user_objects(void) { return g_fake.user_objects ? g_fake.user_objects() : -1; }
 
 void wdh_gpu_refuse_nodes(int on) {
   if (g_fake.refuse_nodes) g_fake.refuse_nodes(on);

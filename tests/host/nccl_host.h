@@ -129,6 +129,10 @@ void wdh_gpu_capture_end(wdh_comm *c);
 void wdh_gpu_capture_kernel(wdh_comm *c); /* a kernel of the application captured meanwhile */
 /* cuGraphLaunch: the position before the graph's first kernel (its k-th kernel is that + k). */
 uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
+/* cuGraphDestroy and cuGraphExecDestroy of a graph: its user objects' destructors run. */
+void wdh_gpu_graph_destroy(int graph);
+/* User objects the stand-in driver holds (-1: an older stand-in). */
+long wdh_gpu_user_objects(void);
 void wdh_gpu_capture_ids(int on); /* cuStreamGetCaptureInfo answers (1) or fails (0) */
 int wdh_gpu_graph_nodes(int graph, int kind); /* 0 all, 1 kernels, 2 event records, 3 host */
 void wdh_gpu_refuse_nodes(int on);            /* cuLaunchHostFunc fails (out of memory) while on */

@@ -33,6 +33,12 @@
  *              and torchrun's SIGTERM to rank 2: the analyzer still names rank 2 and the replay.
  *   refused    million's graph on a driver that refuses the host node: not followed, counted in
  *              graphLaunchesUnfollowed, no stall, every callback succeeds.
+ *   cycles     a serving engine's re-captures: 200 times a graph of 40 captured launches is
+ *              captured, replayed and destroyed, with 100 slots (NCCL_WATCHDOG_GRAPH_LAUNCHES):
+ *              each destroyed graph gives its slots back (its user object's destructor), so no
+ *              launch goes unfollowed, only the live graph is listed, memory stays flat.
+ *   full       two live graphs of 40 launches with 64 slots: 16 launches not followed, said
+ *              once in the log and counted in the dump.
  *   million    one rank replays a one-launch graph 1,000,000 times: memory stays flat and the
  *              replays are counted.
  */
@@ -52,10 +58,10 @@
 #define REPLAYS 500
 
 enum { C_HANG, C_HEALTHY, C_NOIDS, C_NET, C_NETOK, C_MILLION, C_NOTLAUNCHED, C_V6, C_V6OK, C_SYM,
-       C_SYMOK, C_TEARDOWN, C_REFUSED, C_NCASES };
+       C_SYMOK, C_TEARDOWN, C_REFUSED, C_CYCLES, C_FULL, C_NCASES };
 static const char *const g_names[C_NCASES] = {"hang", "healthy", "noids", "net", "netok", "million",
                                               "notlaunched", "v6", "v6ok", "sym", "symok", "teardown",
-                                              "refused"};
+                                              "refused", "cycles", "full"};
 static int g_case;
 static wdh_plugin g_p;
 static wdh_comm g_c;
@@ -397,6 +403,92 @@ static void case_million(const char *dir) {
   wdh_unload(&g_p);
 }
 
+/* One graph of n captured AllReduces on the rank's stream, captured now: its id. */
+static int capture_graph(int n) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  cfg.graph_captured = 1;
+  cfg.in_capture = 1;
+  int gid = wdh_gpu_capture_begin(&g_c);
+  for (int k = 0; k < n; k++) {
+    wdh_op cap;
+    wdh_op_enqueue(&g_c, &cfg, &cap);
+  }
+  wdh_gpu_capture_end(&g_c);
+  return gid;
+}
+
+static void replay(int gid, int n) {
+  uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
+  wdh_gpu_complete(&g_c, base + (uint64_t)n);
+}
+
+static void case_cycles(const char *dir) {
+  if (wdh_fake_cuda_load() != 0) return;
+  const int per = 40, cycles = g_case == C_FULL ? 2 : 200;
+  setenv("NCCL_WATCHDOG_GRAPH_LAUNCHES", g_case == C_FULL ? "64" : "100", 1);
+  /* A small event pool, touched whole within the first cycles: what grows after is the watch's. */
+  setenv("NCCL_WATCHDOG_MAX_EVENTS", "4096", 1);
+  if (wdh_load(&g_p, wdh_plugin_path(), 7) != 0) return;
+  wdh_comm_init(&g_c, &g_p, COMM, "decode", 1, 1, 0);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  wdh_run_ops(&g_c, NULL, &cfg, 2);
+  long before = 0, ev_before = 0;
+  int gid = 0;
+  for (int c = 1; c <= cycles; c++) {
+    gid = capture_graph(per);
+    for (int r = 0; r < 3; r++) replay(gid, per);
+    if (g_case == C_FULL) continue;
+    if (c == cycles) break; /* the last one stays, as the engine's live graph */
+    wdh_gpu_graph_destroy(gid);
+    wdh_sleep_ms(30); /* the watchdog's poll (10 ms) gives the slots back */
+    if (c == 100) before = rss_kib(), ev_before = wdh_fake_events_live();
+  }
+  wdh_sleep_ms(300);
+  cJSON *j = wdh_signal_snapshot(dir);
+  WDH_CHECK(j != NULL, "no snapshot");
+  if (j) {
+    double unf = wdh_jnum(j, "comms.0.graphLaunchesUnfollowed", -1);
+    int listed = 0;
+    char path[64];
+    for (;; listed++) {
+      snprintf(path, sizeof path, "comms.0.graphLaunches.%d", listed);
+      if (!wdh_jpath(j, path)) break;
+    }
+    if (g_case == C_FULL) {
+      WDH_CHECK(unf == 2 * per - 64, "unfollowed launches: %g, expected %d", unf, 2 * per - 64);
+      WDH_CHECK(listed == 64, "%d launches listed, expected the 64 followed", listed);
+      WDH_CHECK(wdh_log_contains(-1, "captured-launch slots are held by live CUDA graphs"),
+                "the log does not say the slots ran out");
+    } else {
+      WDH_CHECK(unf == 0, "%g captured launches not followed after %d capture cycles", unf, cycles);
+      WDH_CHECK(listed == per, "%d launches listed, expected the live graph's %d", listed, per);
+      snprintf(path, sizeof path, "comms.0.graphLaunches.%d.replays", per - 1);
+      WDH_CHECK(wdh_jnum(j, path, -1) == 3, "the live graph's last launch: %g replays", wdh_jnum(j, path, -1));
+      snprintf(path, sizeof path, "comms.0.graphLaunches.0.graph");
+      WDH_CHECK(wdh_jnum(j, path, -1) == cycles, "the live graph is graph %g, expected %d", wdh_jnum(j, path, -1),
+                cycles);
+      long objs = wdh_gpu_user_objects();
+      WDH_CHECK(objs == 1 || objs == -1, "%ld user objects alive, expected the live graph's one", objs);
+      long after = rss_kib(), ev_after = wdh_fake_events_live();
+      WDH_CHECK(ev_after - ev_before <= 2 * per, "CUDA events grew from %ld to %ld over %d capture cycles", ev_before,
+                ev_after, cycles - 100);
+      /* The process's resident memory is reported, not judged: it holds the test host and the
+       * stand-in driver too (docs/testing.md). */
+      fprintf(stderr, "graphreplay cycles: resident memory %+ld KiB over %d capture cycles\n", after - before,
+              cycles - 100);
+      WDH_CHECK(!wdh_log_contains(-1, "captured-launch slots are held"), "slots said to run out");
+    }
+    wdh_json_free(j);
+  }
+  WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for healthy replays");
+  wdh_comm_finalize(&g_c);
+  wdh_unload(&g_p);
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "hang";
   g_case = -1;
@@ -408,9 +500,11 @@ int main(int argc, char **argv) {
   }
   if (!wdh_plugin_path() || !getenv("WDH_FAKE_CUDA")) return 77;
   /* teardown: PyTorch's watchdog fires first, well within the plugin's timeout. */
-  char *dir = wdh_scenario_dir("graphreplay", g_case == C_TEARDOWN ? "20s" : "1s", "100ms");
+  char *dir = wdh_scenario_dir("graphreplay", g_case == C_TEARDOWN ? "20s" : "1s",
+                               g_case == C_CYCLES ? "10ms" : "100ms");
   setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
   if (g_case == C_MILLION || g_case == C_REFUSED) case_million(dir);
+  else if (g_case == C_CYCLES || g_case == C_FULL) case_cycles(dir);
   else case_job(dir);
   char name[64];
   snprintf(name, sizeof name, "scenario_graphreplay %s", which);

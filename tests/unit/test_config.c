@@ -621,7 +621,7 @@ static void test_describe(void) {
   CU_ASSERT_EQUAL(nwarn, 0);
   /* Captured launches followed per communicator: 0 turns the watch off; beyond the range, one
    * warning and the default. */
-  CU_ASSERT_EQUAL(c.graph_launches, 1024);
+  CU_ASSERT_EQUAL(c.graph_launches, 8192);
   reset();
   put("NCCL_WATCHDOG_GRAPH_LAUNCHES", "0");
   wd_config_defaults(&c);
@@ -632,7 +632,7 @@ static void test_describe(void) {
   put("NCCL_WATCHDOG_GRAPH_LAUNCHES", "70000");
   wd_config_defaults(&c);
   wd_config_load(&c, fake_getenv, capture_warn);
-  CU_ASSERT_EQUAL(c.graph_launches, 1024);
+  CU_ASSERT_EQUAL(c.graph_launches, 8192);
   CU_ASSERT_EQUAL(nwarn, 1);
   /* Ring files can be turned off. */
   reset();
