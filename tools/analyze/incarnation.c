@@ -145,7 +145,11 @@ static size_t superseded(wd_az_set *set, const char *in_judged, uint64_t *gone, 
     for (size_t j = 0; j < set->ndumps; j++) {
       const wd_az_dump *old = &set->dumps[j];
       if (j == i || !in_judged[j] || from_ring(old) || old->host != newest->host || old->pid != newest->pid ||
-          old->proc_start_ns != newest->proc_start_ns || old->wall_ns >= newest->wall_ns || !old->ncranks)
+          old->proc_start_ns != newest->proc_start_ns || old->boot_id != newest->boot_id ||
+          old->wall_ns >= newest->wall_ns || !old->ncranks ||
+          /* one process numbers its dumps: two that both say they are its n-th are of two
+           * processes that look alike (cloned nodes, one host name and pid) */
+          old->dump_seq >= newest->dump_seq)
         continue;
       int added = 0;
       for (size_t a = 0; a < newest->ncranks && !added; a++) {
