@@ -113,7 +113,8 @@ int wd_graphs_open(wd_graphs *g) {
   atomic_store(&g->unfollowed, 0);
   atomic_store(&g->nfree, 0);
   atomic_store(&g->full, 0);
-  g->given_back = g->tied = 0;
+  g->given_back = 0;
+  atomic_store(&g->tied, 0);
   g->full_said = 0;
   g->cap_id = 0;
   g->cap_stream = NULL;
@@ -221,7 +222,8 @@ uint64_t wd_graph_capture_begin(wd_graphs *g, void *stream, uint64_t group) {
       atomic_store_explicit(&wd_counter_state[counter], WD_CTR_FREE, memory_order_release);
       goto fail;
     }
-    if (new_graph && have_id && wd_graph_tie(cu, stream, counter)) g->tied++;
+    if (new_graph && have_id && wd_graph_tie(cu, stream, counter))
+      atomic_fetch_add_explicit(&g->tied, 1, memory_order_relaxed);
   }
   if (new_graph) {
     g->ngraphs++;

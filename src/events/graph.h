@@ -70,7 +70,7 @@ typedef struct wd_graphs {
   _Atomic int full;            /* a launch found every slot held (the watchdog says so once) */
   int full_said;               /* the watchdog's own */
   uint64_t given_back;         /* slots given back so far (the watchdog's own) */
-  uint32_t tied;               /* graphs whose destruction gives their slots back */
+  _Atomic uint32_t tied;       /* graphs whose destruction gives their slots back */
   /* Capture grouping, on the launching thread. */
   unsigned long long cap_id;
   void *cap_stream;

@@ -343,7 +343,7 @@ static void wd_graphs_say_full(wd_context *ctx, const wd_config *cfg) {
           "(%u graphs give theirs back when destroyed, %llu given back so far): captured launches past "
           "them are not followed, and a hang in their replays gives no dump; raise "
           "NCCL_WATCHDOG_GRAPH_LAUNCHES (now %u)",
-          (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, g->cap, g->tied,
+          (unsigned long long)ctx->comm_id, ctx->name, ctx->rank, g->cap, atomic_load(&g->tied),
           (unsigned long long)g->given_back, cfg->graph_launches);
 }
 
