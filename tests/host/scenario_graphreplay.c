@@ -357,6 +357,27 @@ static long rss_kib(void) {
   return res * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/* One graph of n captured AllReduces on the rank's stream, captured now: its id. */
+static int capture_graph(int n) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  cfg.graph_captured = 1;
+  cfg.in_capture = 1;
+  int gid = wdh_gpu_capture_begin(&g_c);
+  for (int k = 0; k < n; k++) {
+    wdh_op cap;
+    wdh_op_enqueue(&g_c, &cfg, &cap);
+  }
+  wdh_gpu_capture_end(&g_c);
+  return gid;
+}
+
+static void replay(int gid, int n) {
+  uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
+  wdh_gpu_complete(&g_c, base + (uint64_t)n);
+}
+
 static void case_million(const char *dir) {
   if (wdh_fake_cuda_load() != 0) return;
   /* refused: the driver refuses the host node (out of memory): the launch is not followed,
@@ -368,17 +389,11 @@ static void case_million(const char *dir) {
   wdh_op_cfg_default(&cfg);
   cfg.no_proxy = 1;
   wdh_run_ops(&g_c, NULL, &cfg, 2);
-  int gid = wdh_gpu_capture_begin(&g_c);
-  wdh_op cap;
-  cfg.graph_captured = 1;
-  cfg.in_capture = 1;
-  wdh_op_enqueue(&g_c, &cfg, &cap);
-  wdh_gpu_capture_end(&g_c);
+  int gid = capture_graph(1);
   long before = 0;
   const long total = g_case == C_REFUSED ? 30000 : 1000000;
   for (long r = 1; r <= total; r++) {
-    uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
-    wdh_gpu_complete(&g_c, base + 1);
+    replay(gid, 1);
     if (r == 20000) before = rss_kib();
   }
   long after = rss_kib();
@@ -401,27 +416,6 @@ static void case_million(const char *dir) {
   WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for healthy replays");
   wdh_comm_finalize(&g_c);
   wdh_unload(&g_p);
-}
-
-/* One graph of n captured AllReduces on the rank's stream, captured now: its id. */
-static int capture_graph(int n) {
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.no_proxy = 1;
-  cfg.graph_captured = 1;
-  cfg.in_capture = 1;
-  int gid = wdh_gpu_capture_begin(&g_c);
-  for (int k = 0; k < n; k++) {
-    wdh_op cap;
-    wdh_op_enqueue(&g_c, &cfg, &cap);
-  }
-  wdh_gpu_capture_end(&g_c);
-  return gid;
-}
-
-static void replay(int gid, int n) {
-  uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
-  wdh_gpu_complete(&g_c, base + (uint64_t)n);
 }
 
 static void case_cycles(const char *dir) {

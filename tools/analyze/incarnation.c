@@ -133,41 +133,55 @@ static int cmp_inc(const void *a, const void *b) {
   return (x->last_ns > y->last_ns) - (x->last_ns < y->last_ns);
 }
 
+static int cmp_host_pid(const void *a, const void *b) {
+  const wd_az_dump *x = &g_sort_set->dumps[*(const size_t *)a], *y = &g_sort_set->dumps[*(const size_t *)b];
+  if (x->host != y->host) return x->host < y->host ? -1 : 1;
+  return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
 /* A communicator one process replaced while it lived (torchft's quorum, an in-process restart
  * whose new communicators overlap the old): a later dump the process wrote itself lists
  * communicators an earlier one did not, and no longer lists one that the earlier did. That one
  * was finalized or aborted: history, whatever its last dumps say. Its ranks are set aside. */
 static size_t superseded(wd_az_set *set, const char *in_judged, uint64_t *gone, size_t cap) {
-  size_t n = 0;
-  for (size_t i = 0; i < set->ndumps; i++) {
-    const wd_az_dump *newest = &set->dumps[i];
-    if (!in_judged[i] || from_ring(newest) || !newest->ncranks) continue;
-    for (size_t j = 0; j < set->ndumps; j++) {
-      const wd_az_dump *old = &set->dumps[j];
-      if (j == i || !in_judged[j] || from_ring(old) || old->host != newest->host || old->pid != newest->pid ||
-          old->proc_start_ns != newest->proc_start_ns || old->boot_id != newest->boot_id ||
-          old->wall_ns >= newest->wall_ns || !old->ncranks ||
-          /* one process numbers its dumps: two that both say they are its n-th are of two
-           * processes that look alike (cloned nodes, one host name and pid) */
-          old->dump_seq >= newest->dump_seq)
-        continue;
-      int added = 0;
-      for (size_t a = 0; a < newest->ncranks && !added; a++) {
-        int had = 0;
-        for (size_t b = 0; b < old->ncranks && !had; b++)
-          had = set->cranks[old->crank0 + b].comm_id == set->cranks[newest->crank0 + a].comm_id;
-        added = !had;
-      }
-      if (!added) continue;
-      for (size_t b = 0; b < old->ncranks; b++) {
-        uint64_t id = set->cranks[old->crank0 + b].comm_id;
-        int kept = 0;
-        for (size_t a = 0; a < newest->ncranks && !kept; a++) kept = set->cranks[newest->crank0 + a].comm_id == id;
-        for (size_t k = 0; k < n && !kept; k++) kept = gone[k] == id;
-        if (!kept && n < cap) gone[n++] = id;
+  size_t n = 0, nd = set->ndumps, *ix = malloc((nd ? nd : 1) * sizeof(*ix));
+  if (!ix) return 0;
+  for (size_t i = 0; i < nd; i++) ix[i] = i;
+  g_sort_set = set;
+  qsort(ix, nd, sizeof(*ix), cmp_host_pid); /* one pass per host and pid: no pair across */
+  for (size_t a = 0, b; a < nd; a = b) {
+    for (b = a + 1; b < nd && !cmp_host_pid(&ix[a], &ix[b]); b++) {
+    }
+    for (size_t x = a; x < b; x++) {
+      const wd_az_dump *newest = &set->dumps[ix[x]];
+      if (!in_judged[ix[x]] || from_ring(newest) || !newest->ncranks) continue;
+      for (size_t y = a; y < b; y++) {
+        const wd_az_dump *old = &set->dumps[ix[y]];
+        if (y == x || !in_judged[ix[y]] || from_ring(old) || old->proc_start_ns != newest->proc_start_ns ||
+            old->boot_id != newest->boot_id || old->wall_ns >= newest->wall_ns || !old->ncranks ||
+            /* one process numbers its dumps: two that both say they are its n-th are of two
+             * processes that look alike (cloned nodes, one host name and pid) */
+            old->dump_seq >= newest->dump_seq)
+          continue;
+        int added = 0;
+        for (size_t p = 0; p < newest->ncranks && !added; p++) {
+          int had = 0;
+          for (size_t q = 0; q < old->ncranks && !had; q++)
+            had = set->cranks[old->crank0 + q].comm_id == set->cranks[newest->crank0 + p].comm_id;
+          added = !had;
+        }
+        if (!added) continue;
+        for (size_t q = 0; q < old->ncranks; q++) {
+          uint64_t id = set->cranks[old->crank0 + q].comm_id;
+          int kept = 0;
+          for (size_t p = 0; p < newest->ncranks && !kept; p++) kept = set->cranks[newest->crank0 + p].comm_id == id;
+          for (size_t k = 0; k < n && !kept; k++) kept = gone[k] == id;
+          if (!kept && n < cap) gone[n++] = id;
+        }
       }
     }
   }
+  free(ix);
   return n;
 }
 
@@ -445,11 +459,6 @@ out:
   free(hc);
 }
 
-static int cmp_host_pid(const void *a, const void *b) {
-  const wd_az_dump *x = &g_sort_set->dumps[*(const size_t *)a], *y = &g_sort_set->dumps[*(const size_t *)b];
-  if (x->host != y->host) return x->host < y->host ? -1 : 1;
-  return (x->pid > y->pid) - (x->pid < y->pid);
-}
 
 /* Whether two dumps of one host and pid can be of one process: no part of their identity
  * (machine boot, process start) that both state differs. */

@@ -1077,22 +1077,6 @@ static double outlived_ms(const wd_az_set *set, const wd_az_comm *c, const wd_az
   return entered >= 0 && end > entered ? end - entered : 0;
 }
 
-/* How long after the first waiting rank entered the stuck operation cr's process ended (its
- * ring file's last activity), 0 when unknown. */
-static double died_after_ms(const wd_az_set *set, const wd_az_comm *c, const wd_az_crank *cr) {
-  double entered = -1;
-  for (int i = 0; i < c->nwaiting; i++) {
-    const wd_az_crank *w = c->by_rank[c->waiting[i]];
-    if (w == cr) continue;
-    const wd_az_op *op = find_op(w, c->stuck_func, c->stuck_seq);
-    double t = (double)wd_az_dump_of(set, w)->wall_ns / 1e6 - (op ? op->age_ms : w->since_ms);
-    if (entered < 0 || t < entered) entered = t;
-  }
-  const wd_az_dump *d = wd_az_dump_of(set, cr);
-  double end = (double)d->wall_ns / 1e6; /* a ring file: its last refresh, the process alive */
-  return entered >= 0 && end > entered ? end - entered : 0;
-}
-
 /* A rank whose process died: its ring file is all that is left. It explains every wait on it,
  * whatever the rules above made of it. */
 static void died_check(const wd_az_set *set, wd_az_comm *c) {
@@ -1112,7 +1096,7 @@ static void died_check(const wd_az_set *set, wd_az_comm *c) {
      * entered it, when another rank explains the wait: the launcher's cleanup once the others
      * ended (srun's --kill-on-bad-exit, torchrun's SIGKILL after its grace), not the cause. */
     if (!s && other_cause && find_op(cr, c->stuck_func, c->stuck_seq) && c->stuck_seq >= 0 &&
-        died_after_ms(set, c, cr) >= CONTRADICTION_MS)
+        outlived_ms(set, c, cr) >= CONTRADICTION_MS)
       continue;
     double alive_ms = s && s->reason == WD_AZ_NOT_ENTERED ? outlived_ms(set, c, cr) : 0;
     if (alive_ms >= CONTRADICTION_MS) {
