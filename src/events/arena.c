@@ -9,8 +9,9 @@
 #include "events/budget.h"
 
 /* Address space, not memory: pages are committed chunk by chunk as pools grow. 16 GiB holds
- * about 89 M slots, hundreds of communicators at the default event bound; a smaller range is
- * taken when the process's address space is limited. */
+ * about 89 M slots, hundreds of communicators at the default event bound. Never more than the
+ * memory budget: slots cannot commit past it, and under ulimit -v the rest of the limit is the
+ * job's (a 4 GiB reservation under an 8 GiB limit left a snapshot dump no room to render). */
 #define WD_ARENA_RESERVE (16ull << 30)
 #define WD_ARENA_MIN (64ull << 20)
 #define WD_ARENA_FREE_MAX 4096
@@ -21,7 +22,12 @@ static void *free_chunks[WD_ARENA_FREE_MAX];
 static unsigned nfree;
 
 static int reserve(void) {
-  for (size_t size = WD_ARENA_RESERVE; size >= WD_ARENA_MIN; size /= 2) {
+  wd_budget_stats b;
+  wd_budget_get(&b);
+  size_t first = WD_ARENA_RESERVE;
+  if (b.budget > 0 && b.budget < first) /* rounded up to whole 64 MiB */
+    first = (size_t)((b.budget + WD_ARENA_MIN - 1) / WD_ARENA_MIN * WD_ARENA_MIN);
+  for (size_t size = first; size >= WD_ARENA_MIN; size /= 2) {
     void *p = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p != MAP_FAILED) {
       wd_arena.base = (uintptr_t)p;
