@@ -248,6 +248,21 @@ if [ -x "$BIN/bench_launch" ] && [ -e "$BUILD/fakecuda/libcuda.so.1" ]; then
     echo "| KernelLaunch start+stop under a GroupApi, ns: CUDA events off / on (stand-in driver) | $(field ns_per_launch "$lo") / $(field ns_per_launch "$ln") (added $(calc %.1f "$(field ns_per_launch "$ln") - $(field ns_per_launch "$lo")") per launch, plus the real driver's two cuEventRecord) | | |"
   fi
 fi
+# CUDA graphs at serving scale: a communicator with 4,096 followed captured launches (26 graphs of
+# 160), against the empty plugin in the same run (no host node, no records): resident memory its
+# captures added, and one replay of a 160-launch graph on the host (the stand-in driver's record
+# nodes included: on a GPU they are the GPU's work, the host node is the plugin's only host cost).
+if [ -x "$BIN/bench_graphs" ] && [ -e "$BUILD/fakecuda/libcuda.so.1" ]; then
+  if [ "$QUICK" = 1 ]; then GR=2000; else GR=20000; fi
+  ge=$(WDH_FAKE_CUDA=$BUILD/fakecuda/libcuda.so.1 $NICE "$BIN/bench_graphs" "$EMPTY" -n "$GR" 2>/dev/null || true)
+  go=$(WDH_FAKE_CUDA=$BUILD/fakecuda/libcuda.so.1 $NICE "$BIN/bench_graphs" "$OURS" -n "$GR" 2>/dev/null || true)
+  log "graphs: $ge"
+  log "graphs: $go"
+  if [ -n "$ge" ] && [ -n "$go" ]; then
+    echo "| CUDA graphs, a communicator with $(field launches "$go") followed captured launches ($(field graphs "$go") graphs): KiB resident its captures added, empty / ours | $(field captured_kib "$ge") / $(field captured_kib "$go") ($(calc %.0f "($(field captured_kib "$go") - $(field captured_kib "$ge")) * 1024 / $(field launches "$go")") bytes per launch) | | |"
+    echo "| … one replay of a $(field per_graph "$go")-launch graph, host ns (stand-in driver), empty / ours | $(field replay_ns "$ge") / $(field replay_ns "$go") | | |"
+  fi
+fi
 # The watchdog thread's own cost, per second: telemetry off, on, and with the OTLP export.
 if [ -x "$BIN/bench_telemetry" ]; then
   if [ "$QUICK" = 1 ]; then TI=2 TB=1; else TI=10 TB=5; fi

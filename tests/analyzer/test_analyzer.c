@@ -383,6 +383,86 @@ static void test_newest_dump(void) {
   cJSON_Delete(rep);
 }
 
+/* Rewrites a generated snapshot as a stall dump naming AllReduce seq 40 of rank 0. */
+static int make_stall_dump(const char *from, const char *to) {
+  char *text = slurp(from);
+  cJSON *d = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  if (!d) return -1;
+  cJSON_ReplaceItemInObject(d, "reason", cJSON_CreateString("stall"));
+  cJSON *t = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(t, "stalls"), *st = cJSON_CreateObject();
+  cJSON_AddStringToObject(st, "commId", "0x6b8b4567327b23c6");
+  cJSON_AddStringToObject(st, "commName", "default_pg");
+  cJSON_AddNumberToObject(st, "rank", 0);
+  cJSON_AddStringToObject(st, "type", "Coll");
+  cJSON_AddStringToObject(st, "func", "AllReduce");
+  cJSON_AddNumberToObject(st, "seq", 40);
+  cJSON_AddNumberToObject(st, "sinceProgressMs", 3000);
+  cJSON_AddItemToArray(arr, st);
+  cJSON_ReplaceItemInObject(d, "trigger", t);
+  char *out = cJSON_Print(d);
+  cJSON_Delete(d);
+  FILE *f = out ? fopen(to, "w") : NULL;
+  int rc = f && fputs(out, f) >= 0 ? 0 : -1;
+  if (f) fclose(f);
+  free(out);
+  return rc;
+}
+
+/* The plugin saw an operation stuck for its timeout: a judged episode with that stall dump and
+ * nothing else stuck reads NO VERDICT, never OK (issue: a stall dump, then "no hang found"). */
+static void test_stall_never_ok(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("stallok", "--ranks 4 --scenario healthy --ring 16"), 0);
+  char from[512], to[512];
+  snprintf(from, sizeof from, "%s/stallok/node000-10000-0001-signal.json", g_tmp);
+  snprintf(to, sizeof to, "%s/stallok/node000-10000-0001-stall.json", g_tmp);
+  CU_ASSERT_EQUAL_FATAL(make_stall_dump(from, to), 0);
+  CU_ASSERT_EQUAL(unlink(from), 0);
+  int rc;
+  cJSON *rep = analyze_json("stallok", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  const char *sum = sget(rep, "summary");
+  CU_ASSERT_PTR_NOT_NULL(strstr(sum, "NO VERDICT: the stall dump of host node000 pid 10000 says AllReduce seq 40"));
+  CU_ASSERT_PTR_NULL(strstr(sum, "OK"));
+  cJSON_Delete(rep);
+}
+
+/* 40 graphs each with a launch its GPU is inside (short of any timeout) on rank 0: the bound
+ * keeps 32; "no hang" cannot rest on what it left out, and the line says so. */
+static void test_glaunch_cut(void) {
+  CU_ASSERT_EQUAL_FATAL(gen("glcut", "--ranks 4 --scenario healthy --ring 16"), 0);
+  char path[512];
+  snprintf(path, sizeof path, "%s/glcut/node000-10000-0001-signal.json", g_tmp);
+  char *text = slurp(path);
+  cJSON *d = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+  cJSON *arr = cJSON_AddArrayToObject(cJSON_GetArrayItem(cJSON_GetObjectItem(d, "comms"), 0), "graphLaunches");
+  for (int g = 1; g <= 40; g++) {
+    cJSON *l = cJSON_CreateObject();
+    cJSON_AddNumberToObject(l, "graph", g);
+    cJSON_AddNumberToObject(l, "launch", 1);
+    cJSON_AddStringToObject(l, "func", "AllReduce");
+    cJSON_AddNumberToObject(l, "replays", 1);
+    cJSON_AddStringToObject(l, "state", "inProgress");
+    cJSON_AddNumberToObject(l, "forMs", 5);
+    cJSON_AddItemToArray(arr, l);
+  }
+  char *out = cJSON_Print(d);
+  cJSON_Delete(d);
+  FILE *f = fopen(path, "w");
+  CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+  fputs(out, f);
+  fclose(f);
+  free(out);
+  int rc;
+  cJSON *rep = analyze_json("glcut", "", &rc);
+  CU_ASSERT_PTR_NOT_NULL_FATAL(rep);
+  CU_ASSERT_PTR_NOT_NULL(strstr(sget(rep, "summary"), "NO VERDICT: no hang found in what was read, but the "
+                                                     "analyzer's bound (32 per rank) left out 8 captured launches"));
+  cJSON_Delete(rep);
+}
+
 static int count_ph(const cJSON *events, const char *ph) {
   int n = 0;
   const cJSON *e;
@@ -747,6 +827,8 @@ int main(int argc, char **argv) {
   CU_add_test(cli, "wrapped", test_wrapped);
   CU_add_test(cli, "bad_files", test_bad_files);
   CU_add_test(cli, "newest_dump", test_newest_dump);
+  CU_add_test(cli, "stall_never_ok", test_stall_never_ok);
+  CU_add_test(cli, "glaunch_cut", test_glaunch_cut);
   CU_add_test(cli, "trace", test_trace);
   CU_add_test(cli, "cli", test_cli);
   CU_pSuite job = CU_add_suite("analyzer_job_3d", NULL, NULL);

@@ -55,7 +55,7 @@ typedef struct fake_event {
 
 #define CAPTURED_EVENT 907
 #define MAXGRAPHS 64
-#define MAXNODES 512
+#define MAXNODES 2048 /* a serving engine's graph: 160 captured launches, their records */
 enum { N_KERNEL = 1, N_EVENT, N_HOST };
 typedef struct gnode {
   int kind;

@@ -271,6 +271,13 @@ void wdh_gpu_capture_kernel(wdh_comm *c) {
 uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph) {
   return g_fake.graph_launch ? g_fake.graph_launch(c->stream, graph) : 0;
 }
+void *wdh_gpu_stream_new(void) { return g_fake.dl ? g_fake.stream_create() : NULL; }
+uint64_t wdh_gpu_graph_launch_on(void *stream, int graph) {
+  return g_fake.graph_launch && stream ? g_fake.graph_launch(stream, graph) : 0;
+}
+void wdh_gpu_complete_on(void *stream, uint64_t pos) {
+  if (g_fake.dl && stream && pos) g_fake.complete(stream, pos);
+}
 void wdh_gpu_capture_ids(int on) {
   if (g_fake.capture_ids) g_fake.capture_ids(on);
 }

@@ -129,6 +129,12 @@ void wdh_gpu_capture_end(wdh_comm *c);
 void wdh_gpu_capture_kernel(wdh_comm *c); /* a kernel of the application captured meanwhile */
 /* cuGraphLaunch: the position before the graph's first kernel (its k-th kernel is that + k). */
 uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
+/* Another stream (cuStreamCreate; NULL without the stand-in), a graph launched on it
+ * (PyTorch's CUDAGraph::replay launches on the current stream, whichever captured it), and its
+ * GPU finishing up to pos. */
+void *wdh_gpu_stream_new(void);
+uint64_t wdh_gpu_graph_launch_on(void *stream, int graph);
+void wdh_gpu_complete_on(void *stream, uint64_t pos);
 /* cuGraphDestroy and cuGraphExecDestroy of a graph: its user objects' destructors run. */
 void wdh_gpu_graph_destroy(int graph);
 /* User objects the stand-in driver holds (-1: an older stand-in). */

@@ -41,6 +41,16 @@
  *              once in the log and counted in the dump.
  *   million    one rank replays a one-launch graph 1,000,000 times: memory stays flat and the
  *              replays are counted.
+ *   serving    a serving engine as vLLM's capture loop makes it (one graph per batch size, about
+ *              two tensor-parallel all-reduces per layer): 24 graphs of 160 captured AllReduces
+ *              each (3,840 launches, default NCCL_WATCHDOG_GRAPH_LAUNCHES), a compute kernel first
+ *              and one between the 99th and 100th. Requests replay them on a stream of their own
+ *              with eager work between on NCCL's stream; the engine idles 2.5 s (over twice the
+ *              timeout); then graph 24, the last captured, hangs in its 3rd replay: rank 2's
+ *              compute never ends, the others wait inside launch 100 with 60 launches behind it.
+ *              The stall dump and the analyzer's first line name rank 2 and that launch.
+ *   servingok  its twin: the last replay's first compute kernel runs 2.5 s (longer than the
+ *              timeout) before any collective, then all completes: no stall dump, snapshot passed.
  */
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -58,10 +68,10 @@
 #define REPLAYS 500
 
 enum { C_HANG, C_HEALTHY, C_NOIDS, C_NET, C_NETOK, C_MILLION, C_NOTLAUNCHED, C_V6, C_V6OK, C_SYM,
-       C_SYMOK, C_TEARDOWN, C_REFUSED, C_CYCLES, C_FULL, C_NCASES };
+       C_SYMOK, C_TEARDOWN, C_REFUSED, C_CYCLES, C_FULL, C_SERVING, C_SERVINGOK, C_NCASES };
 static const char *const g_names[C_NCASES] = {"hang", "healthy", "noids", "net", "netok", "million",
                                               "notlaunched", "v6", "v6ok", "sym", "symok", "teardown",
-                                              "refused", "cycles", "full"};
+                                              "refused", "cycles", "full", "serving", "servingok"};
 static int g_case;
 static wdh_plugin g_p;
 static wdh_comm g_c;
@@ -457,6 +467,11 @@ static void case_cycles(const char *dir) {
       WDH_CHECK(listed == 64, "%d launches listed, expected the 64 followed", listed);
       WDH_CHECK(wdh_log_contains(-1, "captured-launch slots are held by live CUDA graphs"),
                 "the log does not say the slots ran out");
+      /* ... and the verdict, whatever it is, on its first line. */
+      char line[4096];
+      if (wdh_analyzer_first_line(dir, "", line, sizeof line))
+        WDH_CHECK(strstr(line, "[16 captured launches on 1 rank not followed (NCCL_WATCHDOG_GRAPH_LAUNCHES"),
+                  "first line \"%s\" does not say 16 launches were not followed", line);
     } else {
       WDH_CHECK(unf == 0, "%g captured launches not followed after %d capture cycles", unf, cycles);
       WDH_CHECK(listed == per, "%d launches listed, expected the live graph's %d", listed, per);
@@ -483,6 +498,127 @@ static void case_cycles(const char *dir) {
   wdh_unload(&g_p);
 }
 
+/* ---- serving: many graphs, replayed on another stream ---- */
+
+#define SV_GRAPHS 24
+#define SV_LAUNCHES 160
+#define SV_SPLIT 100 /* a compute kernel sits before this launch */
+#define SV_KERNELS (SV_LAUNCHES + 2)
+
+/* One graph: a compute kernel, AllReduces 1..99, a compute kernel, AllReduces 100..160. Its k-th
+ * kernel runs at launch position base + k: AllReduce j (j < 100) at 1 + j, the second compute
+ * kernel at 101, AllReduce j (j >= 100) at 2 + j. */
+static int capture_serving_graph(void) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  cfg.graph_captured = 1;
+  cfg.in_capture = 1;
+  int gid = wdh_gpu_capture_begin(&g_c);
+  wdh_gpu_capture_kernel(&g_c);
+  for (int k = 1; k <= SV_LAUNCHES; k++) {
+    if (k == SV_SPLIT) wdh_gpu_capture_kernel(&g_c);
+    wdh_op cap;
+    wdh_op_enqueue(&g_c, &cfg, &cap);
+  }
+  wdh_gpu_capture_end(&g_c);
+  return gid;
+}
+
+static void serving_rank(int rank, int fd) {
+  if (wdh_fake_cuda_load() != 0) _exit(1);
+  if (wdh_load(&g_p, wdh_plugin_path(), 7) != 0) _exit(1);
+  wdh_comm_init(&g_c, &g_p, COMM, "tp", 1, NR, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  wdh_run_ops(&g_c, NULL, &cfg, 3);
+  int gid[SV_GRAPHS + 1];
+  for (int g = 1; g <= SV_GRAPHS; g++) {
+    gid[g] = capture_serving_graph();
+    if (gid[g] <= 0) _exit(3);
+  }
+  /* Requests: each graph twice, on the engine's own stream, an eager AllReduce between. */
+  void *s2 = wdh_gpu_stream_new();
+  if (!s2) _exit(3);
+  for (int round = 0; round < 2; round++)
+    for (int g = 1; g <= SV_GRAPHS; g++) {
+      wdh_gpu_complete_on(s2, wdh_gpu_graph_launch_on(s2, gid[g]) + SV_KERNELS);
+      wdh_run_ops(&g_c, NULL, &cfg, 1);
+    }
+  wdh_sleep_ms(2500); /* idle: no request */
+  char ok = 1;
+  uint64_t base = wdh_gpu_graph_launch_on(s2, gid[SV_GRAPHS]);
+  if (g_case == C_SERVING) {
+    /* Rank 2's second compute kernel never ends; the others are inside launch 100. */
+    wdh_gpu_complete_on(s2, base + (rank == 2 ? SV_SPLIT : SV_SPLIT + 1));
+    if (write(fd, &ok, 1) != 1) _exit(1);
+    for (;;) pause();
+  }
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  wdh_sleep_ms(2500); /* the first compute kernel, longer than the timeout */
+  wdh_gpu_complete_on(s2, base + SV_KERNELS);
+  for (;;) pause();
+}
+
+static void case_serving(const char *dir) {
+  pid_t pids[NR];
+  int n = wdh_fork_ranks(NR, serving_rank, pids);
+  WDH_CHECK(n == NR, "%d of %d ranks ready", n, NR);
+  char want[96];
+  snprintf(want, sizeof want, "AllReduce (replay 3 of CUDA graph %d, launch %d)", SV_GRAPHS, SV_SPLIT);
+  if (g_case == C_SERVING) {
+    int got = wdh_wait_dumps(dir, "stall", 1, 10000);
+    WDH_CHECK(got >= 1, "no stall dump for a hang in graph %d", SV_GRAPHS);
+    wdh_wait_dumps(dir, "peer", 1, 8000);
+    wdh_sleep_ms(1500);
+    char *paths[8];
+    int nd = wdh_list_dumps(dir, "stall", paths, 8), named = 0;
+    for (int i = 0; i < nd && i < 8; i++) {
+      cJSON *j = wdh_json_load(paths[i]);
+      cJSON *st;
+      cJSON_ArrayForEach(st, (cJSON *)wdh_jpath(j, "trigger.stalls"))
+        named += wdh_jnum(st, "graph.graph", -1) == SV_GRAPHS && wdh_jnum(st, "graph.launch", -1) == SV_SPLIT &&
+                 wdh_jnum(st, "graph.replay", -1) == 3;
+      WDH_CHECK(wdh_jnum(j, "comms.0.graphLaunchesUnfollowed", -1) == 0, "%s: launches not followed",
+                paths[i]);
+      wdh_json_free(j);
+    }
+    wdh_free_paths(paths, nd < 8 ? nd : 8);
+    WDH_CHECK(named >= 1, "no stall dump names launch %d of graph %d in replay 3", SV_SPLIT, SV_GRAPHS);
+    char line[4096];
+    if (wdh_analyzer_first_line(dir, "", line, sizeof line))
+      WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 2's GPU never reached") && strstr(line, want),
+                "first line \"%s\" does not name rank 2 and %s", line, want);
+  } else {
+    wdh_sleep_ms(5000); /* the long first kernel, then over twice the timeout idle */
+    int stalls = wdh_list_dumps(dir, "stall", NULL, 0);
+    WDH_CHECK(stalls == 0, "%d stall dumps for a compute prefix longer than the timeout", stalls);
+    kill(pids[1], SIGUSR1);
+    WDH_CHECK(wdh_wait_dumps(dir, "signal", 1, 5000) == 1, "no snapshot of rank 1");
+    char *paths[1];
+    if (wdh_list_dumps(dir, "signal", paths, 1) == 1) {
+      cJSON *j = wdh_json_load(paths[0]), *l;
+      int listed = 0, passed = 0;
+      cJSON_ArrayForEach(l, (cJSON *)wdh_jpath(j, "comms.0.graphLaunches")) {
+        const char *st = wdh_jstr(l, "state");
+        listed++;
+        passed += st && !strcmp(st, "passed") &&
+                  wdh_jnum(l, "replays", -1) == (wdh_jnum(l, "graph", -1) == SV_GRAPHS ? 3 : 2);
+      }
+      WDH_CHECK(listed == SV_GRAPHS * SV_LAUNCHES && passed == listed,
+                "%d launches listed (expected %d), %d passed all their replays", listed, SV_GRAPHS * SV_LAUNCHES,
+                passed);
+      wdh_json_free(j);
+      wdh_free_paths(paths, 1);
+    }
+    char line[4096];
+    if (wdh_analyzer_first_line(dir, "", line, sizeof line))
+      WDH_CHECK(!strncmp(line, "OK", 2), "first line \"%s\"", line);
+  }
+  wdh_kill_ranks(pids, NR);
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "hang";
   g_case = -1;
@@ -499,6 +635,7 @@ int main(int argc, char **argv) {
   setenv("NCCL_WATCHDOG_VERDICT", "0", 1);
   if (g_case == C_MILLION || g_case == C_REFUSED) case_million(dir);
   else if (g_case == C_CYCLES || g_case == C_FULL) case_cycles(dir);
+  else if (g_case == C_SERVING || g_case == C_SERVINGOK) case_serving(dir);
   else case_job(dir);
   char name[64];
   snprintf(name, sizeof name, "scenario_graphreplay %s", which);

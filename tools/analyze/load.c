@@ -4,6 +4,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -608,24 +609,82 @@ static void load_telemetry(wd_az_crank *cr, const cJSON *t) {
   }
 }
 
-/* Captured launches: those in a replay or waiting for one first (a hang), then the others,
- * newest captures first, up to WD_AZ_GLAUNCH. */
-static void load_glaunch(wd_az_crank *cr, const cJSON *arr) {
+/* Captured launches (WD_AZ_GLAUNCH says which are kept). A graph's launches behind the first one
+ * its GPU waits for are in the same state for the same reason: 60 of them pushed the stuck one
+ * out once, and a directory with a stall dump read "OK". */
+static int glaunch_state(const cJSON *l) {
   static const char *const names[] = {"notReplayed", "notReached", "inProgress", "passed"};
-  for (int pass = 0; pass < 2; pass++) {
-    int n = cJSON_GetArraySize(arr);
-    for (int i = n - 1; i >= 0 && cr->nglaunch < WD_AZ_GLAUNCH; i--) {
-      const cJSON *l = cJSON_GetArrayItem(arr, i);
-      const char *st = str(l, "state");
-      int state = -1;
-      for (int k = 0; st && k < 4; k++)
-        if (!strcmp(st, names[k])) state = k;
-      if (state < 0 || (pass == 0) != (state == WD_AZ_GL_IN || state == WD_AZ_GL_WAIT)) continue;
-      cr->glaunch[cr->nglaunch++] = (wd_az_glaunch){inum(l, "graph", 0), inum(l, "launch", 0),
-                                                    istr(l, "func"), lnum(l, "replays", 0), state,
-                                                    num(l, "forMs", 0)};
+  const char *st = str(l, "state");
+  for (int k = 0; st && k < 4; k++)
+    if (!strcmp(st, names[k])) return k;
+  return -1;
+}
+
+typedef struct gl_item {
+  const cJSON *l;
+  int graph, launch, state, order; /* order: its place in the dump's list */
+  wd_az_str func;
+} gl_item;
+
+static int cmp_gl_item(const void *a, const void *b) {
+  const gl_item *x = a, *y = b;
+  if (x->graph != y->graph) return x->graph < y->graph ? -1 : 1;
+  if (x->launch != y->launch) return x->launch < y->launch ? -1 : 1;
+  return x->order - y->order;
+}
+
+static void keep_glaunch(wd_az_crank *cr, const gl_item *it, const gl_item *all, int n, int pass) {
+  if (cr->nglaunch == WD_AZ_GLAUNCH) {
+    cr->glaunch_cut += pass < 2;
+    return;
+  }
+  const cJSON *l = it->l;
+  wd_az_glaunch g = {it->graph, it->launch, it->func, lnum(l, "replays", 0), it->state, num(l, "forMs", 0), -1, -1};
+  if (it->state == WD_AZ_GL_IN) {
+    g.fn_before = g.fn_total = 0;
+    for (int k = 0; k < n; k++) {
+      if (all[k].graph != it->graph || all[k].func != it->func) continue;
+      g.fn_total++;
+      g.fn_before += all[k].launch < it->launch;
     }
   }
+  cr->glaunch[cr->nglaunch++] = g;
+}
+
+static void load_glaunch(wd_az_crank *cr, const cJSON *arr) {
+  int n = 0, cap = cJSON_GetArraySize(arr);
+  if (cap <= 0) return;
+  gl_item *it = malloc((size_t)cap * sizeof *it);
+  if (!it) {
+    cr->glaunch_cut = cap;
+    return;
+  }
+  const cJSON *l;
+  cJSON_ArrayForEach(l, arr) {
+    int state = glaunch_state(l);
+    if (state < 0 || n == cap) continue;
+    it[n] = (gl_item){l, inum(l, "graph", 0), inum(l, "launch", 0), state, n, istr(l, "func")};
+    n++;
+  }
+  qsort(it, (size_t)n, sizeof *it, cmp_gl_item);
+  /* 0: inside; 1: the first waited for in each graph; 2: other waiting ones; 3: passed, the
+   * newest captures first. */
+  for (int i = 0; i < n; i++)
+    if (it[i].state == WD_AZ_GL_IN) keep_glaunch(cr, &it[i], it, n, 0);
+  for (int i = 0, seen = 0; i < n; i++) {
+    if (i > 0 && it[i].graph != it[i - 1].graph) seen = 0;
+    if (it[i].state != WD_AZ_GL_WAIT) continue;
+    if (!seen++) keep_glaunch(cr, &it[i], it, n, 1);
+    else it[i].state = -1; /* pass 2 */
+  }
+  for (int i = 0; i < n; i++)
+    if (it[i].state == -1) {
+      it[i].state = WD_AZ_GL_WAIT;
+      keep_glaunch(cr, &it[i], it, n, 2);
+    }
+  for (int i = n - 1; i >= 0; i--)
+    if (it[i].state == WD_AZ_GL_PASSED) keep_glaunch(cr, &it[i], it, n, 3);
+  free(it);
 }
 
 static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t *min_t) {
@@ -657,6 +716,7 @@ static int load_comm(wd_az_set *set, uint32_t dump_idx, const cJSON *c, int64_t 
   load_phases(cr, get(c, "ring"), get(c, "proxyRing"));
   load_telemetry(cr, get(c, "telemetry"));
   load_glaunch(cr, get(c, "graphLaunches"));
+  cr->glaunch_unfollowed = lnum(c, "graphLaunchesUnfollowed", 0);
   return 0;
 }
 
@@ -729,6 +789,20 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->fatal_signal = inum(get(get(root, "postmortem"), "fatal"), "signal", 0);
   if (hex(get(root, "postmortem"), "lastActivityWallNs", &d->activity_ns) != 0) d->activity_ns = 0;
   d->finalized = is_true(get(root, "postmortem"), "finalized");
+  const cJSON *st0 = cJSON_GetArrayItem(get(get(root, "trigger"), "stalls"), 0);
+  if (cJSON_IsObject(st0)) {
+    char what[256], where[96] = "";
+    const cJSON *gr = get(st0, "graph");
+    if (cJSON_IsObject(gr))
+      snprintf(where, sizeof where, " (replay %" PRId64 " of CUDA graph %d, launch %d)", lnum(gr, "replay", 0),
+               inum(gr, "graph", 0), inum(gr, "launch", 0));
+    else if (lnum(st0, "seq", -1) >= 0)
+      snprintf(where, sizeof where, " seq %" PRId64, lnum(st0, "seq", -1));
+    const char *f = str(st0, "func"), *cn = str(st0, "commName");
+    snprintf(what, sizeof what, "%s%s of rank %d of \"%.64s\", stalled %.1f s", f && *f ? f : "an operation",
+             where, inum(st0, "rank", -1), cn ? cn : "", num(st0, "sinceProgressMs", 0) / 1e3);
+    d->stall_what = wd_az_intern(what);
+  }
   const char *st = str(get(root, "live"), "state");
   d->live_state = st && st[0] && !st[1] ? st[0] : 0;
   d->silent_ms = num(get(root, "live"), "watchdogSilentMs", -1);

@@ -132,8 +132,14 @@ typedef struct wd_az_glaunch {
   int64_t replays; /* replays its GPU began */
   int state;       /* WD_AZ_GL_* */
   double for_ms;   /* in that state for */
+  /* A launch the GPU is inside: how many launches of its function the graph holds before it and
+   * in all (the k-th Coll of that function in a replay is its), -1 for the others. */
+  int fn_before, fn_total;
 } wd_az_glaunch;
-#define WD_AZ_GLAUNCH 8 /* kept per communicator rank: the ones not passed first */
+/* Kept per communicator rank: the launches its GPU is inside, then the first one it waits for in
+ * each graph (those behind it say nothing more), then the rest; what the first two lose to the
+ * bound is counted (glaunch_cut) and said. */
+#define WD_AZ_GLAUNCH 32
 
 typedef struct wd_az_crank {
   uint64_t comm_id;
@@ -162,7 +168,8 @@ typedef struct wd_az_crank {
   wd_az_phase phase[WD_AZ_PHASES]; /* newest first */
   int ntlinks;
   wd_az_tlink tlinks[WD_AZ_TLINKS];
-  int nglaunch;
+  int nglaunch, glaunch_cut;
+  int64_t glaunch_unfollowed; /* captured launches the plugin could not follow (graphLaunchesUnfollowed) */
   wd_az_glaunch glaunch[WD_AZ_GLAUNCH];
   int t_arrival;       /* the dump had an arrival wait */
   double t_wait_ms;    /* its collectives' mean wait for the peers (telemetry.arrival.waitS) */
@@ -217,6 +224,9 @@ typedef struct wd_az_dump {
   int kept;
   int aside; /* of another incarnation, episode or superseded communicator than the judged */
   int finalized; /* a ring file whose communicator was finalized or aborted (history) */
+  /* A stall dump's first stall (trigger.stalls[0]): what the plugin saw stuck, in words; 0 when
+   * none. A judged episode with one never reads "no hang". */
+  wd_az_str stall_what;
   int npxn;
   wd_az_pxn pxn[WD_AZ_PXN]; /* open PXN sends of other processes it progressed */
 } wd_az_dump;

@@ -1409,6 +1409,32 @@ static const wd_az_glaunch *glaunch_find(const wd_az_crank *cr, int graph, int l
   return NULL;
 }
 
+/* Where cr's GPU stands at launch `launch` of graph `graph`: its own entry, or, when the bound
+ * left it out, what a kept launch of the same graph implies: the GPU waits for (or is inside)
+ * an earlier one, so it has not reached this one in that replay; it passed or is inside a later
+ * one, so it passed this one. NULL when nothing kept says. */
+static const wd_az_glaunch *glaunch_at(const wd_az_crank *cr, int graph, int launch, wd_az_glaunch *tmp) {
+  const wd_az_glaunch *h = glaunch_find(cr, graph, launch);
+  if (h) return h;
+  const wd_az_glaunch *before = NULL, *after = NULL;
+  for (int i = 0; i < cr->nglaunch; i++) {
+    const wd_az_glaunch *g = &cr->glaunch[i];
+    if (g->graph != graph) continue;
+    if (g->launch < launch && (g->state == WD_AZ_GL_WAIT || g->state == WD_AZ_GL_IN) &&
+        (!before || g->launch < before->launch))
+      before = g;
+    if (g->launch > launch && (g->state == WD_AZ_GL_IN || g->state == WD_AZ_GL_PASSED) &&
+        (!after || g->replays > after->replays))
+      after = g;
+  }
+  if (!before && !after) return NULL;
+  *tmp = before ? *before : *after;
+  tmp->launch = launch;
+  tmp->state = before ? WD_AZ_GL_WAIT : WD_AZ_GL_PASSED;
+  tmp->fn_before = tmp->fn_total = -1;
+  return tmp;
+}
+
 /* The seq NCCL's own events gave launch bl of graph bg in replay br, where NCCL numbers replays
  * (KernelCh on, or a plan with proxy work): a replay's Colls carry its replay number, in capture
  * order, so the k-th launch of a function in the graph is the k-th Coll of that function in the
@@ -1421,14 +1447,10 @@ static int cmp_i64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 static int64_t replay_seq(const wd_az_comm *c, int bg, int bl, int64_t br) {
-  int nl = 0, k = 0;
   const wd_az_crank *any = c->nwaiting ? c->by_rank[c->waiting[0]] : NULL;
-  for (int i = 0; any && i < any->nglaunch; i++) {
-    const wd_az_glaunch *g = &any->glaunch[i];
-    if (g->graph != bg || g->func != c->stuck_func) continue;
-    nl++;
-    k += g->launch < bl;
-  }
+  const wd_az_glaunch *in = any ? glaunch_find(any, bg, bl) : NULL;
+  if (!in || in->fn_total <= 0) return -1;
+  int nl = in->fn_total, k = in->fn_before;
   int64_t seqs[REPLAY_SEQS], olds[REPLAY_SEQS];
   int n = 0, over = 0, stale = 0, nold = 0;
   for (int w = 0; w < c->nwaiting; w++) {
@@ -1499,7 +1521,8 @@ static int graph_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c)
   }
   for (int i = 0; i < c->npresent; i++) {
     const wd_az_crank *cr = c->by_rank[c->present[i]];
-    const wd_az_glaunch *h = glaunch_find(cr, bg, bl);
+    wd_az_glaunch tmp;
+    const wd_az_glaunch *h = glaunch_at(cr, bg, bl, &tmp);
     if (h && h->state == WD_AZ_GL_IN && h->replays == br) {
       c->waiting[c->nwaiting++] = cr->rank;
       if (h->for_ms > c->stalled_ms) c->stalled_ms = h->for_ms;
@@ -1628,9 +1651,62 @@ static size_t *sorted_kept(const wd_az_set *set, size_t *n) {
   return idx;
 }
 
+/* Captured launches the GPU was inside or first waited for that the analyzer's bound left out,
+ * over the ranks judged: said on the first line. */
+static size_t glaunch_cut(const wd_az_set *set, size_t *nranks) {
+  size_t n = 0;
+  *nranks = 0;
+  for (size_t i = 0; set && i < set->ncranks; i++)
+    if (set->cranks[i].kept && set->cranks[i].glaunch_cut) n += (size_t)set->cranks[i].glaunch_cut, ++*nranks;
+  return n;
+}
+
+/* The earliest stall dump of what is judged: the plugin saw an operation stuck there. */
+static const wd_az_dump *judged_stall(const wd_az_set *set) {
+  const wd_az_dump *first = NULL;
+  for (size_t i = 0; set && i < set->ndumps; i++) {
+    const wd_az_dump *d = &set->dumps[i];
+    if (d->kept && !d->aside && d->stall_what && is(d->reason, "stall") && (!first || d->wall_ns < first->wall_ns))
+      first = d;
+  }
+  return first;
+}
+
+static void overall_line(wd_az_result *res);
+
+/* Captured launches the plugin did not follow (its slots all held by live graphs, or the driver
+ * refused its node), over the ranks judged: a hang inside one shows in no record. */
+static void unfollowed_note(const wd_az_set *set, char *out, size_t len) {
+  int64_t n = 0;
+  size_t nr = 0;
+  out[0] = '\0';
+  for (size_t i = 0; set && i < set->ncranks; i++)
+    if (set->cranks[i].kept && set->cranks[i].glaunch_unfollowed > 0) n += set->cranks[i].glaunch_unfollowed, nr++;
+  if (n)
+    wd_az_fmt(out, len,
+              " [%" PRId64 " captured launch%s on %zu rank%s not followed (NCCL_WATCHDOG_GRAPH_LAUNCHES slots "
+              "held by live graphs, or the driver refused the plugin's node): a hang inside one shows in no "
+              "record]", n, n == 1 ? "" : "es", nr, nr == 1 ? "" : "s");
+}
+
 static void overall_summary(wd_az_result *res) {
+  char unf[256];
+  unfollowed_note(res->set, unf, sizeof unf);
+  overall_line(res);
+  size_t len = strlen(res->summary);
+  if (unf[0] && len + strlen(unf) < sizeof(res->summary)) memcpy(res->summary + len, unf, strlen(unf) + 1);
+}
+
+static void overall_line(wd_az_result *res) {
+  size_t ncutr, ncut = glaunch_cut(res->set, &ncutr);
   if (res->ncomms && res->comms[0].verdict != WD_AZ_NO_HANG) {
-    wd_az_fmt(res->summary, sizeof(res->summary), "%s", res->comms[0].summary);
+    if (ncut)
+      wd_az_fmt(res->summary, sizeof(res->summary),
+                "%s [the analyzer's bound (%d per rank) left out %zu captured launch%s the GPU was in or "
+                "waited for, on %zu rank%s]", res->comms[0].summary, WD_AZ_GLAUNCH, ncut, ncut == 1 ? "" : "es",
+                ncutr, ncutr == 1 ? "" : "s");
+    else
+      wd_az_fmt(res->summary, sizeof(res->summary), "%s", res->comms[0].summary);
     return;
   }
   /* Not hung, but slow: the first fail-slow finding (the slowest link's, else a late rank's)
@@ -1647,6 +1723,24 @@ static void overall_summary(wd_az_result *res) {
              "file%s of the job were cut by the analyzer's bounds (listed under \"files skipped\"): "
              "it cannot say there is none", res->ncomms, res->ncomms == 1 ? "" : "s", res->ndumps_read,
              res->ndumps_read == 1 ? "" : "s", res->set->ncut, res->set->ncut == 1 ? "" : "s");
+    return;
+  }
+  if (ncut) {
+    wd_az_fmt(res->summary, sizeof(res->summary),
+              "NO VERDICT: no hang found in what was read, but the analyzer's bound (%d per rank) left out "
+              "%zu captured launch%s the GPU was in or waited for, on %zu rank%s: it cannot say there is none",
+              WD_AZ_GLAUNCH, ncut, ncut == 1 ? "" : "es", ncutr, ncutr == 1 ? "" : "s");
+    return;
+  }
+  /* The plugin saw an operation stuck for its timeout and nothing read since says the episode
+   * resumed: evidence that shows no rank stuck contradicts it, and "no hang" needs proof. */
+  const wd_az_dump *sd = res->set && !res->set->resumed_note[0] ? judged_stall(res->set) : NULL;
+  if (sd) {
+    wd_az_fmt(res->summary, sizeof(res->summary),
+              "NO VERDICT: the stall dump of host %s pid %d says %s, but no rank of what was read "
+              "(%zu communicator%s, %zu dump%s) shows it stuck: the analyzer cannot say there is no hang; "
+              "read that dump (%s)", wd_az_s(sd->host), sd->pid, wd_az_s(sd->stall_what), res->ncomms,
+              res->ncomms == 1 ? "" : "s", res->ndumps_read, res->ndumps_read == 1 ? "" : "s", sd->path);
     return;
   }
   wd_az_fmt(res->summary, sizeof(res->summary),
