@@ -1,6 +1,37 @@
 /* The one judge of an operation's status (judge.h). */
 #include "events/judge.h"
 
+#include "events/graph.h"
+#include "events/launch.h"
+
+uint32_t wd_judge_gpu(wd_context *ctx, wd_event *op, uint64_t now) {
+  unsigned type = wd_event_type(op);
+  /* A CE collective and a Coll/P2p both hold the token of the launch that brackets them. */
+  if (type != WD_T_CECOLL && type != WD_T_COLL && type != WD_T_P2P) return 0;
+  uint64_t key = atomic_load_explicit(&op->gpu_key, memory_order_relaxed);
+  if (key == 0) return 0;
+  uint32_t gpu = 0;
+  if (wd_is_graph_key(key)) {
+    /* A replay of a captured launch: its graph's counter and event records. */
+    wd_graph_truth t;
+    wd_graph_truth_of(&ctx->graphs, wd_graph_key_slot(key), wd_graph_key_replay(key), &t);
+    if (t.known) {
+      gpu |= WD_GPU_KNOWN | (t.done ? WD_GPU_DONE : 0u);
+      uint64_t was = atomic_load_explicit(&op->wd_reached_ns, memory_order_relaxed);
+      atomic_store_explicit(&op->wd_reached_ns, t.reached ? (was ? was : now) : 0, memory_order_relaxed);
+    }
+    return gpu;
+  }
+  wd_gpu_truth t;
+  wd_launch_truth(&ctx->launches, key, key, now, &t);
+  if (t.known) {
+    gpu |= WD_GPU_KNOWN | (t.done ? WD_GPU_DONE : 0u);
+    atomic_store_explicit(&op->wd_reached_ns, t.reached_ns, memory_order_relaxed);
+  }
+  if (t.error) gpu |= WD_GPU_ERROR;
+  return gpu;
+}
+
 uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns) {
   uint32_t gpu = in->gpu & (WD_GPU_KNOWN | WD_GPU_DONE | WD_GPU_ERROR);
   if (!(gpu & WD_GPU_KNOWN)) {
@@ -62,6 +93,14 @@ int wd_judge_stalled(const wd_slot_view *v, uint64_t now, const wd_judge_limits 
   if (v->snap.reached_ns) return idle > lim->timeout_ns;
   /* Not reached: the GPU has not got there yet. Optional, much longer threshold. */
   return lim->unreached_ns && idle > lim->unreached_ns;
+}
+
+int wd_judge_glaunch(const wd_glaunch *l, uint64_t now, const wd_judge_limits *lim, uint64_t *for_ns) {
+  *for_ns = l->w_since_ns && now > l->w_since_ns ? now - l->w_since_ns : 0;
+  /* A new replay (counter moved) restarted w_since_ns: the timer never spans replays. */
+  if (l->w_state == WD_GL_IN && *for_ns > lim->timeout_ns) return WD_GL_IN;
+  if (l->w_state == WD_GL_WAIT && lim->unreached_ns && *for_ns > lim->unreached_ns) return WD_GL_WAIT;
+  return 0;
 }
 
 int wd_judge_release(const wd_slot_view *v, uint64_t now, uint64_t settle_ns) {

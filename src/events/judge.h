@@ -2,7 +2,8 @@
  * The one judge of an in-flight operation's status. The hot path (track.c) and the watchdog's
  * scan (watchdog/stall.c) only gather evidence; what it means is decided here, in one order of
  * trust (docs/architecture.md, "Order of trust"):
- *   1. the GPU: CUDA events recorded around the operation's kernel launch (launch.h);
+ *   1. the GPU: a captured launch's own records in a graph replay (graph.h), else CUDA events
+ *      recorded around the operation's kernel launch (launch.h);
  *   2. the network: its proxy steps (a step the kernel still owes data to, or has yet to take);
  *   3. NCCL's kernel channels (KernelCh), which NCCL pairs with works through per-channel
  *      counters that drift on NCCL 2.29/2.30 (a send to self, a graph replay after eager work);
@@ -40,6 +41,11 @@ typedef struct wd_judge_in {
   int moved_on;         /* a communicator made since it started is called since it last moved */
 } wd_judge_in;
 
+/* The GPU's word on a root operation (the first witness), asked once per scan: WD_GPU_KNOWN,
+ * DONE, ERROR from its captured launch's records (a replay's op) or its launch's CUDA events;
+ * 0 where neither describes it. Stores when the GPU got there in op->wd_reached_ns. */
+uint32_t wd_judge_gpu(wd_context *ctx, wd_event *op, uint64_t now);
+
 /* The scan's verdict on the kernel: WD_GPU_* bits (DONE, PROXY_GONE, NET_ERROR added). */
 uint32_t wd_judge_kernel(const wd_judge_in *in, uint64_t settle_ns);
 
@@ -54,6 +60,11 @@ typedef struct wd_judge_limits {
 
 /* The stall rule for a root view. */
 int wd_judge_stalled(const wd_slot_view *v, uint64_t now, const wd_judge_limits *lim);
+
+/* The stall rule for a captured launch's replay (its own records, whether or not NCCL reported
+ * the replay): WD_GL_IN when inside one replay for longer than the timeout, WD_GL_WAIT when not
+ * reached for longer than the unreached timeout, 0 otherwise; *for_ns: how long. */
+int wd_judge_glaunch(const wd_glaunch *l, uint64_t now, const wd_judge_limits *lim, uint64_t *for_ns);
 
 /* Whether the watchdog may stop holding a root operation: its kernel is done, or a later
  * operation completed and nothing stronger says this one's kernel still runs. */

@@ -186,30 +186,7 @@ static void wd_scan_truth(wd_context *ctx, wd_event *ev, uint64_t now) {
   atomic_store_explicit(&ev->wd_proxy_tid, 0, memory_order_relaxed);
   /* Everything is found anew each scan but a recovery, which stays (wd_scan_settle). */
   uint32_t gpu = atomic_load_explicit(&ev->wd_gpu, memory_order_relaxed) & WD_GPU_MOVED_ON;
-  unsigned type = wd_event_type(ev);
-  uint64_t key = atomic_load_explicit(&ev->gpu_key, memory_order_relaxed), first = 0, last = 0;
-  int have = 0;
-  /* A CE collective and a Coll/P2p both hold the token of the launch that brackets them. */
-  if (type == WD_T_CECOLL || type == WD_T_COLL || type == WD_T_P2P) have = key != 0, first = last = key;
-  if (have && wd_is_graph_key(key)) {
-    /* A replay of a captured launch: its graph's counter and event records (graph.h). */
-    wd_graph_truth t;
-    wd_graph_truth_of(&ctx->graphs, wd_graph_key_slot(key), wd_graph_key_replay(key), &t);
-    if (t.known) {
-      gpu |= WD_GPU_KNOWN | (t.done ? WD_GPU_DONE : 0u);
-      uint64_t was = atomic_load_explicit(&ev->wd_reached_ns, memory_order_relaxed);
-      atomic_store_explicit(&ev->wd_reached_ns, t.reached ? (was ? was : now) : 0, memory_order_relaxed);
-    }
-  } else if (have) {
-    wd_gpu_truth t;
-    wd_launch_truth(&ctx->launches, first, last, now, &t);
-    if (t.known) {
-      gpu |= WD_GPU_KNOWN | (t.done ? WD_GPU_DONE : 0u);
-      atomic_store_explicit(&ev->wd_reached_ns, t.reached_ns, memory_order_relaxed);
-    }
-    if (t.error) gpu |= WD_GPU_ERROR;
-  }
-  atomic_store_explicit(&ev->wd_gpu, gpu, memory_order_relaxed);
+  atomic_store_explicit(&ev->wd_gpu, gpu | wd_judge_gpu(ctx, ev, now), memory_order_relaxed);
 }
 
 /* Pass 2, open children: the progress their states made (the hot path stamps only the event's
@@ -300,13 +277,13 @@ void wd_note_calls(wd_context *ctx, uint64_t now) {
 static uint32_t wd_graph_stalls(wd_context *ctx, uint64_t now, const wd_config *cfg, wd_stall *out,
                                 uint32_t max) {
   wd_graphs *g = &ctx->graphs;
+  wd_judge_limits lim = wd_limits(cfg);
   uint32_t n = g->on ? atomic_load_explicit(&g->used, memory_order_acquire) : 0, nst = 0;
   for (uint32_t i = 0; i < n && nst < max; i++) {
     const wd_glaunch *l = &g->slot[i];
-    uint64_t for_ns = l->w_since_ns && now > l->w_since_ns ? now - l->w_since_ns : 0;
-    int in = l->w_state == WD_GL_IN && for_ns > cfg->timeout_ns;
-    int wait = l->w_state == WD_GL_WAIT && cfg->unreached_timeout_ns && for_ns > cfg->unreached_timeout_ns;
-    if (!in && !wait) continue;
+    uint64_t for_ns;
+    int why = wd_judge_glaunch(l, now, &lim, &for_ns), in = why == WD_GL_IN;
+    if (!why) continue;
     wd_stall *s = &out[nst++];
     memset(s, 0, sizeof(*s));
     s->comm_id = ctx->comm_id;
