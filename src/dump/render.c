@@ -953,8 +953,11 @@ static int put_identity(cJSON *root, const wd_dump_input *in) {
   if (in->trig_on && in->trig_next > 1 && (!strcmp(r, "stall") || !strcmp(r, "peer")) &&
       add_num(o, "jobEpisode", in->trig_next - 1))
     return -1;
+  /* The PID namespace tells apart two containers (or cloned nodes) with one host name, one boot
+   * and one pid whose processes started in the same clock tick. */
   if (in->proc && ((in->proc->boot_id[0] && add_str(o, "bootId", in->proc->boot_id)) ||
-                   (in->proc->start_wall_ns && add_hex(o, "processStartNs", in->proc->start_wall_ns))))
+                   (in->proc->start_wall_ns && add_hex(o, "processStartNs", in->proc->start_wall_ns)) ||
+                   (in->proc->pidns_ino && add_hex(o, "pidNs", in->proc->pidns_ino))))
     return -1;
   /* The communicators this process had alive when it wrote the dump: an incarnation of the job
    * is the communicators made together and the processes that use them, and this list (in the

@@ -158,14 +158,20 @@ EXPORT int cuCtxPopCurrent_v2(void **ctx) {
   if (ctx) *ctx = &fake_ctx_token;
   return OK;
 }
+/* The calling thread's current device (cudaSetDevice): one process may drive several GPUs
+ * (JAX, TensorFlow, nccl-tests -g). */
+static __thread int cur_dev;
+#define NDEVS 8
+EXPORT void wdfake_set_device(int dev) { cur_dev = dev >= 0 && dev < NDEVS ? dev : 0; }
 EXPORT int cuCtxGetDevice(int *dev) {
   if (!dev) return INVALID;
-  *dev = 0;
+  *dev = cur_dev;
   return OK;
 }
 EXPORT int cuDeviceGetUuid_v2(unsigned char *uuid, int dev) {
-  if (!uuid || dev != 0) return INVALID;
+  if (!uuid || dev < 0 || dev >= NDEVS) return INVALID;
   for (int i = 0; i < 16; i++) uuid[i] = (unsigned char)(0xf0 + i);
+  uuid[15] = (unsigned char)(0xf0 + dev);
   return OK;
 }
 

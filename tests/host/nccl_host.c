@@ -212,6 +212,7 @@ static struct {
   void (*refuse_nodes)(int);
   void (*graph_destroy)(int);
   long (*user_objects)(void);
+  void (*set_device)(int);
 } g_fake;
 
 static int fake_sym(void *slot, const char *name) {
@@ -247,6 +248,7 @@ int wdh_fake_cuda_load(void) {
   fake_sym(&g_fake.refuse_nodes, "wdfake_refuse_nodes");
   fake_sym(&g_fake.graph_destroy, "wdfake_graph_destroy");
   fake_sym(&g_fake.user_objects, "wdfake_user_objects");
+  fake_sym(&g_fake.set_device, "wdfake_set_device");
   return 0;
 }
 
@@ -270,6 +272,9 @@ void wdh_gpu_capture_kernel(wdh_comm *c) {
 }
 uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph) {
   return g_fake.graph_launch ? g_fake.graph_launch(c->stream, graph) : 0;
+}
+void wdh_gpu_set_device(int dev) {
+  if (g_fake.set_device) g_fake.set_device(dev);
 }
 void *wdh_gpu_stream_new(void) { return g_fake.dl ? g_fake.stream_create() : NULL; }
 uint64_t wdh_gpu_graph_launch_on(void *stream, int graph) {

@@ -133,6 +133,8 @@ uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
  * (PyTorch's CUDAGraph::replay launches on the current stream, whichever captured it), and its
  * GPU finishing up to pos. */
 void *wdh_gpu_stream_new(void);
+/* cudaSetDevice on the calling thread: the device the plugin reads at a communicator's init. */
+void wdh_gpu_set_device(int dev);
 uint64_t wdh_gpu_graph_launch_on(void *stream, int graph);
 void wdh_gpu_complete_on(void *stream, uint64_t pos);
 /* cuGraphDestroy and cuGraphExecDestroy of a graph: its user objects' destructors run. */

@@ -5,14 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* For each process: the hung communicator it waits in, and its rank there. A process may leave
- * several dumps (a stall dump, then an abort dump at finalize holding fewer communicators), so
- * dumps are folded to their process, (host, pid), first. Built once: following the chain costs
- * O(1) per step whatever the job's size. */
+/* For each GPU of each process: the hung communicator it waits in, and its rank there. A process
+ * may hold several GPUs, each a rank of its communicators (JAX, TensorFlow, nccl-tests -g), so a
+ * chain follows a rank to what its own GPU waits in. A process may leave several dumps (a stall
+ * dump, then an abort dump at finalize holding fewer communicators), so dumps are folded to
+ * their process, (host, pid), first. Built once, looked up by binary search. */
+typedef struct gpu_wait {
+  uint32_t proc;
+  int dev, order;
+  const wd_az_comm *comm;
+  const wd_az_crank *who;
+} gpu_wait;
+
 typedef struct wait_index {
-  uint32_t *proc;            /* dump index -> the first dump index of the same process */
-  const wd_az_comm **comm;   /* by process */
-  const wd_az_crank **who;
+  uint32_t *proc; /* dump index -> the first dump index of the same process */
+  gpu_wait *w;
+  size_t nw;
 } wait_index;
 
 static const wd_az_set *g_sort_set;
@@ -33,13 +41,22 @@ static int cmp_dump_proc(const void *a, const void *b) {
   return *(const uint32_t *)a < *(const uint32_t *)b ? -1 : 1;
 }
 
+static int cmp_gpu_wait(const void *a, const void *b) {
+  const gpu_wait *x = a, *y = b;
+  if (x->proc != y->proc) return x->proc < y->proc ? -1 : 1;
+  if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+  return x->order - y->order;
+}
+
 static int index_build(const wd_az_result *res, wait_index *ix) {
-  size_t n = res->set->ndumps + 1;
+  size_t n = res->set->ndumps + 1, nw = 1;
+  for (size_t i = 0; i < res->ncomms; i++)
+    if (res->comms[i].verdict == WD_AZ_HANG) nw += (size_t)res->comms[i].nwaiting;
   ix->proc = calloc(n, sizeof(*ix->proc));
-  ix->comm = calloc(n, sizeof(*ix->comm));
-  ix->who = calloc(n, sizeof(*ix->who));
+  ix->w = calloc(nw, sizeof(*ix->w));
+  ix->nw = 0;
   uint32_t *order = calloc(n, sizeof(*order));
-  if (!ix->proc || !ix->comm || !ix->who || !order) {
+  if (!ix->proc || !ix->w || !order) {
     free(order);
     return -1;
   }
@@ -59,25 +76,43 @@ static int index_build(const wd_az_result *res, wait_index *ix) {
       int r = c->waiting[k];
       const wd_az_crank *cr = r >= 0 && r < c->nranks ? c->by_rank[r] : NULL;
       if (!cr || cr->dump >= res->set->ndumps) continue;
-      uint32_t p = ix->proc[cr->dump];
-      if (!ix->comm[p]) {
-        ix->comm[p] = c;
-        ix->who[p] = cr;
-      }
+      ix->w[ix->nw] = (gpu_wait){ix->proc[cr->dump], cr->cuda_dev, (int)ix->nw, c, cr};
+      ix->nw++;
     }
   }
+  /* The first hung communicator (in the comms' order) a GPU waits in is the one kept. */
+  qsort(ix->w, ix->nw, sizeof(*ix->w), cmp_gpu_wait);
+  size_t k = 0;
+  for (size_t i = 0; i < ix->nw; i++)
+    if (!k || ix->w[i].proc != ix->w[k - 1].proc || ix->w[i].dev != ix->w[k - 1].dev) ix->w[k++] = ix->w[i];
+  ix->nw = k;
   return 0;
 }
 
 static void index_free(wait_index *ix) {
   free(ix->proc);
-  free(ix->comm);
-  free(ix->who);
+  free(ix->w);
 }
 
-static const wd_az_comm *waiting_in(const wait_index *ix, uint32_t d, const wd_az_crank **who) {
-  *who = ix->who[ix->proc[d]];
-  return ix->comm[ix->proc[d]];
+/* The hung communicator rank cr's GPU (its process's, same device) waits in, NULL when none. */
+static const wd_az_comm *waiting_in(const wait_index *ix, const wd_az_crank *cr, const wd_az_crank **who) {
+  gpu_wait key = {ix->proc[cr->dump], cr->cuda_dev, -1, NULL, NULL};
+  size_t lo = 0, hi = ix->nw;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    int c = cmp_gpu_wait(&ix->w[mid], &key);
+    if (c < 0) lo = mid + 1;
+    else hi = mid;
+  }
+  *who = NULL;
+  if (lo >= ix->nw || ix->w[lo].proc != key.proc || ix->w[lo].dev != key.dev) return NULL;
+  *who = ix->w[lo].who;
+  return ix->w[lo].comm;
+}
+
+/* A GPU of a process, for telling a cycle from a chain through one process's GPUs. */
+static uint64_t gpu_key(const wait_index *ix, const wd_az_crank *cr) {
+  return (uint64_t)ix->proc[cr->dump] << 16 | (uint16_t)(cr->cuda_dev + 1);
 }
 
 /* The culprit to follow: one that is itself waiting in another hung communicator explains the
@@ -89,7 +124,7 @@ static const wd_az_suspect *next_culprit(const wait_index *ix, const wd_az_comm 
     if (!s->culprit) continue;
     if (!first) first = s;
     const wd_az_crank *who;
-    const wd_az_comm *other = s->cr ? waiting_in(ix, s->cr->dump, &who) : NULL;
+    const wd_az_comm *other = s->cr ? waiting_in(ix, s->cr, &who) : NULL;
     if (other && other != c) return s;
   }
   return first ? first : c->nsus ? &c->sus[0] : NULL;
@@ -193,7 +228,9 @@ static void short_who(const wd_az_result *res, const wd_az_suspect *s, char *out
     return;
   }
   const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
-  if (d->global_rank >= 0) wd_az_fmt(out, len, "(global rank %d on %s)", d->global_rank, wd_az_s(d->host));
+  int grank = wd_az_global_rank(res->set, s->cr);
+  if (grank >= 0) wd_az_fmt(out, len, "(global rank %d on %s)", grank, wd_az_s(d->host));
+  else if (s->cr->cuda_dev >= 0) wd_az_fmt(out, len, "(host %s pid %d GPU %d)", wd_az_s(d->host), d->pid, s->cr->cuda_dev);
   else wd_az_fmt(out, len, "(host %s pid %d)", wd_az_s(d->host), d->pid);
 }
 
@@ -240,7 +277,7 @@ void wd_az_job_verdict(const wd_az_result *res, wd_az_job *job) {
 
 /* The chain from communicator c: its culprit, the communicator that culprit waits in, ... */
 static void chain_from(const wait_index *ix, const wd_az_comm *c, wd_az_job *job) {
-  uint32_t seen[WD_AZ_CHAIN];
+  uint64_t seen[WD_AZ_CHAIN];
   int nseen = 0;
   const wd_az_crank *who = NULL;
   job->nlinks = 0;
@@ -256,15 +293,15 @@ static void chain_from(const wait_index *ix, const wd_az_comm *c, wd_az_job *job
     job->root = s;
     if (!s->cr || s->cr == who) break; /* no dump, or the root itself */
     for (int i = 0; i < nseen; i++)
-      if (seen[i] == ix->proc[s->cr->dump]) {
+      if (seen[i] == gpu_key(ix, s->cr)) {
         job->deadlock = 1;
         job->root = NULL;
         break;
       }
     if (job->deadlock) break;
-    seen[nseen++] = ix->proc[s->cr->dump];
+    seen[nseen++] = gpu_key(ix, s->cr);
     who = NULL;
-    const wd_az_comm *next = waiting_in(ix, s->cr->dump, &who);
+    const wd_az_comm *next = waiting_in(ix, s->cr, &who);
     /* A culprit waiting in its own communicator (a dead link, a p2p mismatch) is the root. */
     c = next == c ? NULL : next;
   }

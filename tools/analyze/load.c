@@ -773,6 +773,11 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
     d->boot_id = istr(id, "bootId");
     d->job_episode = inum(id, "jobEpisode", -1);
     if (hex(id, "processStartNs", &d->proc_start_ns) != 0) d->proc_start_ns = 0;
+    /* A process is named by its start and its PID namespace together (proc_start_ns is only
+     * compared, never read as a time): two containers with one host name and boot whose
+     * processes got one pid in one clock tick stay two. */
+    uint64_t ns = 0;
+    if (d->proc_start_ns && hex(id, "pidNs", &ns) == 0 && ns) d->proc_start_ns ^= ns * 0x9e3779b97f4a7c15ull;
     if (d->global_rank < 0) d->global_rank = inum(id, "globalRank", -1);
     /* A ring file's dump names its process, never its attempt: that of its process's own dumps. */
     const char *r = wd_az_s(d->reason);
@@ -812,6 +817,34 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   return 0;
 }
 
+/* Whether the process holds several ranks of one communicator (JAX, TensorFlow, nccl-tests -g),
+ * and then its world communicator: the largest it holds that spans more ranks than it does
+ * (wd_az_global_rank). Once per dump, O(k log k) in its communicator ranks. */
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
+  d->world_comm = 0;
+  d->multi_rank = 0;
+  if (d->ncranks < 2) return;
+  uint64_t *ids = malloc(d->ncranks * sizeof *ids);
+  if (!ids) return;
+  for (size_t i = 0; i < d->ncranks; i++) ids[i] = set->cranks[d->crank0 + i].comm_id;
+  qsort(ids, d->ncranks, sizeof *ids, cmp_u64);
+  for (size_t i = 1; i < d->ncranks && !d->multi_rank; i++) d->multi_rank = ids[i] == ids[i - 1];
+  int best = 0;
+  for (size_t i = 0, j; d->multi_rank && i < d->ncranks; i = j) {
+    for (j = i; j < d->ncranks && ids[j] == ids[i]; j++) {
+    }
+    int nranks = 0;
+    for (size_t k = 0; k < d->ncranks && !nranks; k++)
+      if (set->cranks[d->crank0 + k].comm_id == ids[i]) nranks = set->cranks[d->crank0 + k].nranks;
+    if (nranks > (int)(j - i) && nranks > best) best = nranks, d->world_comm = ids[i];
+  }
+  free(ids);
+}
+
 static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *why,
                      size_t why_len) {
   wd_az_dump tmp;
@@ -845,6 +878,7 @@ static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *
   tmp.min_t = min_t;
   tmp.crank0 = first_crank;
   tmp.ncranks = set->ncranks - first_crank;
+  several_ranks(set, &tmp);
   load_threads(&tmp, get(root, "threads"));
   load_python(&tmp, get(root, "python"));
   load_pxn(&tmp, get(get(root, "detached"), "open"), 0);

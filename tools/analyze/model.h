@@ -216,11 +216,13 @@ typedef struct wd_az_dump {
   int job_episode;     /* the job's stall episode a stall or peer dump answers, -1 unknown */
   int64_t clock_fix_ns; /* subtracted from wall_ns: its host's offset from the others' (wd_az_clock_offsets) */
   wd_az_str boot_id;
-  uint64_t proc_start_ns;
+  uint64_t proc_start_ns; /* identity.processStartNs mixed with identity.pidNs: compared only, a process's token */
   int nthreads, threads_total;
   wd_az_thread threads[WD_AZ_THREADS];
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
   size_t crank0, ncranks; /* its communicator ranks: cranks[crank0 .. crank0+ncranks) */
+  int multi_rank;       /* it holds several ranks of one communicator */
+  uint64_t world_comm;  /* then: its largest communicator spanning other processes, 0 none */
   int kept;
   int aside; /* of another incarnation, episode or superseded communicator than the judged */
   int finalized; /* a ring file whose communicator was finalized or aborted (history) */

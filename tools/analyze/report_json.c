@@ -68,7 +68,8 @@ static void add_where(cJSON *o, const wd_az_set *set, const wd_az_crank *cr) {
   const wd_az_dump *d = wd_az_dump_of(set, cr);
   cJSON_AddStringToObject(o, "host", wd_az_s(d->host));
   cJSON_AddNumberToObject(o, "pid", d->pid);
-  if (d->global_rank >= 0) cJSON_AddNumberToObject(o, "globalRank", d->global_rank);
+  int grank = wd_az_global_rank(set, cr);
+  if (grank >= 0) cJSON_AddNumberToObject(o, "globalRank", grank);
   else cJSON_AddNullToObject(o, "globalRank");
   if (cr->cuda_dev >= 0) cJSON_AddNumberToObject(o, "gpu", cr->cuda_dev);
   if (cr->gpu_uuid) cJSON_AddStringToObject(o, "gpuUuid", wd_az_s(cr->gpu_uuid));
@@ -285,7 +286,7 @@ int wd_az_report_json(FILE *f, const wd_az_result *res) {
           const wd_az_dump *d = wd_az_dump_of(res->set, l->on->cr);
           cJSON_AddNumberToObject(o, "onPid", d->pid);
           cJSON_AddStringToObject(o, "onHost", wd_az_s(d->host) ? wd_az_s(d->host) : "");
-          cJSON_AddNumberToObject(o, "onGlobalRank", d->global_rank);
+          cJSON_AddNumberToObject(o, "onGlobalRank", wd_az_global_rank(res->set, l->on->cr));
         }
       }
     }

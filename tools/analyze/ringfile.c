@@ -455,6 +455,7 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
     cJSON_AddStringToObject(ident, "bootId", boot);
   }
   if (ident && h.process_start_wall_ns) add_hex(ident, "processStartNs", h.process_start_wall_ns);
+  if (ident && h.pidns_ino) add_hex(ident, "pidNs", h.pidns_ino);
   /* Its communicator, alive when the process ended (render.c's identity.comms): one finalized
    * or aborted before was history for that process already. */
   cJSON *ids = ident ? cJSON_AddArrayToObject(ident, "comms") : NULL;

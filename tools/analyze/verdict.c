@@ -30,6 +30,22 @@ const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr) {
   return &set->dumps[cr->dump];
 }
 
+int wd_az_global_rank(const wd_az_set *set, const wd_az_crank *cr) {
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  if (!d->multi_rank) return d->global_rank;
+  if (!d->world_comm || cr->cuda_dev < 0) return -1;
+  if (d->world_comm == cr->comm_id) return cr->rank;
+  const wd_az_crank *hit = NULL;
+  int nhit = 0;
+  for (size_t i = 0; i < d->ncranks; i++) {
+    const wd_az_crank *w = &set->cranks[d->crank0 + i];
+    if (w->comm_id != d->world_comm || w->cuda_dev != cr->cuda_dev) continue;
+    if (cr->gpu_uuid && w->gpu_uuid && w->gpu_uuid != cr->gpu_uuid) continue;
+    hit = w, nhit++;
+  }
+  return nhit == 1 ? hit->rank : -1;
+}
+
 int64_t wd_az_enq(const wd_az_crank *cr, wd_az_str func) {
   for (int i = 0; i < cr->nseq; i++)
     if (cr->seq[i].func == func) return cr->seq[i].enq;
@@ -171,7 +187,8 @@ void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len) {
 void wd_az_ident_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len) {
   const wd_az_dump *d = wd_az_dump_of(set, cr);
   char g[32] = "", gpu[96] = "";
-  if (d->global_rank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", d->global_rank);
+  int grank = wd_az_global_rank(set, cr);
+  if (grank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", grank);
   if (cr->cuda_dev >= 0 && cr->gpu_uuid && *wd_az_s(cr->gpu_uuid))
     wd_az_fmt(gpu, sizeof gpu, ", GPU %d (%s)", cr->cuda_dev, wd_az_s(cr->gpu_uuid));
   else if (cr->cuda_dev >= 0)
@@ -501,6 +518,58 @@ static void collect_waiting(const wd_az_set *set, const wd_az_opts *o, wd_az_com
     c->waiting[c->nwaiting++] = cr->rank;
     if (op_stuck_in(set, o, cr, op) && op->since_ms > c->stalled_ms)
       c->stalled_ms = op->since_ms;
+  }
+}
+
+/* Stream order across communicators on one GPU (JAX and XLA put every communicator's
+ * collectives of a device on one stream; PyTorch orders its process groups' streams with events):
+ * a waiting rank whose GPU never reached the stuck operation (enqueued) while the same process's
+ * same GPU is inside an earlier operation of another communicator that has not finished waits
+ * for that one, not for its peers: it is the rank the others wait for here, and the job-level
+ * chain follows it to that communicator. Its peers' network waits are the consequence. */
+static const wd_az_op *ahead_on_gpu(const wd_az_set *set, const wd_az_crank *cr, const wd_az_op *op,
+                                    const wd_az_crank **on) {
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  const wd_az_op *best = NULL;
+  for (size_t i = 0; cr->cuda_dev >= 0 && i < d->ncranks; i++) {
+    const wd_az_crank *x = &set->cranks[d->crank0 + i];
+    if (x->comm_id == cr->comm_id || x->cuda_dev != cr->cuda_dev) continue;
+    for (int k = 0; k < x->nops; k++) {
+      const wd_az_op *y = &x->ops[k];
+      if (!is_root_op(y) || y->age_ms < op->age_ms || is(y->status, "gpu_done") || is(y->status, "enqueued") ||
+          is(y->status, "abandoned"))
+        continue;
+      if (!best || y->age_ms > best->age_ms) best = y, *on = x;
+    }
+  }
+  return best;
+}
+
+static void stream_order_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
+  int stuck = 0;
+  for (int i = 0; i < c->nwaiting && !stuck; i++) {
+    const wd_az_crank *cr = c->by_rank[c->waiting[i]];
+    stuck = op_stuck_in(set, o, cr, find_op(cr, c->stuck_func, c->stuck_seq));
+  }
+  if (!stuck) return;
+  for (int i = 0; i < c->nwaiting;) {
+    const wd_az_crank *cr = c->by_rank[c->waiting[i]], *on = NULL;
+    const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
+    const wd_az_op *ahead = op && is(op->status, "enqueued") ? ahead_on_gpu(set, cr, op, &on) : NULL;
+    wd_az_suspect *s = ahead ? add_suspect(c, cr->rank, WD_AZ_NOT_ENTERED, cr) : NULL;
+    if (!s) {
+      i++;
+      continue;
+    }
+    s->op = op;
+    char text[256], secs[32];
+    wd_az_op_text(ahead, text, sizeof text);
+    wd_az_fmt(s->detail, sizeof s->detail,
+              "its GPU never reached %s seq %" PRId64 ": it is queued behind %s of \"%s\" (rank %d) on the same "
+              "GPU, in flight for %s s and not finished",
+              wd_az_s(c->stuck_func), c->stuck_seq, text, wd_az_s(on->name), on->rank,
+              wd_az_secs(ahead->age_ms, secs, sizeof secs));
+    c->waiting[i] = c->waiting[--c->nwaiting]; /* not waiting for its peers */
   }
 }
 
@@ -1273,9 +1342,13 @@ static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, in
   const char *F = wd_az_s(c->stuck_func);
   switch (s->reason) {
   case WD_AZ_NOT_ENTERED:
-    wd_az_fmt(c->summary, sizeof(c->summary),
-             "%s: %s never entered %s seq %" PRId64 "; %s %s waiting in it (stalled %s s).", h,
-             who, F, c->stuck_seq, wait, are, secs);
+    if (n == 1 && s->op) /* in it, but queued behind another communicator's (stream order) */
+      wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s; %s %s waiting in it (stalled %s s).", h,
+                s->rank, s->detail, wait, are, secs);
+    else
+      wd_az_fmt(c->summary, sizeof(c->summary),
+                "%s: %s never entered %s seq %" PRId64 "; %s %s waiting in it (stalled %s s).", h,
+                who, F, c->stuck_seq, wait, are, secs);
     break;
   case WD_AZ_MISMATCH:
   case WD_AZ_ARGS_MISMATCH:
@@ -1606,6 +1679,7 @@ static void analyze_comm(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *
   } else if (pick_stuck(set, o, c)) {
     collect_waiting(set, o, c);
     for (int i = 0; i < c->npresent; i++) classify_outside(c, c->by_rank[c->present[i]]);
+    stream_order_check(set, o, c);
     args_check(c);
     if (!has_culprit(c)) network_check(set, o, c);
     missing_check(c);

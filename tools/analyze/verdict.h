@@ -116,6 +116,12 @@ void wd_az_result_free(wd_az_result *res);
 
 /* Helpers shared with the reports. */
 const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr);
+/* The job's global rank of communicator rank cr, -1 when it cannot be known. A process holding
+ * one rank of each of its communicators: its RANK (else SLURM_PROCID). A process holding several
+ * ranks of one communicator (JAX, TensorFlow, nccl-tests -g): RANK names the process, not a GPU,
+ * so the rank, on the same GPU, of the largest communicator the process holds that spans more
+ * than it does (the world communicator); none otherwise. */
+int wd_az_global_rank(const wd_az_set *set, const wd_az_crank *cr);
 void wd_az_op_text(const wd_az_op *op, char *out, size_t len); /* "AllReduce seq 12 (stalled)" */
 void wd_az_wait_text(const wd_az_wait *w, char *out, size_t len);
 /* "global rank 451 on node-a17, GPU 3 (GPU-1a2b...), pid 7541": where a communicator rank runs. */
