@@ -53,6 +53,7 @@ static struct {
   char base[WD_PATH_MAX];     /* the job's dump directory (triggers live there) */
   char host[64];
   unsigned ndumps;        /* dumps written, for the file sequence number */
+  pid_t ndumps_pid;       /* the process that counted them (a forked child counts anew) */
   /* Snapshots against NCCL_WATCHDOG_MAX_DUMPS on their own, so that a script sending the
    * snapshot signal cannot use up what a real hang needs; stall and peer dumps together within
    * the same number on disk (keep.h: a resumed episode's dump makes room for a new one). */
@@ -675,7 +676,10 @@ static void *wd_main(void *arg) {
 int wd_watchdog_start(const wd_config *cfg) {
   wd_wd.cfg = cfg;
   atomic_store(&wd_wd.stop, 0);
-  wd_wd.ndumps = 0;
+  /* Dumps are numbered per process: a restart of the watchdog in the same process (its last
+   * communicator aborted, a new one made: an in-process restart) goes on counting. */
+  if (wd_wd.ndumps_pid != getpid()) wd_wd.ndumps = 0;
+  wd_wd.ndumps_pid = getpid();
   wd_wd.nsignal_dumps = 0;
   wd_wd.nremoved = 0;
   if (wd_keep_start(cfg->max_dumps) != 0)

@@ -159,9 +159,11 @@ static size_t superseded(wd_az_set *set, const char *in_judged, uint64_t *gone, 
         const wd_az_dump *old = &set->dumps[ix[y]];
         if (y == x || !in_judged[ix[y]] || from_ring(old) || old->proc_start_ns != newest->proc_start_ns ||
             old->boot_id != newest->boot_id || old->wall_ns >= newest->wall_ns || !old->ncranks ||
-            /* one process numbers its dumps: two that both say they are its n-th are of two
-             * processes that look alike (cloned nodes, one host name and pid) */
-            old->dump_seq >= newest->dump_seq)
+            /* one process numbers its dumps: without a PID namespace to tell them apart, two
+             * that both say they are its n-th are of two processes that look alike (cloned
+             * nodes, one host name and pid). With it, the file's time orders them: the plugin
+             * numbers again from 1 after NCCL unloaded and loaded it (an in-process restart). */
+            ((!old->pid_ns || !newest->pid_ns) && old->dump_seq >= newest->dump_seq))
           continue;
         int added = 0;
         for (size_t p = 0; p < newest->ncranks && !added; p++) {
@@ -264,14 +266,22 @@ static void select_incarnation(wd_az_set *set) {
   for (size_t i = 0; i < ninc; i++) order[i] = i;
   g_incs = inc;
   qsort(order, ninc, sizeof(*order), cmp_inc);
-  /* Overlapping spans: one incarnation. */
+  /* Overlapping spans: one incarnation. But communicators a process replaced while it lived
+   * (an in-process restart, a quorum change: superseded) are an incarnation of their own, the
+   * one before, however close in time: --incarnation reaches them. */
+  for (size_t i = 0; i < nd; i++) in_judged[i] = 1;
+  size_t nhist = superseded(set, in_judged, gone, sizeof gone / sizeof gone[0]);
   size_t ngroups = 0;
   uint64_t end = 0;
+  int prev_hist = 0;
   for (size_t k = 0; k < ninc; k++) {
     incarnation *c = &inc[order[k]];
-    if (!ngroups || c->first_ns > end + CONCURRENT_NS) ngroups++, end = c->last_ns;
+    int hist = 0;
+    for (size_t g = 0; g < nhist && !hist; g++) hist = gone[g] == c->comm;
+    if (!ngroups || c->first_ns > end + CONCURRENT_NS || hist || prev_hist) ngroups++, end = c->last_ns;
     else if (c->last_ns > end) end = c->last_ns;
     group[order[k]] = (long)ngroups - 1;
+    prev_hist = hist;
   }
   if (ngroups == 0) goto out;
   long pick = g_attempt >= 0 && (size_t)g_attempt < ngroups ? g_attempt : (long)ngroups - 1;

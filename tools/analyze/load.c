@@ -777,7 +777,8 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
      * compared, never read as a time): two containers with one host name and boot whose
      * processes got one pid in one clock tick stay two. */
     uint64_t ns = 0;
-    if (d->proc_start_ns && hex(id, "pidNs", &ns) == 0 && ns) d->proc_start_ns ^= ns * 0x9e3779b97f4a7c15ull;
+    if (hex(id, "pidNs", &ns) == 0 && ns) d->pid_ns = ns;
+    if (d->proc_start_ns && d->pid_ns) d->proc_start_ns ^= ns * 0x9e3779b97f4a7c15ull;
     if (d->global_rank < 0) d->global_rank = inum(id, "globalRank", -1);
     /* A ring file's dump names its process, never its attempt: that of its process's own dumps. */
     const char *r = wd_az_s(d->reason);

@@ -217,6 +217,7 @@ typedef struct wd_az_dump {
   int64_t clock_fix_ns; /* subtracted from wall_ns: its host's offset from the others' (wd_az_clock_offsets) */
   wd_az_str boot_id;
   uint64_t proc_start_ns; /* identity.processStartNs mixed with identity.pidNs: compared only, a process's token */
+  uint64_t pid_ns;        /* identity.pidNs, 0 when the dump does not say */
   int nthreads, threads_total;
   wd_az_thread threads[WD_AZ_THREADS];
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
