@@ -17,7 +17,12 @@
  *              at 0 (torch/distributed/elastic/agent/server/api.py), so incarnation 1's ranks 2
  *              and 3 say TORCHELASTIC_RESTART_COUNT=0 like incarnation 0's, ranks 0 and 1 say 1;
  *              new processes, a new communicator. Incarnation 1 hangs on rank 1.
- * Each with its healthy twin (inprocessok, quorumok, replacedok): incarnation 1 reads OK.
+ *   requeue    Slurm requeues the job onto other nodes (scontrol requeue; --nodes=1-2): incarnation
+ *              0 ran 4 ranks on node-a and node-b and was killed (SIGKILL: its ring files stay in
+ *              the directory, read as post-mortems); incarnation 1 runs 2 ranks on node-c, the
+ *              same SLURM_JOB_ID, SLURM_RESTART_COUNT=1, and hangs on rank 1.
+ * Each with its healthy twin (inprocessok, quorumok, replacedok, requeueok): incarnation 1 reads
+ * OK.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -32,7 +37,7 @@
 #define COMM0 0x1ca4000000000a00ull
 #define COMM1 0x1ca4000000000a01ull
 
-enum { K_INPROCESS, K_QUORUM, K_REPLACED };
+enum { K_INPROCESS, K_QUORUM, K_REPLACED, K_REQUEUE };
 static int g_kind, g_hang;
 static const char *g_dir;
 
@@ -79,15 +84,24 @@ static void same_process_main(int rank, int fd) {
 /* A new process per incarnation (replaced). */
 static int g_inc;
 static void new_process_main(int rank, int fd) {
-  wdh_launcher_env(rank, -1, NR);
-  /* The replaced node's agent (ranks 2 and 3) counts restarts from 0 again. */
-  setenv("TORCHELASTIC_RESTART_COUNT", g_inc && rank < 2 ? "1" : "0", 1);
-  setenv("TORCHELASTIC_RUN_ID", "replaced-job", 1);
-  setenv("NCCL_WATCHDOG_HOSTNAME", rank < 2 ? "node-a" : g_inc ? "node-c" : "node-b", 1);
+  int requeue = g_kind == K_REQUEUE, n = requeue && g_inc ? 2 : NR;
+  wdh_launcher_env(rank, -1, n);
+  if (requeue) {
+    setenv("SLURM_JOB_ID", "5151", 1);
+    if (g_inc) setenv("SLURM_RESTART_COUNT", "1", 1);
+    else unsetenv("SLURM_RESTART_COUNT");
+    unsetenv("TORCHELASTIC_RESTART_COUNT");
+    setenv("NCCL_WATCHDOG_HOSTNAME", g_inc ? "node-c" : rank < 2 ? "node-a" : "node-b", 1);
+  } else {
+    /* The replaced node's agent (ranks 2 and 3) counts restarts from 0 again. */
+    setenv("TORCHELASTIC_RESTART_COUNT", g_inc && rank < 2 ? "1" : "0", 1);
+    setenv("TORCHELASTIC_RUN_ID", "replaced-job", 1);
+    setenv("NCCL_WATCHDOG_HOSTNAME", rank < 2 ? "node-a" : g_inc ? "node-c" : "node-b", 1);
+  }
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   wdh_comm c;
-  wdh_comm_init(&c, &p, g_inc ? COMM1 : COMM0, "default_pg", 2, NR, rank);
+  wdh_comm_init(&c, &p, g_inc ? COMM1 : COMM0, "default_pg", requeue && g_inc ? 1 : 2, n, rank);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
   wdh_run_ops(&c, NULL, &cfg, 5);
@@ -100,9 +114,9 @@ static void new_process_main(int rank, int fd) {
 
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "inprocess";
-  static const char *const names[] = {"inprocess", "quorum", "replaced"};
+  static const char *const names[] = {"inprocess", "quorum", "replaced", "requeue"};
   g_kind = -1;
-  for (int k = 0; k < 3; k++) {
+  for (int k = 0; k < 4; k++) {
     size_t l = strlen(names[k]);
     if (!strncmp(which, names[k], l) && (!which[l] || !strcmp(which + l, "ok"))) {
       g_kind = k;
@@ -116,8 +130,8 @@ int main(int argc, char **argv) {
   g_dir = dir;
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   pid_t pids[NR];
-  int n1 = g_kind == K_QUORUM ? NR - 1 : NR, culprit = g_kind == K_QUORUM ? 2 : 1;
-  if (g_kind == K_REPLACED) {
+  int n1 = g_kind == K_QUORUM ? NR - 1 : g_kind == K_REQUEUE ? 2 : NR, culprit = g_kind == K_QUORUM ? 2 : 1;
+  if (g_kind == K_REPLACED || g_kind == K_REQUEUE) {
     g_inc = 0;
     WDH_CHECK(wdh_fork_ranks(NR, new_process_main, pids) == NR, "incarnation 0 not ready");
     WDH_CHECK(wdh_wait_dumps(dir, "stall", 1, 10000) >= 1, "incarnation 0: no stall dump");
@@ -126,7 +140,8 @@ int main(int argc, char **argv) {
     wdh_kill_ranks(pids, NR);
     wdh_sleep_ms(300);
     g_inc = 1;
-    WDH_CHECK(wdh_fork_ranks(NR, new_process_main, pids) == NR, "incarnation 1 not ready");
+    memset(pids, 0, sizeof pids);
+    WDH_CHECK(wdh_fork_ranks(n1, new_process_main, pids) == n1, "incarnation 1 not ready");
   } else {
     WDH_CHECK(wdh_fork_ranks(NR, same_process_main, pids) == NR, "processes not ready");
     WDH_CHECK(wdh_wait_dumps(dir, "stall", 1, 10000) >= 1, "incarnation 0: no stall dump");
