@@ -125,8 +125,12 @@ static int run(const char *az) {
     int bad = 0, named = 0;
     cJSON_ArrayForEach(c, comms) {
       cJSON_ArrayForEach(s, cJSON_GetObjectItem(c, "suspects")) {
-        const char *host = wdh_jstr(s, "host");
+        const char *host = wdh_jstr(s, "host"), *doing = wdh_jstr(s, "doing");
         double gr = wdh_jnum(s, "globalRank", -1), gpu = wdh_jnum(s, "gpu", -1);
+        /* The root's GPU is in nothing: its siblings' operations are not its own. */
+        if (g_hang && gr == 2)
+          WDH_CHECK(doing && strstr(doing, "in flight: nothing"), "global rank 2 was doing: %s",
+                    doing ? doing : "(none)");
         if (gr < 0 || !host) continue;
         named++;
         bad += gr != (strcmp(host, "hosta") ? NGPU : 0) + gpu;

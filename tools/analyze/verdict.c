@@ -224,6 +224,8 @@ static size_t inflight_text(const wd_az_set *set, const wd_az_crank *cr, char *o
   out[0] = '\0';
   for (size_t i = d->crank0; i < d->crank0 + d->ncranks && pos + 1 < len; i++) {
     const wd_az_crank *o = &set->cranks[i];
+    /* A process holding several GPUs: this rank's GPU only, not its siblings'. */
+    if (d->multi_rank && o->cuda_dev != cr->cuda_dev) continue;
     for (int k = 0; k < o->nops && pos + 1 < len; k++) {
       char op[256];
       wd_az_op_text(&o->ops[k], op, sizeof(op));
