@@ -38,9 +38,10 @@ typedef struct wd_context {
   _Atomic uint32_t pinned_api; /* captured API events whose slots are kept (track.c) */
   /* The launching thread's: the pinned API events of the group being captured, named after the
    * launch slot their KernelLaunch takes (track.c), so that its graph's destruction unpins them. */
-  uint64_t cap_api_group;
-  uint32_t ncap_api;
-  struct wd_event *cap_api[8];
+  _Atomic uint64_t cap_api_group;
+  _Atomic uint32_t ncap_api; /* may run past 8 when threads race: read bounded */
+#define WD_CAP_API 8
+  struct wd_event *_Atomic cap_api[WD_CAP_API];
   _Atomic int32_t bcast_root;
   _Atomic uint64_t bcast_group;
   /* NCCL's activation mask (one per process, NCCL's memory), what we set in it at init, and

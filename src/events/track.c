@@ -497,10 +497,14 @@ static inline __attribute__((always_inline)) void *wd_start_typed(wd_start_req *
       gkey = type == WD_T_KERNELLAUNCH ? wd_graph_capture_key(&ctx->graphs, req->stream, group) : 0;
       /* The group's captured API events name the launch's slot now (wd_replay_key's cache): its
        * graph's destruction then unpins them (wd_unpin_gone). */
-      if (wd_is_graph_key(gkey) && ctx->cap_api_group == group)
-        for (uint32_t k = 0; k < ctx->ncap_api; k++)
-          atomic_store_explicit(&ctx->cap_api[k]->kch_expected, wd_graph_key_slot(gkey) + 1, memory_order_relaxed);
-      ctx->ncap_api = 0;
+      if (wd_is_graph_key(gkey) && atomic_load_explicit(&ctx->cap_api_group, memory_order_relaxed) == group) {
+        uint32_t n = atomic_load_explicit(&ctx->ncap_api, memory_order_relaxed);
+        for (uint32_t k = 0; k < n && k < WD_CAP_API; k++) {
+          wd_event *api = atomic_load_explicit(&ctx->cap_api[k], memory_order_relaxed);
+          if (api) atomic_store_explicit(&api->kch_expected, wd_graph_key_slot(gkey) + 1, memory_order_relaxed);
+        }
+      }
+      atomic_store_explicit(&ctx->ncap_api, 0, memory_order_relaxed);
     }
     else if (gkey && type == WD_T_KERNELLAUNCH)
       wd_graph_note_eager(&ctx->graphs);
@@ -586,8 +590,14 @@ static inline __attribute__((always_inline)) void *wd_start_typed(wd_start_req *
      * hostStreamPlanCallback): its slot is kept, never reused, so each replay still reads
      * graphCaptured from it (bounded: WD_MAX_PINNED_API per communicator; finalize frees them). */
     refs = 2;
-    if (ctx->cap_api_group != gkey) ctx->cap_api_group = gkey, ctx->ncap_api = 0;
-    if (ctx->ncap_api < sizeof ctx->cap_api / sizeof ctx->cap_api[0]) ctx->cap_api[ctx->ncap_api++] = ev;
+    /* NCCL calls one communicator from one thread; atomics keep a host that does not (the
+     * fuzzer) from tearing the list, which only names slots, never frees them. */
+    if (atomic_load_explicit(&ctx->cap_api_group, memory_order_relaxed) != gkey) {
+      atomic_store_explicit(&ctx->cap_api_group, gkey, memory_order_relaxed);
+      atomic_store_explicit(&ctx->ncap_api, 0, memory_order_relaxed);
+    }
+    uint32_t k = atomic_fetch_add_explicit(&ctx->ncap_api, 1, memory_order_relaxed);
+    if (k < WD_CAP_API) atomic_store_explicit(&ctx->cap_api[k], ev, memory_order_relaxed);
     /* Its replay count, captured launch and latest replay (wd_replay_key, wd_replay_supersede),
      * fields only roots use otherwise. */
     atomic_store_explicit(&ev->kch_expected, 0, memory_order_relaxed);

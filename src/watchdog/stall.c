@@ -281,6 +281,9 @@ static uint32_t wd_graph_stalls(wd_context *ctx, uint64_t now, const wd_config *
   uint32_t n = g->on ? atomic_load_explicit(&g->used, memory_order_acquire) : 0, nst = 0;
   for (uint32_t i = 0; i < n && nst < max; i++) {
     const wd_glaunch *l = &g->slot[i];
+    /* Only an armed slot's fields are settled: a given-back one may be filling again on the
+     * launching thread (its release store of armed publishes them). */
+    if (atomic_load_explicit(&l->armed, memory_order_acquire) != 2) continue;
     uint64_t for_ns;
     int why = wd_judge_glaunch(l, now, &lim, &for_ns), in = why == WD_GL_IN;
     if (!why) continue;
