@@ -15,33 +15,6 @@
 
 #include "nccl_host.h"
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = 0, res = 0;
-  if (f) {
-    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
-    fclose(f);
-  }
-  return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-/* A graph of n captured AllReduces (NCCL's capture order: API events with graphCaptured, the
- * kernel launch into the capturing stream). */
-static int capture(wdh_comm *c, int n) {
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.no_proxy = 1;
-  cfg.graph_captured = 1;
-  cfg.in_capture = 1;
-  int gid = wdh_gpu_capture_begin(c);
-  for (int k = 0; k < n; k++) {
-    wdh_op op;
-    wdh_op_enqueue(c, &cfg, &op);
-  }
-  wdh_gpu_capture_end(c);
-  return gid;
-}
-
 int main(int argc, char **argv) {
   if (argc < 2) {
     fprintf(stderr, "usage: %s PLUGIN.so [-l launches] [-p per_graph] [-n replays]\n", argv[0]);
@@ -64,18 +37,18 @@ int main(int argc, char **argv) {
    * is not a communicator's. */
   wdh_comm warm;
   wdh_comm_init(&warm, &p, 0xbe11c0, "warm", 1, 2, 0);
-  long r0 = rss_kib();
+  long r0 = wdh_rss_kib();
   wdh_comm c;
   wdh_comm_init(&c, &p, 0xbe11c1, "serve", 1, 2, 0);
   wdh_op_cfg cfg;
   wdh_op_cfg_default(&cfg);
   cfg.no_proxy = 1;
   wdh_run_ops(&c, NULL, &cfg, 4);
-  long r1 = rss_kib();
+  long r1 = wdh_rss_kib();
   int graphs = 0, last = 0, left = launches;
   while (left > 0) {
     int n = left < per ? left : per;
-    int gid = capture(&c, n);
+    int gid = wdh_gpu_capture_allreduces(&c, n, 0, 0);
     if (gid <= 0) break;
     last = gid;
     graphs++;
@@ -84,7 +57,7 @@ int main(int argc, char **argv) {
   void *s2 = wdh_gpu_stream_new();
   /* Every graph replayed once, so each launch's records and counters are touched. */
   for (int g = last - graphs + 1; g <= last; g++) wdh_gpu_complete_on(s2, wdh_gpu_graph_launch_on(s2, g) + (uint64_t)per);
-  long r2 = rss_kib();
+  long r2 = wdh_rss_kib();
   /* Cost per replay of the last graph, launched and completed on the replay stream. */
   double best = 1e30;
   for (int run = 0; run < 5; run++) {

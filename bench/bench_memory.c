@@ -23,16 +23,6 @@
 #include "lifecycle.h"
 #include "base/config.h"
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long size = 0, resident = 0;
-  if (f) {
-    if (fscanf(f, "%ld %ld", &size, &resident) != 2) resident = 0;
-    fclose(f);
-  }
-  return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
 /* Bytes the files of the ring directory hold (allocated blocks: tmpfs pages of /dev/shm). */
 static long dir_kib(const char *dir) {
   DIR *d = opendir(dir);
@@ -83,9 +73,9 @@ int main(int argc, char **argv) {
 
   /* Steady state: the rings wrap long before `first` lifecycles (8192 records each). */
   drive(&cs[0], first);
-  long rss_first = rss_kib();
+  long rss_first = wdh_rss_kib();
   drive(&cs[0], second - first);
-  long rss_second = rss_kib();
+  long rss_second = wdh_rss_kib();
   printf("memory rss_first_kib=%ld rss_second_kib=%ld first=%ld second=%ld growth_kib=%ld\n",
          rss_first, rss_second, first, second, rss_second - rss_first);
 
@@ -94,20 +84,20 @@ int main(int argc, char **argv) {
   wd_config dcfg;
   wd_config_defaults(&dcfg);
   const char *rdir = getenv("NCCL_WATCHDOG_RING_DIR") ? getenv("NCCL_WATCHDOG_RING_DIR") : dcfg.ring_dir;
-  long rss0 = rss_kib(), files0 = dir_kib(rdir);
+  long rss0 = wdh_rss_kib(), files0 = dir_kib(rdir);
   wdh_comm idle[IDLE];
   for (int i = 0; i < IDLE; i++) {
     char name[32];
     snprintf(name, sizeof(name), "idle%d", i);
     wdh_comm_init(&idle[i], &plugin, 0x3000 + i, name, 2, 2, 0);
   }
-  long rss1 = rss_kib(), files1 = dir_kib(rdir);
+  long rss1 = wdh_rss_kib(), files1 = dir_kib(rdir);
   printf("memory idle_rss_kib=%.1f idle_ringfile_kib=%.1f idle_comms=%d\n",
          (double)(rss1 - rss0) / IDLE, (double)(files1 - files0) / IDLE, IDLE);
   for (int i = 0; i < IDLE; i++) wdh_comm_finalize(&idle[i]);
 
   /* Per communicator: create ncomms more and fill every ring. */
-  long before = rss_kib();
+  long before = wdh_rss_kib();
   for (int i = 1; i <= ncomms; i++) {
     char name[32];
     snprintf(name, sizeof(name), "mem%d", i);
@@ -118,7 +108,7 @@ int main(int argc, char **argv) {
   /* Ring files are allocated whole at the watchdog's first poll after traffic (1 s default). */
   wdh_sleep_ms(1500);
   for (int i = 1; i <= ncomms; i++) drive(&cs[i], 20000);
-  long after = rss_kib();
+  long after = wdh_rss_kib();
   wd_config cfg;
   wd_config_defaults(&cfg);
   printf("memory per_comm_kib=%ld comms=%d record_bytes=%zu ring=%u proxy_ring=%u "

@@ -1488,6 +1488,41 @@ uint64_t wdh_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+long wdh_rss_kib(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  long pages = 0, res = 0;
+  if (f) {
+    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+    fclose(f);
+  }
+  return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+void wdh_op_hang(wdh_comm *c, wdh_op *op) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  wdh_op_enqueue(c, &cfg, op);
+  wdh_op_proxy(op);
+}
+
+int wdh_gpu_capture_allreduces(wdh_comm *c, int n, int lead_kernel, int split) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.no_proxy = 1;
+  cfg.graph_captured = 1;
+  cfg.in_capture = 1;
+  int gid = wdh_gpu_capture_begin(c);
+  if (lead_kernel) wdh_gpu_capture_kernel(c);
+  for (int k = 1; k <= n; k++) {
+    if (k == split) wdh_gpu_capture_kernel(c);
+    wdh_op op;
+    wdh_op_enqueue(c, &cfg, &op);
+  }
+  wdh_gpu_capture_end(c);
+  return gid;
+}
+
 void wdh_sleep_ms(unsigned ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {

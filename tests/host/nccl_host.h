@@ -129,6 +129,10 @@ void wdh_gpu_capture_end(wdh_comm *c);
 void wdh_gpu_capture_kernel(wdh_comm *c); /* a kernel of the application captured meanwhile */
 /* cuGraphLaunch: the position before the graph's first kernel (its k-th kernel is that + k). */
 uint64_t wdh_gpu_graph_launch(wdh_comm *c, int graph);
+/* A new graph captured on c's stream (torch.cuda.graph around n collectives): n AllReduces
+ * (intra-node, no proxy work), a compute kernel of the application first when lead_kernel, and
+ * one before the split-th AllReduce when split > 0. Its id (0 without the stand-in). */
+int wdh_gpu_capture_allreduces(wdh_comm *c, int n, int lead_kernel, int split);
 /* Another stream (cuStreamCreate; NULL without the stand-in), a graph launched on it
  * (PyTorch's CUDAGraph::replay launches on the current stream, whichever captured it), and its
  * GPU finishing up to pos. */
@@ -302,6 +306,9 @@ int wdh_op_run(wdh_comm *c, const wdh_op_cfg *cfg, wdh_op *op);
 /* Let a hung op continue: RecvFlushWait/RecvGPUWait/stop of the hung step, remaining steps, the
  * ProxyOp stop, the KernelCh stop (the other channels already finished). */
 void wdh_op_resume(wdh_op *op);
+/* The next AllReduce of c, whose data never comes: enqueued with hang_channel 0 and its proxy
+ * part run up to the step that waits (RecvWait); wdh_op_resume lets it go on. */
+void wdh_op_hang(wdh_comm *c, wdh_op *op);
 
 /* Graph replay of a captured op: Group start (parent = captured GroupApi handle on v5/v6) ->
  * Coll start with parentObj = the capture-time CollApi handle (long stopped) and a new
@@ -378,6 +385,7 @@ long wdh_pthread_kch_stopped(wdh_pthread *pt); /* KernelCh stops delivered */
 
 uint64_t wdh_now_ns(void); /* CLOCK_MONOTONIC */
 void wdh_sleep_ms(unsigned ms);
+long wdh_rss_kib(void); /* this process's resident memory (/proc/self/statm), KiB */
 
 /* mkdtemp under $TMPDIR or /tmp; returns a malloc'ed path. */
 char *wdh_tempdir(const char *tag);

@@ -174,12 +174,8 @@ static int known_case(void) {
 
 /* The next AllReduce of c, whose data never comes (or comes after resume_ms). */
 static void hang_in(wdh_comm *c, unsigned resume_ms) {
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.hang_channel = 0;
   wdh_op op;
-  wdh_op_enqueue(c, &cfg, &op);
-  wdh_op_proxy(&op);
+  wdh_op_hang(c, &op);
   if (resume_ms) {
     wdh_sleep_ms(resume_ms);
     wdh_op_resume(&op);

@@ -357,32 +357,6 @@ static void case_job(const char *dir) {
   wdh_kill_ranks(pids, NR);
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long pages = 0, res = 0;
-  if (f) {
-    if (fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
-    fclose(f);
-  }
-  return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-/* One graph of n captured AllReduces on the rank's stream, captured now: its id. */
-static int capture_graph(int n) {
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.no_proxy = 1;
-  cfg.graph_captured = 1;
-  cfg.in_capture = 1;
-  int gid = wdh_gpu_capture_begin(&g_c);
-  for (int k = 0; k < n; k++) {
-    wdh_op cap;
-    wdh_op_enqueue(&g_c, &cfg, &cap);
-  }
-  wdh_gpu_capture_end(&g_c);
-  return gid;
-}
-
 static void replay(int gid, int n) {
   uint64_t base = wdh_gpu_graph_launch(&g_c, gid);
   wdh_gpu_complete(&g_c, base + (uint64_t)n);
@@ -399,14 +373,14 @@ static void case_million(const char *dir) {
   wdh_op_cfg_default(&cfg);
   cfg.no_proxy = 1;
   wdh_run_ops(&g_c, NULL, &cfg, 2);
-  int gid = capture_graph(1);
+  int gid = wdh_gpu_capture_allreduces(&g_c, 1, 0, 0);
   long before = 0;
   const long total = g_case == C_REFUSED ? 30000 : 1000000;
   for (long r = 1; r <= total; r++) {
     replay(gid, 1);
-    if (r == 20000) before = rss_kib();
+    if (r == 20000) before = wdh_rss_kib();
   }
-  long after = rss_kib();
+  long after = wdh_rss_kib();
   WDH_CHECK(after - before < 2048, "memory grew by %ld KiB over %ld replays", after - before, total - 20000);
   wdh_sleep_ms(400);
   cJSON *j = wdh_signal_snapshot(dir);
@@ -443,13 +417,13 @@ static void case_cycles(const char *dir) {
   long before = 0, ev_before = 0;
   int gid = 0;
   for (int c = 1; c <= cycles; c++) {
-    gid = capture_graph(per);
+    gid = wdh_gpu_capture_allreduces(&g_c, per, 0, 0);
     for (int r = 0; r < 3; r++) replay(gid, per);
     if (g_case == C_FULL) continue;
     if (c == cycles) break; /* the last one stays, as the engine's live graph */
     wdh_gpu_graph_destroy(gid);
     wdh_sleep_ms(30); /* the watchdog's poll (10 ms) gives the slots back */
-    if (c == 100) before = rss_kib(), ev_before = wdh_fake_events_live();
+    if (c == 100) before = wdh_rss_kib(), ev_before = wdh_fake_events_live();
   }
   wdh_sleep_ms(300);
   cJSON *j = wdh_signal_snapshot(dir);
@@ -482,7 +456,7 @@ static void case_cycles(const char *dir) {
                 cycles);
       long objs = wdh_gpu_user_objects();
       WDH_CHECK(objs == 1 || objs == -1, "%ld user objects alive, expected the live graph's one", objs);
-      long after = rss_kib(), ev_after = wdh_fake_events_live();
+      long after = wdh_rss_kib(), ev_after = wdh_fake_events_live();
       WDH_CHECK(ev_after - ev_before <= 2 * per, "CUDA events grew from %ld to %ld over %d capture cycles", ev_before,
                 ev_after, cycles - 100);
       /* The process's resident memory is reported, not judged: it holds the test host and the
@@ -508,23 +482,6 @@ static void case_cycles(const char *dir) {
 /* One graph: a compute kernel, AllReduces 1..99, a compute kernel, AllReduces 100..160. Its k-th
  * kernel runs at launch position base + k: AllReduce j (j < 100) at 1 + j, the second compute
  * kernel at 101, AllReduce j (j >= 100) at 2 + j. */
-static int capture_serving_graph(void) {
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.no_proxy = 1;
-  cfg.graph_captured = 1;
-  cfg.in_capture = 1;
-  int gid = wdh_gpu_capture_begin(&g_c);
-  wdh_gpu_capture_kernel(&g_c);
-  for (int k = 1; k <= SV_LAUNCHES; k++) {
-    if (k == SV_SPLIT) wdh_gpu_capture_kernel(&g_c);
-    wdh_op cap;
-    wdh_op_enqueue(&g_c, &cfg, &cap);
-  }
-  wdh_gpu_capture_end(&g_c);
-  return gid;
-}
-
 static void serving_rank(int rank, int fd) {
   if (wdh_fake_cuda_load() != 0) _exit(1);
   if (wdh_load(&g_p, wdh_plugin_path(), 7) != 0) _exit(1);
@@ -535,7 +492,7 @@ static void serving_rank(int rank, int fd) {
   wdh_run_ops(&g_c, NULL, &cfg, 3);
   int gid[SV_GRAPHS + 1];
   for (int g = 1; g <= SV_GRAPHS; g++) {
-    gid[g] = capture_serving_graph();
+    gid[g] = wdh_gpu_capture_allreduces(&g_c, SV_LAUNCHES, 1, SV_SPLIT);
     if (gid[g] <= 0) _exit(3);
   }
   /* Requests: each graph twice, on the engine's own stream, an eager AllReduce between. */

@@ -43,13 +43,8 @@ static const char *g_dir;
 
 /* The next AllReduce of c on every rank but the victim, whose data never comes. */
 static void hang_but(wdh_comm *c, int victim, int rank) {
-  if (rank == victim) return;
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.hang_channel = 0;
   wdh_op op;
-  wdh_op_enqueue(c, &cfg, &op);
-  wdh_op_proxy(&op);
+  if (rank != victim) wdh_op_hang(c, &op);
 }
 
 /* One process through both incarnations (inprocess, quorum): abort, then new communicators. */

@@ -26,13 +26,8 @@
 
 /* The next AllReduce of c, whose data never comes. */
 static void hang_in(wdh_comm *c) {
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  cfg.hang_channel = 0;
   wdh_op op;
-  wdh_op_enqueue(c, &cfg, &op);
-  wdh_op_proxy(&op);
-  wdh_op_finish(&op);
+  wdh_op_hang(c, &op);
 }
 
 static void rank_main(int r, int fd) {

@@ -821,29 +821,32 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
 /* Whether the process holds several ranks of one communicator (JAX, TensorFlow, nccl-tests -g),
  * and then its world communicator: the largest it holds that spans more ranks than it does
  * (wd_az_global_rank). Once per dump, O(k log k) in its communicator ranks. */
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+typedef struct held_comm {
+  uint64_t id;
+  int nranks;
+} held_comm;
+static int cmp_held(const void *a, const void *b) {
+  uint64_t x = ((const held_comm *)a)->id, y = ((const held_comm *)b)->id;
   return (x > y) - (x < y);
 }
 static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
   d->world_comm = 0;
   d->multi_rank = 0;
   if (d->ncranks < 2) return;
-  uint64_t *ids = malloc(d->ncranks * sizeof *ids);
-  if (!ids) return;
-  for (size_t i = 0; i < d->ncranks; i++) ids[i] = set->cranks[d->crank0 + i].comm_id;
-  qsort(ids, d->ncranks, sizeof *ids, cmp_u64);
-  for (size_t i = 1; i < d->ncranks && !d->multi_rank; i++) d->multi_rank = ids[i] == ids[i - 1];
+  held_comm *h = malloc(d->ncranks * sizeof *h);
+  if (!h) return;
+  for (size_t i = 0; i < d->ncranks; i++)
+    h[i] = (held_comm){set->cranks[d->crank0 + i].comm_id, set->cranks[d->crank0 + i].nranks};
+  qsort(h, d->ncranks, sizeof *h, cmp_held);
   int best = 0;
-  for (size_t i = 0, j; d->multi_rank && i < d->ncranks; i = j) {
-    for (j = i; j < d->ncranks && ids[j] == ids[i]; j++) {
+  for (size_t i = 0, j; i < d->ncranks; i = j) {
+    for (j = i + 1; j < d->ncranks && h[j].id == h[i].id; j++) {
     }
-    int nranks = 0;
-    for (size_t k = 0; k < d->ncranks && !nranks; k++)
-      if (set->cranks[d->crank0 + k].comm_id == ids[i]) nranks = set->cranks[d->crank0 + k].nranks;
-    if (nranks > (int)(j - i) && nranks > best) best = nranks, d->world_comm = ids[i];
+    d->multi_rank |= j - i > 1;
+    if (h[i].nranks > (int)(j - i) && h[i].nranks > best) best = h[i].nranks, d->world_comm = h[i].id;
   }
-  free(ids);
+  if (!d->multi_rank) d->world_comm = 0;
+  free(h);
 }
 
 static int load_root(wd_az_set *set, const char *path, const cJSON *root, char *why,

@@ -1729,7 +1729,7 @@ static size_t *sorted_kept(const wd_az_set *set, size_t *n) {
 
 /* Captured launches the GPU was inside or first waited for that the analyzer's bound left out,
  * over the ranks judged: said on the first line. */
-static size_t glaunch_cut(const wd_az_set *set, size_t *nranks) {
+static size_t glaunch_cut_total(const wd_az_set *set, size_t *nranks) {
   size_t n = 0;
   *nranks = 0;
   for (size_t i = 0; set && i < set->ncranks; i++)
@@ -1748,8 +1748,6 @@ static const wd_az_dump *judged_stall(const wd_az_set *set) {
   return first;
 }
 
-static void overall_line(wd_az_result *res);
-
 /* Captured launches the plugin did not follow (its slots all held by live graphs, or the driver
  * refused its node), over the ranks judged: a hang inside one shows in no record. */
 static void unfollowed_note(const wd_az_set *set, char *out, size_t len) {
@@ -1765,16 +1763,8 @@ static void unfollowed_note(const wd_az_set *set, char *out, size_t len) {
               "record]", n, n == 1 ? "" : "es", nr, nr == 1 ? "" : "s");
 }
 
-static void overall_summary(wd_az_result *res) {
-  char unf[256];
-  unfollowed_note(res->set, unf, sizeof unf);
-  overall_line(res);
-  size_t len = strlen(res->summary);
-  if (unf[0] && len + strlen(unf) < sizeof(res->summary)) memcpy(res->summary + len, unf, strlen(unf) + 1);
-}
-
 static void overall_line(wd_az_result *res) {
-  size_t ncutr, ncut = glaunch_cut(res->set, &ncutr);
+  size_t ncutr, ncut = glaunch_cut_total(res->set, &ncutr);
   if (res->ncomms && res->comms[0].verdict != WD_AZ_NO_HANG) {
     if (ncut)
       wd_az_fmt(res->summary, sizeof(res->summary),
@@ -1823,6 +1813,14 @@ static void overall_line(wd_az_result *res) {
            "OK: no hang found in %zu communicator%s (%zu dump%s read)%s%s%s%s%s", res->ncomms,
            res->ncomms == 1 ? "" : "s", res->ndumps_read, res->ndumps_read == 1 ? "" : "s",
            slow ? "; but in \"" : ".", slow ? cname : "", slow ? "\", " : "", slow ? slow : "", slow ? "." : "");
+}
+
+static void overall_summary(wd_az_result *res) {
+  char unf[256];
+  unfollowed_note(res->set, unf, sizeof unf);
+  overall_line(res);
+  size_t len = strlen(res->summary);
+  if (unf[0] && len + strlen(unf) < sizeof(res->summary)) memcpy(res->summary + len, unf, strlen(unf) + 1);
 }
 
 static int cmp_dbl(const void *a, const void *b) {
