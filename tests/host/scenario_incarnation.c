@@ -63,12 +63,15 @@ static void same_process_main(int rank, int fd) {
   hang_but(&c, 3, rank);
   /* The fault is seen (PyTorch's or the wrapper's timeout), after the plugin's dumps. */
   wdh_sleep_ms(2500);
-  wdh_comm_finalize(&c); /* ncclCommAbort: the profiler's finalize with work in flight */
+  /* ncclCommAbort: commReclaim, then commFree calls ncclProfilerPluginFinalize (init.cc) with
+   * work in flight; the plugin's last communicator gone, its watchdog stops. */
+  wdh_comm_finalize(&c);
   int n = g_kind == K_QUORUM ? NR - 1 : NR;
   if (rank >= n) {
     for (;;) pause(); /* the replica that left the quorum lives on, outside it */
   }
   wdh_sleep_ms(200);
+  /* The new process group: a new unique id, so a new commHash (init.cc getHash), same name. */
   wdh_comm_init(&c, &p, COMM1, "default_pg", 1, n, rank);
   wdh_run_ops(&c, NULL, &cfg, 5);
   if (wdh_barrier(g_dir, "inc1", rank, n, 10000) != 0) _exit(4);

@@ -4,8 +4,11 @@
  * inside a process, data parallel across. Two processes on hosts "hosta" and "hostb"
  * (NCCL_WATCHDOG_HOSTNAME), RANK 0 and 1 (a process's number, as SLURM_PROCID is per task), four
  * GPUs each (the stand-in driver's current device at each communicator's init, as NCCL inits a
- * communicator with its device current). Communicators: "world" (8 ranks, GPU k of process p is
- * rank 4p+k), "tp0" and "tp1" (the 4 GPUs of one process), "dp0".."dp3" (GPU k of both).
+ * communicator with its device current: init.cc ncclCommInitAll sets each device, then
+ * ncclCommInitRankDev, inside one group). Communicators: "world" (8 ranks, GPU k of process p is
+ * rank 4p+k), "tp0" and "tp1" (the 4 GPUs of one process), "dp0".."dp3" (GPU k of both). Each
+ * collective is played in NCCL's order by the test host (enqueue.cc ncclEnqueueCheck; proxy.cc
+ * ncclProxyOpToArgs; transport/net.cc recvProxyProgress for the step left in RecvWait).
  *
  *   hang     process 0's host loop never gets to GPU 2's tensor-parallel AllReduce: its GPUs 0, 1, 3
  *            wait inside it for GPU 2. The data-parallel AllReduces queue behind it on each GPU's
