@@ -62,6 +62,9 @@ static struct {
   unsigned own_k;
   uint64_t own_until_ns;
   unsigned salvaged_k; /* the last episode this node's ring files were salvaged for */
+  /* salvage-<k>-<host>-<pid>.pending in the dump directory while that salvage runs: the
+   * automatic verdict's settle waits for it (tools/analyze/main.c, settle). */
+  char salvage_mark[WD_PATH_MAX + 160];
   /* This node's running processes' ring files, read when the poller answered episode silent_k:
    * those still not rewritten at silent_due_ns are of processes whose watchdog is silent. */
   unsigned silent_k;
@@ -404,9 +407,21 @@ static void av_salvage(uint64_t now, unsigned k) {
   }
   closedir(d);
   int n = av_salvage_start(argv, argc, 3, &av.salvage, now);
-  if (n)
-    WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
-            "post-mortem dumps in %s", k, n, av.dir);
+  if (!n) return;
+  WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
+          "post-mortem dumps in %s", k, n, av.dir);
+  /* Best effort: without it the verdict waits NCCL_WATCHDOG_VERDICT_WAIT, as before. */
+  snprintf(av.salvage_mark, sizeof av.salvage_mark, "%s/salvage-%u-%s-%d.pending", av.base, k, av.host,
+           (int)getpid());
+  int fd = open(av.salvage_mark, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd >= 0) close(fd);
+  else av.salvage_mark[0] = '\0';
+}
+
+/* The salvage ended (or this process stops): its post-mortems are in, or never will be. */
+static void av_salvage_unmark(void) {
+  if (av.salvage_mark[0]) unlink(av.salvage_mark);
+  av.salvage_mark[0] = '\0';
 }
 
 /* ---- running processes of this node whose watchdog is silent ------------------------------ */
@@ -545,6 +560,7 @@ void wd_av_stop(void) {
    * itself): a process that ends meanwhile, ncclCommAbort then exit, must not take the job's
    * verdict with it. */
   av_kill(&av.hook);
+  av_salvage_unmark();
   memset(&av, 0, sizeof av);
 }
 
@@ -597,6 +613,10 @@ void wd_av_opened(unsigned k, uint64_t now, const wd_av_who *who) {
   av.state = AV_RUNNING;
   WD_INFO("stall episode %u: analyzing (pid %d) once %d process(es) have dumped: %s/verdict-%u.txt", k,
           (int)pid, who->processes, av.base, k);
+}
+
+void wd_av_answering(unsigned k, uint64_t now) {
+  if (av.cfg && av.cfg->verdict && av.cfg->peer_dumps) av_salvage(now, k);
 }
 
 void wd_av_dumped(unsigned k, uint64_t now, int own) {
@@ -683,7 +703,7 @@ void wd_av_poll(uint64_t now) {
     else if (st != -1 && !(WIFEXITED(st) && WEXITSTATUS(st) == 0))
       WD_WARN("NCCL_WATCHDOG_ON_VERDICT failed (status 0x%x): see %s/verdict-%u.hook.log", st, av.base, av.k);
   }
-  av_reap(&av.salvage, now, &st, &killed);
+  if (av_reap(&av.salvage, now, &st, &killed)) av_salvage_unmark();
   av_reap(&av.copy, now, &st, &killed);
   av_silent_check(now);
   if (av_look(av.wait_k, av.wait_until_ns, now)) {

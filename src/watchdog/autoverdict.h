@@ -42,6 +42,10 @@ typedef struct wd_av_who {
 
 /* This process opened episode k (its trigger won): it makes the episode's verdict. */
 void wd_av_opened(unsigned k, uint64_t now, const wd_av_who *who);
+/* This process answers episode k (before its dump, which may take seconds on a loaded node): a
+ * node's poller starts the salvage of its dead processes' ring files now, and says in the dump
+ * directory that one is under way, so that the verdict waits for it. */
+void wd_av_answering(unsigned k, uint64_t now);
 /* This process dumped for episode k (its own stall or a peer dump): it logs the verdict line. */
 void wd_av_dumped(unsigned k, uint64_t now, int own); /* own: its own stall dumped for k */
 /* The stall this process saw is over: "resumed after X s" goes to the log, to the episode's

@@ -463,7 +463,10 @@ static void wd_check_stalls(uint64_t now) {
   }
   else wd_av_unmark();
   if (posted == 0) wd_fold(k, now);
-  if (posted >= 0) wd_ringfile_note_answer(k);
+  if (posted >= 0) {
+    wd_ringfile_note_answer(k);
+    wd_av_answering(k, now);
+  }
   wd_dump_input extra = {.nstalls = n, .stalls = stalls};
   char path[WD_PATH_MAX + 64];
   int rc = wd_dump("stall", &extra, joined, posted >= 0 ? k : 0, path, sizeof(path));
@@ -532,6 +535,7 @@ static void wd_check_triggers(uint64_t now) {
   /* Before the dump, which can take seconds on a loaded node: the poller, which copies the
    * state of processes whose watchdog is silent, must not take this one for silent. */
   wd_ringfile_note_answer(wd_wd.watch.next - 1);
+  wd_av_answering(wd_wd.watch.next - 1, now);
   if (wd_wd.last_dump_ns && now - wd_wd.last_dump_ns < wd_wd.cfg->timeout_ns) {
     WD_INFO("trigger %s: this process dumped %.1f s ago, not dumping again", name,
             (double)(now - wd_wd.last_dump_ns) / 1e9);

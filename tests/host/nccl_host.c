@@ -1622,6 +1622,19 @@ int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeo
   return n;
 }
 
+int wdh_verdict_line(const char *dir, unsigned k, unsigned timeout_ms, char *out, size_t len) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/verdict-%u.txt", dir, k);
+  out[0] = '\0';
+  uint64_t end = wdh_now_ns() + (uint64_t)timeout_ms * 1000000ULL;
+  while (access(path, F_OK) != 0 && wdh_now_ns() < end) wdh_sleep_ms(50);
+  char *t = wdh_read_file(path, NULL); /* written whole: a temporary renamed */
+  if (!t) return 0;
+  snprintf(out, len, "%.*s", (int)strcspn(t, "\n"), t);
+  free(t);
+  return 1;
+}
+
 void wdh_launcher_env(int rank, int local_rank, int world_size) {
   char n[16];
   snprintf(n, sizeof n, "%d", rank);
@@ -1815,8 +1828,8 @@ char *wdh_scenario_dir(const char *tag, const char *timeout, const char *poll) {
 int wdh_scenario_end(const char *name, char *dir) {
   WDH_CHECK(wdh_failures() == 0, "%ld callbacks failed", wdh_failures());
   int rc = wdh_check_summary(name);
-  if (rc) {
-    wdh_log_print();
+  if (rc || getenv("WDH_KEEP")) { /* WDH_KEEP=1: kept for a look by hand */
+    if (rc) wdh_log_print();
     fprintf(stderr, "dumps kept in %s\n", dir);
   } else {
     wdh_rmtree(dir);

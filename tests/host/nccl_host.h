@@ -405,6 +405,10 @@ void wdh_free_paths(char **paths, int n);
 /* Wait up to timeout_ms until at least `want` dumps with that reason exist. Returns the count. */
 int wdh_wait_dumps(const char *dir, const char *reason, int want, unsigned timeout_ms);
 
+/* The automatic verdict of episode k: the first line of dir/verdict-<k>.txt (the line every
+ * process of the episode logs), once the file is there, waiting up to timeout_ms. 1 when found. */
+int wdh_verdict_line(const char *dir, unsigned k, unsigned timeout_ms, char *out, size_t len);
+
 /* What torchrun tells each worker (torch/distributed/elastic/agent/server/local_elastic_agent.py,
  * _start_workers): RANK, LOCAL_RANK (left alone when local_rank < 0) and WORLD_SIZE. */
 void wdh_launcher_env(int rank, int local_rank, int world_size);

@@ -24,6 +24,11 @@
  *   killed   process 3 is SIGKILLed (no epilog, no dump); the node's poller (LOCAL_RANK 0)
  *            turns its ring files into post-mortem dumps in the dump directory, and the
  *            verdict names rank 3 from them ("only its post-mortem ring file is left").
+ *   slowsalvage  "killed" with ring files in node memory, NCCL_WATCHDOG_VERDICT_WAIT=1s and a
+ *            salvage that takes 4 s (the analyzer, a script, sleeps first when given --salvage: a
+ *            nice-19 child on a loaded node): the poller's salvage-1-*.pending keeps the verdict's
+ *            settle waiting, and the line still names rank 3 from its ring file, never "left no
+ *            dump" (before: the settle ended at 1 s without it, as nodes' skew_killed did in CI).
  *   forged   another member of the shared directory planted, before the job, verdict-1.txt as a
  *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
  *            (another user's when run as root, else a link): every process still logs the
@@ -155,7 +160,9 @@ static int foreign_case(void) { return !strcmp(g_case, "foreign") || !strcmp(g_c
 /* "frozen" and "foreignfrozen": process 3 stopped, ring files in node memory. */
 static int frozen_case(void) { return !strcmp(g_case, "frozen") || !strcmp(g_case, "foreignfrozen"); }
 /* Ring files in node memory, outside the dump directory. */
-static int node_rings_case(void) { return frozen_case() || !strcmp(g_case, "busy") || !strcmp(g_case, "stuckdump"); }
+static int node_rings_case(void) {
+  return frozen_case() || !strcmp(g_case, "busy") || !strcmp(g_case, "stuckdump") || !strcmp(g_case, "slowsalvage");
+}
 /* "saver" and "saverquiet": three resumed checkpoint stalls before the real hang. */
 static int saver_case(void) { return !strcmp(g_case, "saver") || !strcmp(g_case, "saverquiet"); }
 /* The cases where process 3 answers nothing and the analyzer is run by hand. */
@@ -166,7 +173,7 @@ static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
                                       "slowpoll", "stopped", "frozen", "foreignfrozen", "superseded",
-                                      "torndown", "busy", "late", "stuckdump"};
+                                      "torndown", "busy", "late", "stuckdump", "slowsalvage"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -575,6 +582,7 @@ static void case_killed(pid_t *pids) {
             "the poller did not salvage the dead process's ring files");
   free(t);
   WDH_CHECK(wdh_list_dumps(g_dir, "postmortem", NULL, 0) >= 1, "no post-mortem dump in the dump directory");
+  WDH_CHECK(count_files("salvage-") == 0, "the salvage's .pending mark was left in the dump directory");
 }
 
 static void case_aborted(void) {
@@ -799,12 +807,14 @@ static void case_superseded(void) {
 }
 
 /* An analyzer that takes a minute over episode 1 (its process group is what a stop kills). */
-static void slow_analyzer(char *path, size_t len) {
+/* The analyzer behind a script that sleeps secs first when its arguments hold pattern (a shell
+ * case pattern). */
+static void slow_analyzer(char *path, size_t len, const char *pattern, int secs) {
   snprintf(path, len, "%s/slow-analyzer.sh", g_dir);
   FILE *f = fopen(path, "w");
   WDH_CHECK(f != NULL, "cannot write %s", path);
   if (!f) return;
-  fprintf(f, "#!/bin/sh\ncase \" $* \" in *\" --episode=1 \"*) sleep 60 ;; esac\nexec '%s' \"$@\"\n",
+  fprintf(f, "#!/bin/sh\ncase \" $* \" in %s) sleep %d ;; esac\nexec '%s' \"$@\"\n", pattern, secs,
           getenv("WDH_ANALYZER"));
   fclose(f);
   chmod(path, 0700);
@@ -868,7 +878,11 @@ int main(int argc, char **argv) {
   if (unanswered_case()) setenv("NCCL_WATCHDOG_PEER_DUMPS", "0", 1);
   if (!strcmp(g_case, "missing")) setenv("NCCL_WATCHDOG_ANALYZER", "/nonexistent/nccl-watchdog-analyze", 1);
   char slow[4200];
-  if (!strcmp(g_case, "superseded")) slow_analyzer(slow, sizeof slow);
+  if (!strcmp(g_case, "superseded")) slow_analyzer(slow, sizeof slow, "*\" --episode=1 \"*", 60);
+  if (!strcmp(g_case, "slowsalvage")) {
+    slow_analyzer(slow, sizeof slow, "*\" --salvage=\"*", 4);
+    setenv("NCCL_WATCHDOG_VERDICT_WAIT", "1s", 1);
+  }
   char self[4096], hook[8400];
   ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
   self[sl > 0 ? sl : 0] = '\0';
@@ -919,7 +933,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "foreign")) case_foreign();
   else if (!strcmp(g_case, "flood")) case_flood();
   else if (!strcmp(g_case, "missing")) case_missing();
-  else if (!strcmp(g_case, "killed")) case_killed(pids);
+  else if (!strcmp(g_case, "killed") || !strcmp(g_case, "slowsalvage")) case_killed(pids);
   else if (!strcmp(g_case, "aborted")) case_aborted();
   else if (!strcmp(g_case, "routine")) case_routine();
   else if (!strcmp(g_case, "superseded")) case_superseded();

@@ -23,6 +23,9 @@
  *              same SLURM_JOB_ID, SLURM_RESTART_COUNT=1, and hangs on rank 1.
  * Each with its healthy twin (inprocessok, quorumok, replacedok, requeueok): incarnation 1 reads
  * OK.
+ * The automatic verdict too (the line every process of an episode logs, verdict-<K>.txt's first):
+ * an episode of incarnation 1 names its culprit by global rank and host, AllReduce seq 5, and
+ * none is made in a healthy incarnation 1; incarnation 0's episode names rank 3.
  */
 #include <signal.h>
 #include <stdint.h>
@@ -110,6 +113,39 @@ static void new_process_main(int rank, int fd) {
   for (;;) pause();
 }
 
+/* The newest automatic verdict whose line is about comm (its id in the line): 1 and the line. */
+static int verdict_of(const char *dir, uint64_t comm, char *out, size_t len) {
+  char id[32], line[4096];
+  snprintf(id, sizeof id, "0x%016llx", (unsigned long long)comm);
+  int found = 0;
+  for (unsigned k = 1; k <= 8; k++)
+    if (wdh_verdict_line(dir, k, 0, line, sizeof line) && strstr(line, id)) {
+      found = 1;
+      if (out) snprintf(out, len, "%s", line);
+    }
+  return found;
+}
+
+/* What the job logged: incarnation 1's culprit (hang) or no verdict about it (healthy);
+ * incarnation 0's episode named rank 3 when it was judged. */
+static void check_automatic(const char *dir, int culprit) {
+  static const char *const host1[] = {NULL, NULL, "node-a", "node-c"}; /* culprit rank 1's host */
+  char line[4096], want[128];
+  int got = verdict_of(dir, COMM1, line, sizeof line);
+  if (g_hang) {
+    snprintf(want, sizeof want, "rank %d never entered AllReduce seq 5 (global rank %d on host %s", culprit, culprit,
+             host1[g_kind] ? host1[g_kind] : "");
+    WDH_CHECK(got && strstr(line, want) && strstr(line, "HANG") && !strstr(line, "no dump"),
+              "incarnation 1's automatic verdict: \"%s\" should name rank %d (%s...)", got ? line : "(none)",
+              culprit, want);
+  } else {
+    WDH_CHECK(!got, "an automatic verdict about healthy incarnation 1: %s", line);
+  }
+  if (verdict_of(dir, COMM0, line, sizeof line))
+    WDH_CHECK(strstr(line, "rank 3 never entered AllReduce seq 5 (global rank 3"),
+              "incarnation 0's automatic verdict: \"%s\" should name rank 3", line);
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "inprocess";
   static const char *const names[] = {"inprocess", "quorum", "replaced", "requeue"};
@@ -127,6 +163,8 @@ int main(int argc, char **argv) {
   char *dir = wdh_scenario_dir("incarnation", "1s", "100ms");
   g_dir = dir;
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
+  setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
+  setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
   pid_t pids[NR];
   int n1 = g_kind == K_QUORUM ? NR - 1 : g_kind == K_REQUEUE ? 2 : NR, culprit = g_kind == K_QUORUM ? 2 : 1;
   if (g_kind == K_REPLACED || g_kind == K_REQUEUE) {
@@ -158,7 +196,10 @@ int main(int argc, char **argv) {
     wdh_wait_dumps(dir, "signal", n1, 8000);
     wdh_sleep_ms(300);
   }
+  if (g_hang) /* the automatic verdict of incarnation 1's episode, once its dumps are in */
+    for (int i = 0; i < 100 && !verdict_of(dir, COMM1, NULL, 0); i++) wdh_sleep_ms(100);
   wdh_kill_ranks(pids, NR);
+  check_automatic(dir, culprit);
   char line[4096], want[64];
   wdh_analyzer_first_line(dir, "", line, sizeof line);
   snprintf(want, sizeof want, "rank %d never entered AllReduce seq 5", culprit);

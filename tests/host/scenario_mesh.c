@@ -16,7 +16,8 @@
  *            The verdict: rank 2 of tp0, global rank 2 (its world rank, not the process's RANK 0),
  *            on hosta, GPU 2; the data-parallel waits are not blamed on hostb's network.
  *   healthy  its twin: every collective completes; OK.
- * The automatic verdict waits for the two processes (WORLD_SIZE=2), not for 8.
+ * The automatic verdict (verdict-1.txt, the line every process logs) names the same, and waits for
+ * the two processes (WORLD_SIZE=2: "2 of 2 dumps" in verdict-1.log), not for 8.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -95,16 +96,31 @@ static int run(const char *az) {
   char *dir = wdh_scenario_dir(g_hang ? "mesh" : "meshok", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
   setenv("NCCL_WATCHDOG_GPU_EVENTS", "0", 1); /* the device only: NCCL's events decide */
+  setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
+  setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
   pid_t pids[2];
   WDH_CHECK(wdh_fork_ranks(2, mesh_main, pids) == 2, "processes not ready");
+  char line[4096];
   if (g_hang) {
     WDH_CHECK(wdh_wait_dumps(dir, NULL, 2, 10000) >= 2, "not a dump from both processes");
-    wdh_sleep_ms(1500);
+    /* Within the settle's 10 s only if it counts processes (2), not ranks (8). */
+    WDH_CHECK(wdh_verdict_line(dir, 1, 9000, line, sizeof line), "no automatic verdict within 9 s");
+    WDH_CHECK(strstr(line, "rank 2 of tp0") && strstr(line, "global rank 2 on") && strstr(line, "hosta") &&
+                  strstr(line, "AllReduce seq 3") && !strstr(line, "network"),
+              "the automatic verdict does not name rank 2 of tp0, global rank 2 on hosta, AllReduce "
+              "seq 3: %s", line);
+    char log[4200];
+    snprintf(log, sizeof log, "%s/verdict-1.log", dir);
+    char *t = wdh_read_file(log, NULL);
+    WDH_CHECK(t && strstr(t, " of 2 dumps"), "the settle did not wait for 2 processes: %s", t ? t : "(no log)");
+    free(t);
+    wdh_sleep_ms(500);
   } else {
     wdh_sleep_ms(2500);
     WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for a healthy mesh");
     for (int i = 0; i < 2; i++) kill(pids[i], SIGUSR1);
     WDH_CHECK(wdh_wait_dumps(dir, "signal", 2, 5000) == 2, "no snapshot of both processes");
+    WDH_CHECK(!wdh_verdict_line(dir, 1, 0, line, sizeof line), "a verdict of a healthy mesh: %s", line);
   }
   wdh_kill_ranks(pids, 2);
   char first[4096];

@@ -425,19 +425,49 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
   return n + (long)npids;
 }
 
+/* Salvages of dead processes' ring files under way for the episode: salvage-<k>-<host>-<pid>.pending
+ * in an input directory (autoverdict.c, av_salvage), regular files of this user, from the last
+ * ten minutes. A node's poller makes one before its salvage starts and removes it once the
+ * post-mortems are written: a rank SIGKILLed on a loaded node is then judged by its ring file,
+ * not taken for one that left nothing. */
+static int salvage_pending(const args *a) {
+  if (a->episode < 0) return 0;
+  char prefix[40];
+  int plen = snprintf(prefix, sizeof prefix, "salvage-%ld-", a->episode);
+  time_t oldest = time(NULL) - 600;
+  int n = 0;
+  for (int i = 0; i < a->ninputs; i++) {
+    DIR *d = opendir(a->inputs[i]);
+    if (!d) continue;
+    struct dirent *e;
+    struct stat st;
+    while ((e = readdir(d)) != NULL)
+      if (!strncmp(e->d_name, prefix, (size_t)plen) && ends_with(e->d_name, strlen(e->d_name), ".pending") &&
+          fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+          st.st_uid == geteuid() && st.st_mtime >= oldest)
+        n++;
+    closedir(d);
+  }
+  return n;
+}
+
 /* --settle: the plugin's automatic verdict waits here for the episode's dumps, out of the job's
- * processes (which may be ending: PyTorch's teardown). */
+ * processes (which may be ending: PyTorch's teardown), and for the salvages under way. */
 static void settle(const args *a, double read_until) {
   double until = now_s() + a->settle_s;
   if (read_until > 0 && read_until < until) until = read_until; /* the rest is for reading */
+  /* A salvage under way is waited for past the settle, not past the reading's share. */
+  double hard = read_until > 0 ? read_until : until + 30;
   for (;;) {
     long n = 0;
     for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms);
-    if (n >= a->settle_n || now_s() >= until) {
+    double t = now_s();
+    int pending = (n >= a->settle_n || t >= until) && t < hard ? salvage_pending(a) : 0;
+    if ((n >= a->settle_n || t >= until) && !pending) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
       return;
     }
-    double left = until - now_s(), step = left < 0.5 ? left : 0.5;
+    double left = (pending ? hard : until) - t, step = left < 0.5 ? left : 0.5;
     struct timespec ts = {0, step > 0 ? (long)(step * 1e9) : 0};
     nanosleep(&ts, NULL);
   }

@@ -1333,9 +1333,33 @@ static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size
             wd_az_secs(b->op->wait.since_ms, sb, sizeof sb), wd_az_s(b->op->wait.state));
 }
 
+/* " (global rank 3 on host node002)": where the culprits of the first line run, said in the
+ * line itself (a job's log keeps only that line); "" for a rank that left no dump. At most 4. */
+static void culprit_where(const wd_az_set *set, const wd_az_comm *c, int reason, char *out, size_t len) {
+  size_t pos = 0;
+  int k = 0;
+  out[0] = '\0';
+  for (int i = 0; i < c->nsus && k < 4; i++) {
+    const wd_az_suspect *s = &c->sus[i];
+    if (!s->culprit || s->reason != reason || !s->cr) continue;
+    int grank = wd_az_global_rank(set, s->cr);
+    char g[32] = "";
+    if (grank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", grank);
+    int w = snprintf(out + pos, len - pos, "%s%shost %s", k ? ", " : " (", g,
+                     wd_az_s(wd_az_dump_of(set, s->cr)->host));
+    if (w < 0 || (size_t)w >= len - pos - 1) {
+      out[pos] = '\0';
+      break;
+    }
+    pos += (size_t)w, k++;
+  }
+  if (k) wd_az_fmt(out + pos, len - pos, ")");
+}
+
 static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, int n) {
-  char h[256], who[300], wait[300], secs[32];
+  char h[256], who[300], wait[300], secs[32], where[200];
   head(c, "HANG", h, sizeof(h));
+  culprit_where(set, c, c->sus[0].reason, where, sizeof where);
   rank_list(tmp, n, who, sizeof(who));
   rank_list(c->waiting, c->nwaiting, wait, sizeof(wait));
   wd_az_secs(c->stalled_ms, secs, sizeof(secs));
@@ -1345,18 +1369,18 @@ static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, in
   switch (s->reason) {
   case WD_AZ_NOT_ENTERED:
     if (n == 1 && s->op) /* in it, but queued behind another communicator's (stream order) */
-      wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s; %s %s waiting in it (stalled %s s).", h,
-                s->rank, s->detail, wait, are, secs);
+      wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s%s; %s %s waiting in it (stalled %s s).", h,
+                s->rank, s->detail, where, wait, are, secs);
     else
       wd_az_fmt(c->summary, sizeof(c->summary),
-                "%s: %s never entered %s seq %" PRId64 "; %s %s waiting in it (stalled %s s).", h,
-                who, F, c->stuck_seq, wait, are, secs);
+                "%s: %s never entered %s seq %" PRId64 "%s; %s %s waiting in it (stalled %s s).", h,
+                who, F, c->stuck_seq, where, wait, are, secs);
     break;
   case WD_AZ_MISMATCH:
   case WD_AZ_ARGS_MISMATCH:
   case WD_AZ_DIED:
-    wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d %s; %s %s waiting in %s seq %" PRId64
-             " (%s; stalled %s s).", h, s->rank, s->detail, wait, are, F, c->stuck_seq,
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d %s%s; %s %s waiting in %s seq %" PRId64
+             " (%s; stalled %s s).", h, s->rank, s->detail, where, wait, are, F, c->stuck_seq,
              s->reason == WD_AZ_DIED ? "died" : s->reason == WD_AZ_MISMATCH ? "mismatch"
                                                                            : "argument mismatch",
              secs);
@@ -1369,13 +1393,13 @@ static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, in
     break;
   }
   case WD_AZ_NETWORK_STALL:
-    wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s; %s %s waiting in it (stalled %s s).",
-             h, s->rank, s->detail, wait, are, secs);
+    wd_az_fmt(c->summary, sizeof(c->summary), "%s: rank %d: %s%s; %s %s waiting in it (stalled %s s).",
+             h, s->rank, s->detail, where, wait, are, secs);
     break;
   default:
     wd_az_fmt(c->summary, sizeof(c->summary),
-             "%s: %s %s; %s %s waiting in %s seq %" PRId64 " (stalled %s s).", h, who,
-             n == 1 ? s->detail : "left no dump", wait, are, F, c->stuck_seq, secs);
+             "%s: %s %s%s; %s %s waiting in %s seq %" PRId64 " (stalled %s s).", h, who,
+             n == 1 ? s->detail : "left no dump", where, wait, are, F, c->stuck_seq, secs);
   }
 }
 
