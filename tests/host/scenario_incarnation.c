@@ -67,13 +67,17 @@ static void same_process_main(int rank, int fd) {
   /* The fault is seen (PyTorch's or the wrapper's timeout), after the plugin's dumps. */
   wdh_sleep_ms(2500);
   /* ncclCommAbort: commReclaim, then commFree calls ncclProfilerPluginFinalize (init.cc) with
-   * work in flight; the plugin's last communicator gone, its watchdog stops. */
+   * work in flight; the plugin's last communicator gone, its watchdog stops, and NCCL closes the
+   * library (plugin/profiler.cc ncclProfilerPluginUnload: the reference count at 0) and opens it
+   * again at the next communicator's init (ncclProfilerPluginLoad). */
   wdh_comm_finalize(&c);
+  wdh_unload(&p);
   int n = g_kind == K_QUORUM ? NR - 1 : NR;
   if (rank >= n) {
     for (;;) pause(); /* the replica that left the quorum lives on, outside it */
   }
   wdh_sleep_ms(200);
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
   /* The new process group: a new unique id, so a new commHash (init.cc getHash), same name. */
   wdh_comm_init(&c, &p, COMM1, "default_pg", 1, n, rank);
   wdh_run_ops(&c, NULL, &cfg, 5);
