@@ -325,11 +325,14 @@ static int wd_fold_expired(uint64_t now) {
 }
 
 /* Whom an episode's verdict waits for (autoverdict.h): the communicators (the stalled ones, or
- * all of this process's at a teardown) and how many processes hold their ranks. WORLD_SIZE,
- * when the launcher set it, counts processes (torchrun, the frameworks' Slurm paths); else a
- * communicator of N ranks of which this process holds k (JAX, TensorFlow and `nccl-tests -g`
- * drive several GPUs from one process) has N/k processes, rounded up: the ranks are spread
- * alike, as those launchers do. */
+ * all of this process's at a teardown) and how many processes hold their ranks. A communicator
+ * of N ranks of which this process holds k (JAX, TensorFlow and `nccl-tests -g` drive several
+ * GPUs from one process) has N/k processes, rounded up: the ranks are spread alike, as those
+ * launchers do. WORLD_SIZE, when the launcher set it, counts the processes of the job when it is
+ * more (torchrun, the frameworks' Slurm paths: a stall in a small communicator still waits for
+ * every process, the root may be elsewhere); it is less under torchft, whose replica groups each
+ * run a torchrun of their own (WORLD_SIZE 1 with one process a group), while the quorum's
+ * communicator spans the groups. */
 static void wd_who(const wd_stall *st, uint32_t n, wd_av_who *who) {
   memset(who, 0, sizeof *who);
   const char *ws = getenv("WORLD_SIZE");
@@ -356,7 +359,7 @@ static void wd_who(const wd_stall *st, uint32_t n, wd_av_who *who) {
     if (p > procs) procs = p;
   }
   pthread_mutex_unlock(&wd_store.lock);
-  who->processes = world > 0 && world < (1L << 24) ? (int)world : procs;
+  who->processes = world > procs && world < (1L << 24) ? (int)world : procs;
 }
 
 static void wd_check_stalls(uint64_t now) {

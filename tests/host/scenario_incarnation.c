@@ -12,7 +12,12 @@
  *   quorum     torchft (pytorch/torchft: a quorum per step; a replica that leaves is left out of
  *              the communicators made again): replica 3 leaves (its process lives on, idle), the
  *              other three abort theirs and make a 3-rank one; incarnation 1 hangs on rank 2, which
- *              has a dump: it is named, never "left no dump".
+ *              has a dump: it is named, never "left no dump". Each replica group is a torchrun of
+ *              its own, as torchft's examples launch them (`torchrun --nnodes=1 --nproc_per_node=1`
+ *              per group, REPLICA_GROUP_ID and NUM_REPLICA_GROUPS set by hand): RANK 0, LOCAL_RANK
+ *              0 and WORLD_SIZE 1 in every process. The global rank is then the replica's rank in
+ *              the quorum's communicator, never RANK (0 for all), and the automatic verdict waits
+ *              for the communicator's processes, not for WORLD_SIZE's one.
  *   replaced   torchrun after a node was replaced: the new node's agent starts its restart count
  *              at 0 (torch/distributed/elastic/agent/server/api.py), so incarnation 1's ranks 2
  *              and 3 say TORCHELASTIC_RESTART_COUNT=0 like incarnation 0's, ranks 0 and 1 say 1;
@@ -52,7 +57,15 @@ static void hang_but(wdh_comm *c, int victim, int rank) {
 
 /* One process through both incarnations (inprocess, quorum): abort, then new communicators. */
 static void same_process_main(int rank, int fd) {
-  wdh_launcher_env(rank, -1, NR);
+  if (g_kind == K_QUORUM) { /* a torchrun per replica group (torchft's examples/README) */
+    char g[8];
+    snprintf(g, sizeof g, "%d", rank);
+    wdh_launcher_env(0, 0, 1);
+    setenv("REPLICA_GROUP_ID", g, 1);
+    setenv("NUM_REPLICA_GROUPS", "4", 1);
+  } else {
+    wdh_launcher_env(rank, -1, NR);
+  }
   setenv("TORCHELASTIC_RESTART_COUNT", "0", 1);
   wdh_plugin p;
   if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);

@@ -683,6 +683,36 @@ static size_t live_rings_keep(wd_az_set *set) {
   return aside;
 }
 
+static int cmp_grank(const void *a, const void *b) {
+  int x = g_sort_set->dumps[*(const size_t *)a].global_rank, y = g_sort_set->dumps[*(const size_t *)b].global_rank;
+  return (x > y) - (x < y);
+}
+
+/* The judged incarnation's processes that give one RANK between them (torchft runs a torchrun
+ * per replica group: RANK 0 in each; two jobs' launchers told apart by nothing else): their RANK
+ * names no rank of the job, and the global rank is taken from their world communicator instead
+ * (wd_az_global_rank). A process's several dumps are one process. */
+static void shared_ranks(wd_az_set *set) {
+  size_t n = 0, *ix = malloc((set->ndumps ? set->ndumps : 1) * sizeof(*ix));
+  if (!ix) return;
+  for (size_t i = 0; i < set->ndumps; i++) {
+    set->dumps[i].rank_shared = 0;
+    if (set->dumps[i].kept && !set->dumps[i].aside && set->dumps[i].global_rank >= 0) ix[n++] = i;
+  }
+  g_sort_set = set;
+  qsort(ix, n, sizeof(*ix), cmp_grank);
+  for (size_t a = 0, b; a < n; a = b) {
+    int several = 0;
+    const wd_az_dump *x = &set->dumps[ix[a]];
+    for (b = a + 1; b < n && set->dumps[ix[b]].global_rank == x->global_rank; b++) {
+      const wd_az_dump *y = &set->dumps[ix[b]];
+      several |= x->host != y->host || x->pid != y->pid || !same_process(x, y);
+    }
+    for (size_t k = a; several && k < b; k++) set->dumps[ix[k]].rank_shared = 1;
+  }
+  free(ix);
+}
+
 void wd_az_select(wd_az_set *set, int all_dumps) {
   adopt_identity(set);
   size_t *idx = malloc((set->ncranks ? set->ncranks : 1) * sizeof(*idx));
@@ -763,4 +793,5 @@ void wd_az_select(wd_az_set *set, int all_dumps) {
     if (!has[i] && !(set->dumps[i].aside && !all_dumps)) set->dumps[i].kept = 1;
   free(has);
   free(idx);
+  if (!all_dumps) shared_ranks(set);
 }

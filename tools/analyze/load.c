@@ -819,7 +819,7 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
 }
 
 /* Whether the process holds several ranks of one communicator (JAX, TensorFlow, nccl-tests -g),
- * and then its world communicator: the largest it holds that spans more ranks than it does
+ * and its world communicator: the largest it holds that spans more ranks than it does
  * (wd_az_global_rank). Once per dump, O(k log k) in its communicator ranks. */
 typedef struct held_comm {
   uint64_t id;
@@ -832,6 +832,7 @@ static int cmp_held(const void *a, const void *b) {
 static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
   d->world_comm = 0;
   d->multi_rank = 0;
+  if (d->ncranks == 1 && set->cranks[d->crank0].nranks > 1) d->world_comm = set->cranks[d->crank0].comm_id;
   if (d->ncranks < 2) return;
   held_comm *h = malloc(d->ncranks * sizeof *h);
   if (!h) return;
@@ -845,7 +846,6 @@ static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
     d->multi_rank |= j - i > 1;
     if (h[i].nranks > (int)(j - i) && h[i].nranks > best) best = h[i].nranks, d->world_comm = h[i].id;
   }
-  if (!d->multi_rank) d->world_comm = 0;
   free(h);
 }
 

@@ -223,7 +223,10 @@ typedef struct wd_az_dump {
   int64_t min_t;       /* earliest record time (ns, <= 0) of any ring */
   size_t crank0, ncranks; /* its communicator ranks: cranks[crank0 .. crank0+ncranks) */
   int multi_rank;       /* it holds several ranks of one communicator */
-  uint64_t world_comm;  /* then: its largest communicator spanning other processes, 0 none */
+  /* Its RANK is another process's too in the judged incarnation (torchft: a torchrun per replica
+   * group, RANK 0 in each): RANK names no rank of the job (wd_az_select). */
+  int rank_shared;
+  uint64_t world_comm;  /* its largest communicator spanning other processes, 0 none */
   int kept;
   int aside; /* of another incarnation, episode or superseded communicator than the judged */
   int finalized; /* a ring file whose communicator was finalized or aborted (history) */

@@ -32,15 +32,18 @@ const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr) {
 
 int wd_az_global_rank(const wd_az_set *set, const wd_az_crank *cr) {
   const wd_az_dump *d = wd_az_dump_of(set, cr);
-  if (!d->multi_rank) return d->global_rank;
-  if (!d->world_comm || cr->cuda_dev < 0) return -1;
+  if (!d->multi_rank && !d->rank_shared) return d->global_rank;
+  /* RANK names the process, or other processes too: the rank in the world communicator, on the
+   * same GPU where the process holds several. */
+  if (!d->world_comm || (d->multi_rank && cr->cuda_dev < 0)) return -1;
   if (d->world_comm == cr->comm_id) return cr->rank;
   const wd_az_crank *hit = NULL;
   int nhit = 0;
   for (size_t i = 0; i < d->ncranks; i++) {
     const wd_az_crank *w = &set->cranks[d->crank0 + i];
-    if (w->comm_id != d->world_comm || w->cuda_dev != cr->cuda_dev) continue;
-    if (cr->gpu_uuid && w->gpu_uuid && w->gpu_uuid != cr->gpu_uuid) continue;
+    if (w->comm_id != d->world_comm) continue;
+    if (d->multi_rank && (w->cuda_dev != cr->cuda_dev || (cr->gpu_uuid && w->gpu_uuid && w->gpu_uuid != cr->gpu_uuid)))
+      continue;
     hit = w, nhit++;
   }
   return nhit == 1 ? hit->rank : -1;
