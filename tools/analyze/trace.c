@@ -365,7 +365,9 @@ static void emit_comm(tw *w, const cJSON *c, int index) {
 
 static void emit_dump(tw *w, const wd_az_dump *d, const cJSON *root) {
   char pname[160];
-  if (d->global_rank >= 0)
+  /* RANK only where it names this process's rank alone (wd_az_global_rank: not for a process of
+   * several ranks, nor one whose RANK another process gives too). */
+  if (d->global_rank >= 0 && !d->multi_rank && !d->rank_shared)
     snprintf(pname, sizeof(pname), "global rank %d (%.100s:%d)", d->global_rank, wd_az_s(d->host), d->pid);
   else
     snprintf(pname, sizeof(pname), "%.100s:%d", wd_az_s(d->host), d->pid);
