@@ -16,6 +16,12 @@
  *            The verdict: rank 2 of tp0, global rank 2 (its world rank, not the process's RANK 0),
  *            on hosta, GPU 2; the data-parallel waits are not blamed on hostb's network.
  *   healthy  its twin: every collective completes; OK.
+ *   single   nccl-tests -g 4 (one process, one communicator of its four GPUs: init.cc
+ *            ncclCommInitAll; each iteration one group over the four ranks, common.cu): GPU 2's
+ *            AllReduce seq 2 is enqueued and never reached (its stream held by a kernel outside
+ *            NCCL that never ends), GPUs 0, 1, 3 wait inside it; the GPU's own events tell. The job is this process: the global rank is the
+ *            communicator's rank, 2 on hosta, never RANK's 0 for all four.
+ *   singleok its twin: OK.
  * The automatic verdict (verdict-1.txt, the line every process logs) names the same, and waits for
  * the two processes (WORLD_SIZE=2: "2 of 2 dumps" in verdict-1.log), not for 8.
  */
@@ -34,7 +40,43 @@
 #define DP(k) (0xd0d0d0d000000000ull + (k))
 #define NGPU 4
 
-static int g_hang;
+static int g_hang, g_single;
+
+/* nccl-tests -g 4 in one process (single, singleok). */
+static void single_main(int p, int fd) {
+  (void)p;
+  setenv("RANK", "0", 1); /* srun's task, one per node */
+  setenv("WORLD_SIZE", "1", 1);
+  setenv("NCCL_WATCHDOG_HOSTNAME", "hosta", 1);
+  if (wdh_fake_cuda_load() != 0) _exit(1);
+  wdh_plugin pl;
+  if (wdh_load(&pl, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm c[NGPU];
+  for (int k = 0; k < NGPU; k++) {
+    wdh_gpu_set_device(k);
+    wdh_comm_init(&c[k], &pl, WORLD, "nccl-tests", 1, NGPU, k);
+  }
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  for (int k = 0; k < NGPU; k++) wdh_run_ops(&c[k], NULL, &cfg, 2);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  for (int k = 0; k < NGPU; k++) {
+    wdh_op_cfg h = cfg;
+    wdh_op op;
+    if (!g_hang) {
+      wdh_run_ops(&c[k], NULL, &cfg, 1);
+      continue;
+    }
+    h.hang_channel = 0;
+    if (k == 2) wdh_gpu_launch(&c[k]); /* a kernel outside NCCL that never ends */
+    wdh_op_enqueue(&c[k], &h, &op);
+    if (k == 2) continue; /* GPU 2 never reaches the AllReduce */
+    wdh_op_proxy(&op);
+    wdh_op_finish(&op);
+  }
+  for (;;) pause();
+}
 
 static void mesh_main(int p, int fd) {
   char g[8];
@@ -93,15 +135,25 @@ static void mesh_main(int p, int fd) {
 }
 
 static int run(const char *az) {
-  char *dir = wdh_scenario_dir(g_hang ? "mesh" : "meshok", "1s", "100ms");
+  char *dir = wdh_scenario_dir(g_single ? "meshsingle" : g_hang ? "mesh" : "meshok", "1s", "100ms");
   setenv("NCCL_WATCHDOG_BACKTRACE", "0", 1);
-  setenv("NCCL_WATCHDOG_GPU_EVENTS", "0", 1); /* the device only: NCCL's events decide */
+  /* The mesh: the device only, NCCL's events decide. A single process's GPU 2 is told by the
+   * GPU's own events. */
+  if (!g_single) setenv("NCCL_WATCHDOG_GPU_EVENTS", "0", 1);
   setenv("NCCL_WATCHDOG_VERDICT", "1", 1);
   setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
-  pid_t pids[2];
-  WDH_CHECK(wdh_fork_ranks(2, mesh_main, pids) == 2, "processes not ready");
+  pid_t pids[2] = {0, 0};
+  int np = g_single ? 1 : 2;
+  WDH_CHECK(wdh_fork_ranks(np, g_single ? single_main : mesh_main, pids) == np, "processes not ready");
   char line[4096];
-  if (g_hang) {
+  if (g_hang && g_single) {
+    WDH_CHECK(wdh_verdict_line(dir, 1, 9000, line, sizeof line), "no automatic verdict within 9 s");
+    WDH_CHECK(strstr(line, "HANG") && strstr(line, "rank 2: its GPU never reached AllReduce seq 2") &&
+                  strstr(line, "global rank 2 on host hosta"),
+              "the automatic verdict does not name rank 2, global rank 2 on hosta, AllReduce seq 2: %s", line);
+    WDH_CHECK(!strstr(line, "global rank 0"), "RANK 0 given to a GPU: %s", line);
+    wdh_sleep_ms(300);
+  } else if (g_hang) {
     WDH_CHECK(wdh_wait_dumps(dir, NULL, 2, 10000) >= 2, "not a dump from both processes");
     /* Within the settle's 10 s only if it counts processes (2), not ranks (8). */
     WDH_CHECK(wdh_verdict_line(dir, 1, 9000, line, sizeof line), "no automatic verdict within 9 s");
@@ -118,15 +170,19 @@ static int run(const char *az) {
   } else {
     wdh_sleep_ms(2500);
     WDH_CHECK(wdh_list_dumps(dir, "stall", NULL, 0) == 0, "a stall dump for a healthy mesh");
-    for (int i = 0; i < 2; i++) kill(pids[i], SIGUSR1);
-    WDH_CHECK(wdh_wait_dumps(dir, "signal", 2, 5000) == 2, "no snapshot of both processes");
+    for (int i = 0; i < np; i++) kill(pids[i], SIGUSR1);
+    WDH_CHECK(wdh_wait_dumps(dir, "signal", np, 5000) == np, "no snapshot of every process");
     WDH_CHECK(!wdh_verdict_line(dir, 1, 0, line, sizeof line), "a verdict of a healthy mesh: %s", line);
   }
-  wdh_kill_ranks(pids, 2);
+  wdh_kill_ranks(pids, np);
   char first[4096];
   if (wdh_analyzer_first_line(dir, "", first, sizeof first)) {
     if (!g_hang) {
       WDH_CHECK(!strncmp(first, "OK", 2), "first line: %s", first);
+    } else if (g_single) {
+      WDH_CHECK(strstr(first, "rank 2: its GPU never reached AllReduce seq 2") &&
+                    strstr(first, "global rank 2 on host hosta"),
+                "by hand: \"%s\" should name rank 2 as the automatic verdict did", first);
     } else {
       WDH_CHECK(strstr(first, "rank 2 of tp0") && strstr(first, "global rank 2 on hosta"),
                 "the root is not rank 2 of tp0, global rank 2 on hosta: %s", first);
@@ -147,12 +203,12 @@ static int run(const char *az) {
         const char *host = wdh_jstr(s, "host"), *doing = wdh_jstr(s, "doing");
         double gr = wdh_jnum(s, "globalRank", -1), gpu = wdh_jnum(s, "gpu", -1);
         /* The root's GPU is in nothing: its siblings' operations are not its own. */
-        if (g_hang && gr == 2)
+        if (g_hang && !g_single && gr == 2)
           WDH_CHECK(doing && strstr(doing, "in flight: nothing"), "global rank 2 was doing: %s",
                     doing ? doing : "(none)");
         if (gr < 0 || !host) continue;
         named++;
-        bad += gr != (strcmp(host, "hosta") ? NGPU : 0) + gpu;
+        bad += gr != (strcmp(host, "hosta") ? NGPU : 0) + gpu; /* single: the communicator's rank, its GPU's */
       }
     }
     WDH_CHECK(bad == 0, "%d suspects with a global rank other than their world rank", bad);
@@ -160,13 +216,18 @@ static int run(const char *az) {
     wdh_json_free(j);
     unlink(path);
   }
-  return wdh_scenario_end(g_hang ? "scenario_mesh hang" : "scenario_mesh healthy", dir);
+  char label[48];
+  snprintf(label, sizeof label, "scenario_mesh %s%s", g_single ? "single" : g_hang ? "hang" : "healthy",
+           g_single && !g_hang ? "ok" : "");
+  return wdh_scenario_end(label, dir);
 }
 
 int main(int argc, char **argv) {
   if (!wdh_plugin_path() || !getenv("WDH_FAKE_CUDA")) return 77;
   const char *az = getenv("WDH_ANALYZER");
   if (!az || access(az, X_OK) != 0) return 77;
-  g_hang = !(argc > 1 && !strcmp(argv[1], "healthy"));
+  const char *which = argc > 1 ? argv[1] : "hang";
+  g_single = !strncmp(which, "single", 6);
+  g_hang = !strcmp(which, "hang") || !strcmp(which, "single");
   return run(az);
 }

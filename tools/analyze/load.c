@@ -330,6 +330,8 @@ static void load_op(wd_az_op *op, const cJSON *node) {
   op->kch_expected = inum(k, "expected", 0);
   op->kch_done = inum(k, "done", 0);
   if (hex(node, "userTag", &op->user_tag) != 0) op->user_tag = 0;
+  const char *ev = str(node, "evidence");
+  op->cuda_evidence = ev && strcmp(ev, "cudaEvents") == 0;
   const char *pt = str(node, "proxyThread");
   op->proxy_gone = !pt ? 0 : strcmp(pt, "exited_kernel_waiting") == 0 ? 2 : 1;
   const char *type = str(node, "type");
@@ -819,8 +821,11 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
 }
 
 /* Whether the process holds several ranks of one communicator (JAX, TensorFlow, nccl-tests -g),
- * and its world communicator: the largest it holds that spans more ranks than it does
- * (wd_az_global_rank). Once per dump, O(k log k) in its communicator ranks. */
+ * and its world communicator (wd_az_global_rank): the largest it holds that spans more ranks than
+ * it does and holds a rank of each of its GPUs (as many as in any communicator it holds: a
+ * data-parallel communicator of one GPU per process is no world); when none spans other
+ * processes (nccl-tests -g: the job is this process), the largest it holds. Once per dump,
+ * O(k log k) in its communicator ranks. */
 typedef struct held_comm {
   uint64_t id;
   int nranks;
@@ -839,13 +844,23 @@ static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
   for (size_t i = 0; i < d->ncranks; i++)
     h[i] = (held_comm){set->cranks[d->crank0 + i].comm_id, set->cranks[d->crank0 + i].nranks};
   qsort(h, d->ncranks, sizeof *h, cmp_held);
-  int best = 0;
+  int most = 0, best = 0, best_own = 0, spans = 0;
+  uint64_t own = 0;
   for (size_t i = 0, j; i < d->ncranks; i = j) {
     for (j = i + 1; j < d->ncranks && h[j].id == h[i].id; j++) {
     }
-    d->multi_rank |= j - i > 1;
-    if (h[i].nranks > (int)(j - i) && h[i].nranks > best) best = h[i].nranks, d->world_comm = h[i].id;
+    if ((int)(j - i) > most) most = (int)(j - i);
   }
+  d->multi_rank = most > 1;
+  for (size_t i = 0, j; i < d->ncranks; i = j) {
+    for (j = i + 1; j < d->ncranks && h[j].id == h[i].id; j++) {
+    }
+    spans |= h[i].nranks > (int)(j - i);
+    if ((int)(j - i) < most) continue;
+    if (h[i].nranks > most && h[i].nranks > best) best = h[i].nranks, d->world_comm = h[i].id;
+    if (h[i].nranks == most && most > best_own) best_own = most, own = h[i].id;
+  }
+  if (!spans) d->world_comm = own;
   free(h);
 }
 

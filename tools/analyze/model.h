@@ -78,6 +78,7 @@ typedef struct wd_az_op {
   double age_ms, since_ms;
   int kch_expected, kch_done, nproxy_open;
   uint64_t user_tag; /* v7: the call's userTag (which phase or step of training), 0 none */
+  int cuda_evidence; /* its status comes from its CUDA events (evidence "cudaEvents") */
   int proxy_gone;   /* proxyThread: 2 exited with the kernel known to wait (network error), 1
                        exited and nothing tells (revoke or network error), 0 running */
   wd_az_wait wait;

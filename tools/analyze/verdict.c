@@ -560,20 +560,31 @@ static void stream_order_check(const wd_az_set *set, const wd_az_opts *o, wd_az_
   for (int i = 0; i < c->nwaiting;) {
     const wd_az_crank *cr = c->by_rank[c->waiting[i]], *on = NULL;
     const wd_az_op *op = find_op(cr, c->stuck_func, c->stuck_seq);
-    const wd_az_op *ahead = op && is(op->status, "enqueued") ? ahead_on_gpu(set, cr, op, &on) : NULL;
-    wd_az_suspect *s = ahead ? add_suspect(c, cr->rank, WD_AZ_NOT_ENTERED, cr) : NULL;
+    int unreached = op && is(op->status, "enqueued");
+    const wd_az_op *ahead = unreached ? ahead_on_gpu(set, cr, op, &on) : NULL;
+    /* Its own CUDA events say its GPU has not got there while its peers' are inside and stuck:
+     * the work queued before it on its stream (outside what the plugin follows) has not ended. */
+    int busy = unreached && !ahead && op->cuda_evidence;
+    wd_az_suspect *s = ahead || busy ? add_suspect(c, cr->rank, WD_AZ_NOT_ENTERED, cr) : NULL;
     if (!s) {
       i++;
       continue;
     }
     s->op = op;
     char text[256], secs[32];
-    wd_az_op_text(ahead, text, sizeof text);
-    wd_az_fmt(s->detail, sizeof s->detail,
-              "its GPU never reached %s seq %" PRId64 ": it is queued behind %s of \"%s\" (rank %d) on the same "
-              "GPU, in flight for %s s and not finished",
-              wd_az_s(c->stuck_func), c->stuck_seq, text, wd_az_s(on->name), on->rank,
-              wd_az_secs(ahead->age_ms, secs, sizeof secs));
+    if (ahead) {
+      wd_az_op_text(ahead, text, sizeof text);
+      wd_az_fmt(s->detail, sizeof s->detail,
+                "its GPU never reached %s seq %" PRId64 ": it is queued behind %s of \"%s\" (rank %d) on the same "
+                "GPU, in flight for %s s and not finished",
+                wd_az_s(c->stuck_func), c->stuck_seq, text, wd_az_s(on->name), on->rank,
+                wd_az_secs(ahead->age_ms, secs, sizeof secs));
+    } else {
+      wd_az_fmt(s->detail, sizeof s->detail,
+                "its GPU never reached %s seq %" PRId64 " (its CUDA events, %s s after the launch): the work "
+                "queued before it on its stream has not finished (a kernel outside NCCL, or a stuck GPU)",
+                wd_az_s(c->stuck_func), c->stuck_seq, wd_az_secs(op->age_ms, secs, sizeof secs));
+    }
     c->waiting[i] = c->waiting[--c->nwaiting]; /* not waiting for its peers */
   }
 }
