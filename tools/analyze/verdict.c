@@ -1070,6 +1070,29 @@ static int p2p_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
 
 static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size_t len);
 
+/* " (global rank 3 on host node002)": where the culprits of the first line run, said in the
+ * line itself (a job's log keeps only that line); "" for a rank that left no dump. At most max. */
+static void culprit_where(const wd_az_set *set, const wd_az_comm *c, int reason, int max, char *out, size_t len) {
+  size_t pos = 0;
+  int k = 0;
+  out[0] = '\0';
+  for (int i = 0; i < c->nsus && k < max; i++) {
+    const wd_az_suspect *s = &c->sus[i];
+    if (!s->culprit || s->reason != reason || !s->cr) continue;
+    int grank = wd_az_global_rank(set, s->cr);
+    char g[32] = "";
+    if (grank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", grank);
+    int w = snprintf(out + pos, len - pos, "%s%shost %s", k ? ", " : " (", g,
+                     wd_az_s(wd_az_dump_of(set, s->cr)->host));
+    if (w < 0 || (size_t)w >= len - pos - 1) {
+      out[pos] = '\0';
+      break;
+    }
+    pos += (size_t)w, k++;
+  }
+  if (k) wd_az_fmt(out + pos, len - pos, ")");
+}
+
 static void p2p_summary(const wd_az_set *set, wd_az_comm *c) {
   char h[256], wait[300], secs[32];
   head(c, c->verdict == WD_AZ_HANG ? "HANG" : "NO VERDICT", h, sizeof(h));
@@ -1081,11 +1104,13 @@ static void p2p_summary(const wd_az_set *set, wd_az_comm *c) {
     wd_az_fmt(c->summary, sizeof(c->summary),
               "%s: %s; %s %s waiting in point-to-point operations (stalled %s s).", h, link, wait,
               c->nwaiting == 1 ? "is" : "are", secs);
-  } else if (c->verdict == WD_AZ_HANG)
+  } else if (c->verdict == WD_AZ_HANG) {
+    char where[200];
+    culprit_where(set, c, c->sus[0].reason, 1, where, sizeof where);
     wd_az_fmt(c->summary, sizeof(c->summary),
-              "%s: rank %d %s; %s %s waiting in point-to-point operations (stalled %s s).", h,
-              c->sus[0].rank, c->sus[0].detail, wait, c->nwaiting == 1 ? "is" : "are", secs);
-  else
+              "%s: rank %d %s%s; %s %s waiting in point-to-point operations (stalled %s s).", h,
+              c->sus[0].rank, c->sus[0].detail, where, wait, c->nwaiting == 1 ? "is" : "are", secs);
+  } else
     wd_az_fmt(c->summary, sizeof(c->summary),
               "%s: %s %s waiting in point-to-point operations (stalled %s s); %s.", h, wait,
               c->nwaiting == 1 ? "is" : "are", secs,
@@ -1347,33 +1372,10 @@ static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size
             wd_az_secs(b->op->wait.since_ms, sb, sizeof sb), wd_az_s(b->op->wait.state));
 }
 
-/* " (global rank 3 on host node002)": where the culprits of the first line run, said in the
- * line itself (a job's log keeps only that line); "" for a rank that left no dump. At most 4. */
-static void culprit_where(const wd_az_set *set, const wd_az_comm *c, int reason, char *out, size_t len) {
-  size_t pos = 0;
-  int k = 0;
-  out[0] = '\0';
-  for (int i = 0; i < c->nsus && k < 4; i++) {
-    const wd_az_suspect *s = &c->sus[i];
-    if (!s->culprit || s->reason != reason || !s->cr) continue;
-    int grank = wd_az_global_rank(set, s->cr);
-    char g[32] = "";
-    if (grank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", grank);
-    int w = snprintf(out + pos, len - pos, "%s%shost %s", k ? ", " : " (", g,
-                     wd_az_s(wd_az_dump_of(set, s->cr)->host));
-    if (w < 0 || (size_t)w >= len - pos - 1) {
-      out[pos] = '\0';
-      break;
-    }
-    pos += (size_t)w, k++;
-  }
-  if (k) wd_az_fmt(out + pos, len - pos, ")");
-}
-
 static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, int n) {
   char h[256], who[300], wait[300], secs[32], where[200];
   head(c, "HANG", h, sizeof(h));
-  culprit_where(set, c, c->sus[0].reason, where, sizeof where);
+  culprit_where(set, c, c->sus[0].reason, 4, where, sizeof where);
   rank_list(tmp, n, who, sizeof(who));
   rank_list(c->waiting, c->nwaiting, wait, sizeof(wait));
   wd_az_secs(c->stalled_ms, secs, sizeof(secs));
