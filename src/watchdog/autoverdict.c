@@ -372,6 +372,12 @@ static int av_salvage_start(char **argv, int argc, int fixed, av_child *c, uint6
 
 /* ---- dead processes of this node ---------------------------------------------------------- */
 
+/* The salvage ended (or this process stops): its post-mortems are in, or never will be. */
+static void av_salvage_unmark(void) {
+  if (av.salvage_mark[0]) unlink(av.salvage_mark);
+  av.salvage_mark[0] = '\0';
+}
+
 /* The node's poller turns the ring files of this node's dead processes (pid gone, not ours,
  * refreshed since this job started) into post-mortem dumps in the shared directory, once per
  * episode: the verdict then sees a rank that was SIGKILLed without an epilog. */
@@ -387,11 +393,9 @@ static void av_salvage(uint64_t now, unsigned k) {
   long long since = me.start_wall_ns ? (long long)(me.start_wall_ns / 1000000000ull) - 1 : (long long)av.watch->start_sec;
   DIR *d = opendir(av.cfg->ring_dir);
   if (!d) return;
-  char *argv[AV_SALVAGE_MAX + 4];
-  char out[WD_PATH_MAX + 96];
-  int argc = av_salvage_argv(argv, out, sizeof out);
+  int nfiles = 0;
   struct dirent *e;
-  while ((e = readdir(d)) != NULL && argc < AV_SALVAGE_MAX + 3) {
+  while ((e = readdir(d)) != NULL && nfiles < AV_SALVAGE_MAX) {
     size_t n = strlen(e->d_name);
     if (n < 6 || strcmp(e->d_name + n - 5, ".ring") != 0) continue;
     /* <host>-<pid>-<start>-<n>.ring */
@@ -401,28 +405,34 @@ static void av_salvage(uint64_t now, unsigned k) {
     struct stat st;
     if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
     if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || st.st_mtime < since) continue;
-    snprintf(av_paths[argc - 3], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, e->d_name);
-    argv[argc] = av_paths[argc - 3];
-    argc++;
+    snprintf(av_paths[nfiles++], sizeof av_paths[0], "%s/%s", av.cfg->ring_dir, e->d_name);
   }
   closedir(d);
-  int n = av_salvage_start(argv, argc, 3, &av.salvage, now);
-  if (!n) return;
-  WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
-          "post-mortem dumps in %s", k, n, av.dir);
-  /* Best effort: without it the verdict waits NCCL_WATCHDOG_VERDICT_WAIT, as before. */
+  if (!nfiles) return;
+  /* salvage-<k>-<host>-<pid>.pending while it runs: the verdict's settle waits for it. The salvage
+   * removes it once its dumps are written (--salvage-mark), this process when it reaps the
+   * salvage; best effort: without it the verdict waits NCCL_WATCHDOG_VERDICT_WAIT, as before. */
+  char mark[WD_PATH_MAX + 200];
   snprintf(av.salvage_mark, sizeof av.salvage_mark, "%s/salvage-%u-%s-%d.pending", av.base, k, av.host,
            (int)getpid());
   int fd = open(av.salvage_mark, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd >= 0) close(fd);
   else av.salvage_mark[0] = '\0';
+  snprintf(mark, sizeof mark, "--salvage-mark=%s", av.salvage_mark);
+  char *argv[AV_SALVAGE_MAX + 5];
+  char out[WD_PATH_MAX + 96];
+  int argc = av_salvage_argv(argv, out, sizeof out);
+  if (av.salvage_mark[0]) argv[argc++] = mark;
+  int fixed = argc;
+  for (int i = 0; i < nfiles; i++) argv[argc++] = av_paths[i];
+  if (!av_salvage_start(argv, argc, fixed, &av.salvage, now)) {
+    av_salvage_unmark();
+    return;
+  }
+  WD_WARN("stall episode %u: %d ring file(s) of dead processes on this node turned into "
+          "post-mortem dumps in %s", k, nfiles, av.dir);
 }
 
-/* The salvage ended (or this process stops): its post-mortems are in, or never will be. */
-static void av_salvage_unmark(void) {
-  if (av.salvage_mark[0]) unlink(av.salvage_mark);
-  av.salvage_mark[0] = '\0';
-}
 
 /* ---- running processes of this node whose watchdog is silent ------------------------------ */
 

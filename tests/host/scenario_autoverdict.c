@@ -11,6 +11,9 @@
  *            process logs "verdict of stall episode 1: JOB: root cause ... global rank 3 ...",
  *            within the timeout + 15 s of the hang; NCCL_WATCHDOG_ON_VERDICT (this program,
  *            no shell) gets the files' paths and the line; the metrics file has the verdict.
+ *            A salvage mark left by a node torn down mid-salvage (salvage-1-gone-99999.pending,
+ *            the job's own) is in the directory from the start: with every process in, the
+ *            settle does not wait for it.
  *   missing  NCCL_WATCHDOG_ANALYZER names nothing: one WARN, dumps as before, no verdict.
  *   resumed  a rank whose AllReduce stalls past the timeout and then completes: "progress
  *            resumed after" in its log, verdict-1.resumed beside the verdict.
@@ -924,6 +927,12 @@ int main(int argc, char **argv) {
     int st = 0;
     WDH_CHECK(other > 0 && waitpid(other, &st, WUNTRACED) == other && WIFSTOPPED(st),
               "the other job's process did not stop (status 0x%x)", st);
+  }
+  if (!strcmp(g_case, "job")) { /* a stale salvage mark (see above) */
+    char mark[4200];
+    snprintf(mark, sizeof mark, "%s/salvage-1-gone-99999.pending", dir);
+    FILE *f = fopen(mark, "w");
+    WDH_CHECK(f && fclose(f) == 0, "cannot write %s", mark);
   }
   g_barrier = wdh_tempdir("autoverdict-barrier");
   pid_t pids[4];

@@ -36,6 +36,7 @@ typedef struct args {
   const char *trace;
   const char *html;
   const char *salvage; /* directory: turn ring files into postmortem dumps there, then exit */
+  const char *salvage_mark; /* with salvage: a file removed once the dumps are written */
   const char *out;     /* PREFIX: PREFIX.txt, .json and .html, written whole or not at all */
   const char *line;    /* FILE: the first line, published whole (an automatic verdict's) */
   long settle_n;       /* wait for this many dumps in the inputs first ... */
@@ -79,6 +80,8 @@ static void usage(FILE *f) {
           "                     of a process that still runs on this machine is written as its\n"
           "                     live state (reason \"live\"; with --episode=K, standing in for its\n"
           "                     answer to episode K)\n"
+          "  --salvage-mark=FILE with --salvage: remove FILE once the dumps are written (the\n"
+          "                     plugin's mark that a salvage is under way, which --settle waits for)\n"
           "  --all-dumps        use every dump, not only the newest per (host, pid, comm rank)\n"
           "  --incarnation=N    judge incarnation N of the job (0: the oldest in the directory;\n"
           "                     default the newest): an incarnation is the communicators made\n"
@@ -120,10 +123,11 @@ static int parse_ms(const char *opt, const char *val, double *out) {
 /* 0: run; 1: help or version printed; -1: usage error (already named on stderr). */
 static int parse_args(int argc, char **argv, args *a) {
   enum { O_JSON = 256, O_TRACE, O_SALVAGE, O_ALL, O_STALL, O_STRAG, O_TIMINGS, O_HTML, O_OUT,
-         O_SETTLE, O_SETTLE_COMMS, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE, O_MAXMEM };
+         O_SETTLE, O_SETTLE_COMMS, O_LINE, O_DEADLINE, O_ATTEMPT, O_EPISODE, O_MAXMEM, O_SALVAGE_MARK };
   static const struct option longopts[] = {
       {"json", no_argument, NULL, O_JSON},          {"trace", required_argument, NULL, O_TRACE},
       {"salvage", required_argument, NULL, O_SALVAGE}, {"all-dumps", no_argument, NULL, O_ALL},
+      {"salvage-mark", required_argument, NULL, O_SALVAGE_MARK},
       {"attempt", required_argument, NULL, O_ATTEMPT}, {"incarnation", required_argument, NULL, O_ATTEMPT}, {"episode", required_argument, NULL, O_EPISODE},
       {"stall-ms", required_argument, NULL, O_STALL},
       {"straggler-ms", required_argument, NULL, O_STRAG},
@@ -193,6 +197,7 @@ static int parse_args(int argc, char **argv, args *a) {
       break;
     }
     case O_SALVAGE: a->salvage = optarg; break;
+    case O_SALVAGE_MARK: a->salvage_mark = optarg; break;
     case O_ALL: a->opts.all_dumps = 1; break;
     case O_ATTEMPT:
     case O_EPISODE: {
@@ -454,16 +459,21 @@ static int salvage_pending(const args *a) {
 /* --settle: the plugin's automatic verdict waits here for the episode's dumps, out of the job's
  * processes (which may be ending: PyTorch's teardown), and for the salvages under way. */
 static void settle(const args *a, double read_until) {
-  double until = now_s() + a->settle_s;
+  double start = now_s(), until = start + a->settle_s;
   if (read_until > 0 && read_until < until) until = read_until; /* the rest is for reading */
-  /* A salvage under way is waited for past the settle, not past the reading's share. */
-  double hard = read_until > 0 ? read_until : until + 30;
+  /* While processes are missing, a salvage under way is waited for past the settle, by as long
+   * again (at least 10 s), within half the time left for reading: a mark whose salvage and
+   * poller both died (a node's teardown) delays the verdict, never stops it. */
+  double hard = until + (a->settle_s > 10 ? a->settle_s : 10);
+  if (read_until > 0 && hard > start + (read_until - start) / 2) hard = start + (read_until - start) / 2;
+  if (hard < until) hard = until;
   for (;;) {
     long n = 0;
     for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms);
     double t = now_s();
-    int pending = (n >= a->settle_n || t >= until) && t < hard ? salvage_pending(a) : 0;
-    if ((n >= a->settle_n || t >= until) && !pending) {
+    /* Every process in: what a salvage writes would be one of them. */
+    int pending = n < a->settle_n && t >= until && t < hard ? salvage_pending(a) : 0;
+    if (n >= a->settle_n || (t >= until && !pending)) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
       return;
     }
@@ -875,5 +885,10 @@ int main(int argc, char **argv) {
     fprintf(stderr, "try 'nccl-watchdog-analyze --help'\n");
     return EXIT_USAGE;
   }
-  return a.salvage ? salvage(&a) : run(&a);
+  if (!a.salvage) return run(&a);
+  int rc = salvage(&a);
+  /* The plugin's mark that this salvage is under way (autoverdict.c, av_salvage): the verdict
+   * waiting for it may go on. */
+  if (a.salvage_mark) unlink(a.salvage_mark);
+  return rc;
 }
