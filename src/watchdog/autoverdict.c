@@ -433,7 +433,6 @@ static void av_salvage(uint64_t now, unsigned k) {
           "post-mortem dumps in %s", k, nfiles, av.dir);
 }
 
-
 /* ---- running processes of this node whose watchdog is silent ------------------------------ */
 
 /* A ring file of this node (name in dir), as its header says, if the running process of this

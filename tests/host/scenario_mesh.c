@@ -184,7 +184,7 @@ static int run(const char *az) {
                     strstr(first, "global rank 2 on host hosta"),
                 "by hand: \"%s\" should name rank 2 as the automatic verdict did", first);
     } else {
-      WDH_CHECK(strstr(first, "rank 2 of tp0") && strstr(first, "global rank 2 on hosta"),
+      WDH_CHECK(strstr(first, "rank 2 of tp0") && strstr(first, "global rank 2 on host hosta"),
                 "the root is not rank 2 of tp0, global rank 2 on hosta: %s", first);
       WDH_CHECK(!strstr(first, "hostb") || strstr(first, "dp"), "hostb blamed: %s", first);
       WDH_CHECK(!strstr(first, "network"), "a network blamed: %s", first);

@@ -221,17 +221,11 @@ static void op_text(const wd_az_comm *c, const wd_az_crank *who, char *out, size
   else wd_az_fmt(out, len, "%s seq %lld", f, (long long)c->stuck_seq);
 }
 
-/* "(global rank 18 on node002)", or "(no dump)". */
+/* "(global rank 18 on host node002)", or "(no dump)". */
 static void short_who(const wd_az_result *res, const wd_az_suspect *s, char *out, size_t len) {
-  if (!s->cr) {
-    wd_az_fmt(out, len, "(no dump)");
-    return;
-  }
-  const wd_az_dump *d = wd_az_dump_of(res->set, s->cr);
-  int grank = wd_az_global_rank(res->set, s->cr);
-  if (grank >= 0) wd_az_fmt(out, len, "(global rank %d on %s)", grank, wd_az_s(d->host));
-  else if (s->cr->cuda_dev >= 0) wd_az_fmt(out, len, "(host %s pid %d GPU %d)", wd_az_s(d->host), d->pid, s->cr->cuda_dev);
-  else wd_az_fmt(out, len, "(host %s pid %d)", wd_az_s(d->host), d->pid);
+  char where[160] = "no dump";
+  if (s->cr) wd_az_where_text(res->set, s->cr, where, sizeof where);
+  wd_az_fmt(out, len, "(%s)", where);
 }
 
 /* Where the root's process is now: its Python line, else its main thread's top frames. */

@@ -837,14 +837,13 @@ static int cmp_held(const void *a, const void *b) {
 static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
   d->world_comm = 0;
   d->multi_rank = 0;
-  if (d->ncranks == 1 && set->cranks[d->crank0].nranks > 1) d->world_comm = set->cranks[d->crank0].comm_id;
-  if (d->ncranks < 2) return;
+  if (!d->ncranks) return;
   held_comm *h = malloc(d->ncranks * sizeof *h);
   if (!h) return;
   for (size_t i = 0; i < d->ncranks; i++)
     h[i] = (held_comm){set->cranks[d->crank0 + i].comm_id, set->cranks[d->crank0 + i].nranks};
   qsort(h, d->ncranks, sizeof *h, cmp_held);
-  int most = 0, best = 0, best_own = 0, spans = 0;
+  int most = 0, best = 0, spans = 0;
   uint64_t own = 0;
   for (size_t i = 0, j; i < d->ncranks; i = j) {
     for (j = i + 1; j < d->ncranks && h[j].id == h[i].id; j++) {
@@ -858,9 +857,9 @@ static void several_ranks(const wd_az_set *set, wd_az_dump *d) {
     spans |= h[i].nranks > (int)(j - i);
     if ((int)(j - i) < most) continue;
     if (h[i].nranks > most && h[i].nranks > best) best = h[i].nranks, d->world_comm = h[i].id;
-    if (h[i].nranks == most && most > best_own) best_own = most, own = h[i].id;
+    if (h[i].nranks == most && !own) own = h[i].id;
   }
-  if (!spans) d->world_comm = own;
+  if (!spans && d->multi_rank) d->world_comm = own;
   free(h);
 }
 

@@ -199,6 +199,14 @@ void wd_az_ident_text(const wd_az_set *set, const wd_az_crank *cr, char *out, si
   wd_az_fmt(out, len, "%shost %s%s, pid %d", g, wd_az_s(d->host), gpu, d->pid);
 }
 
+void wd_az_where_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len) {
+  const wd_az_dump *d = wd_az_dump_of(set, cr);
+  int grank = wd_az_global_rank(set, cr);
+  if (grank >= 0) wd_az_fmt(out, len, "global rank %d on host %s", grank, wd_az_s(d->host));
+  else if (cr->cuda_dev >= 0) wd_az_fmt(out, len, "host %s pid %d GPU %d", wd_az_s(d->host), d->pid, cr->cuda_dev);
+  else wd_az_fmt(out, len, "host %s pid %d", wd_az_s(d->host), d->pid);
+}
+
 static void last_text(const wd_az_crank *cr, char *out, size_t len) {
   if (!cr->nlast) {
     wd_az_fmt(out, len, "no operation in its ring");
@@ -1079,11 +1087,9 @@ static void culprit_where(const wd_az_set *set, const wd_az_comm *c, int reason,
   for (int i = 0; i < c->nsus && k < max; i++) {
     const wd_az_suspect *s = &c->sus[i];
     if (!s->culprit || s->reason != reason || !s->cr) continue;
-    int grank = wd_az_global_rank(set, s->cr);
-    char g[32] = "";
-    if (grank >= 0) wd_az_fmt(g, sizeof g, "global rank %d on ", grank);
-    int w = snprintf(out + pos, len - pos, "%s%shost %s", k ? ", " : " (", g,
-                     wd_az_s(wd_az_dump_of(set, s->cr)->host));
+    char where[160];
+    wd_az_where_text(set, s->cr, where, sizeof where);
+    int w = snprintf(out + pos, len - pos, "%s%s", k ? ", " : " (", where);
     if (w < 0 || (size_t)w >= len - pos - 1) {
       out[pos] = '\0';
       break;

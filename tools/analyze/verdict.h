@@ -118,14 +118,17 @@ void wd_az_result_free(wd_az_result *res);
 const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr);
 /* The job's global rank of communicator rank cr, -1 when it cannot be known. A process holding
  * one rank of each of its communicators: its RANK (else SLURM_PROCID). A process holding several
- * ranks of one communicator (JAX, TensorFlow, nccl-tests -g): RANK names the process, not a GPU,
- * so the rank, on the same GPU, of the largest communicator the process holds that spans more
- * than it does (the world communicator); none otherwise. */
+ * ranks of one communicator (JAX, TensorFlow, nccl-tests -g), or whose RANK another process of
+ * the judged incarnation gives too (torchft): RANK names no rank, so the rank, on the same GPU,
+ * in the process's world communicator (load.c, several_ranks); none otherwise. */
 int wd_az_global_rank(const wd_az_set *set, const wd_az_crank *cr);
 void wd_az_op_text(const wd_az_op *op, char *out, size_t len); /* "AllReduce seq 12 (stalled)" */
 void wd_az_wait_text(const wd_az_wait *w, char *out, size_t len);
 /* "global rank 451 on node-a17, GPU 3 (GPU-1a2b...), pid 7541": where a communicator rank runs. */
 void wd_az_ident_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
+/* "global rank 451 on host node-a17", else "host node-a17 pid 7541 GPU 3": the same, short (a
+ * HANG line's culprits, the job chain's steps). */
+void wd_az_where_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
 void wd_az_frames_text(const wd_az_dump *d, int max, char *out, size_t len);
 /* What a rank was doing: in-flight ops of its process, last records, main thread frames. */
 void wd_az_doing_text(const wd_az_set *set, const wd_az_crank *cr, char *out, size_t len);
