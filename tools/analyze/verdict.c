@@ -1079,24 +1079,27 @@ static int p2p_check(const wd_az_set *set, const wd_az_opts *o, wd_az_comm *c) {
 static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size_t len);
 
 /* " (global rank 3 on host node002)": where the culprits of the first line run, said in the
- * line itself (a job's log keeps only that line); "" for a rank that left no dump. At most max. */
+ * line itself (a job's log keeps only that line); "" for a rank that left no dump. At most max,
+ * then how many more the report's suspects name. */
 static void culprit_where(const wd_az_set *set, const wd_az_comm *c, int reason, int max, char *out, size_t len) {
   size_t pos = 0;
-  int k = 0;
+  int k = 0, more = 0;
   out[0] = '\0';
-  for (int i = 0; i < c->nsus && k < max; i++) {
+  for (int i = 0; i < c->nsus; i++) {
     const wd_az_suspect *s = &c->sus[i];
     if (!s->culprit || s->reason != reason || !s->cr) continue;
     char where[160];
     wd_az_where_text(set, s->cr, where, sizeof where);
-    int w = snprintf(out + pos, len - pos, "%s%s", k ? ", " : " (", where);
-    if (w < 0 || (size_t)w >= len - pos - 1) {
+    int w = k < max ? snprintf(out + pos, len - pos, "%s%s", k ? ", " : " (", where) : -1;
+    if (w < 0 || (size_t)w >= len - pos - 24) { /* room kept for the count and ")" */
       out[pos] = '\0';
-      break;
+      more++;
+      continue;
     }
     pos += (size_t)w, k++;
   }
-  if (k) wd_az_fmt(out + pos, len - pos, ")");
+  if (k && more) wd_az_fmt(out + pos, len - pos, ", %d more among the suspects)", more);
+  else if (k) wd_az_fmt(out + pos, len - pos, ")");
 }
 
 static void p2p_summary(const wd_az_set *set, wd_az_comm *c) {
@@ -1111,7 +1114,7 @@ static void p2p_summary(const wd_az_set *set, wd_az_comm *c) {
               "%s: %s; %s %s waiting in point-to-point operations (stalled %s s).", h, link, wait,
               c->nwaiting == 1 ? "is" : "are", secs);
   } else if (c->verdict == WD_AZ_HANG) {
-    char where[200];
+    char where[320];
     culprit_where(set, c, c->sus[0].reason, 1, where, sizeof where);
     wd_az_fmt(c->summary, sizeof(c->summary),
               "%s: rank %d %s%s; %s %s waiting in point-to-point operations (stalled %s s).", h,
@@ -1379,7 +1382,7 @@ static void link_text(const wd_az_set *set, const wd_az_comm *c, char *out, size
 }
 
 static void hang_summary(const wd_az_set *set, wd_az_comm *c, const int *tmp, int n) {
-  char h[256], who[300], wait[300], secs[32], where[200];
+  char h[256], who[300], wait[300], secs[32], where[320];
   head(c, "HANG", h, sizeof(h));
   culprit_where(set, c, c->sus[0].reason, 4, where, sizeof where);
   rank_list(tmp, n, who, sizeof(who));
