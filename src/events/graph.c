@@ -16,6 +16,9 @@ static _Atomic uint32_t wd_counter_hint;
 /* User objects whose destructor has not run yet: the library must stay mapped while any is
  * (graph.h, wd_graphs_pending). */
 static _Atomic long wd_user_objects;
+/* Odd while a destructor is marking its counter gone: a watchdog pass that saw it change knows
+ * a counter may have turned gone after it passed some of that graph's slots (wd_graphs_poll). */
+static _Atomic uint64_t wd_gone_seq;
 
 /* A free counter, or WD_REPLAY_COUNTERS when all are held. One pass from a rotating hint: at
  * capture, never in a replay. */
@@ -36,7 +39,9 @@ static uint32_t wd_counter_take(void) {
  * graph gone; its slots are given back by its communicator's watchdog at its next poll. */
 static void wd_graph_gone(void *arg) {
   uintptr_t i = (uintptr_t)arg;
-  if (i < WD_REPLAY_COUNTERS) atomic_store_explicit(&wd_counter_state[i], WD_CTR_GONE, memory_order_release);
+  atomic_fetch_add(&wd_gone_seq, 1);
+  if (i < WD_REPLAY_COUNTERS) atomic_store(&wd_counter_state[i], WD_CTR_GONE);
+  atomic_fetch_add(&wd_gone_seq, 1);
   atomic_fetch_sub_explicit(&wd_user_objects, 1, memory_order_acq_rel);
 }
 
@@ -311,27 +316,56 @@ void wd_graph_truth_of(wd_graphs *g, uint32_t i, uint64_t r, wd_graph_truth *t) 
   }
 }
 
-uint32_t wd_graphs_poll(wd_graphs *g, uint64_t now) {
-  if (!g->on) return 0;
-  uint32_t n = atomic_load_explicit(&g->used, memory_order_acquire);
-  if (n == 0) return 0;
-  const wd_cuda *cu = g->cu;
-  int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
+/* Gives back the slots whose graph's counter is gone; counts them. A slot already given back by
+ * an earlier pass whose counter is not free yet counts too, so that the caller settles it. */
+static uint32_t wd_graphs_mark_gone(wd_graphs *g, uint32_t n) {
   uint32_t gone = 0;
   for (uint32_t i = 0; i < n; i++) {
     wd_glaunch *s = &g->slot[i];
     uint32_t armed = atomic_load_explicit(&s->armed, memory_order_acquire);
-    if ((armed == 1 || armed == 2) && s->counter < WD_REPLAY_COUNTERS &&
-        atomic_load_explicit(&wd_counter_state[s->counter], memory_order_acquire) == WD_CTR_GONE) {
-      /* Its graph was destroyed: the slot is given back, and the counter once all of that
-       * graph's slots are (below). */
-      s->w_state = WD_GL_IDLE;
-      atomic_store_explicit(&s->armed, WD_SLOT_GONE, memory_order_release);
-      g->given_back++;
-      gone++;
+    if (armed == WD_SLOT_GONE && s->counter < WD_REPLAY_COUNTERS) gone++;
+    if ((armed != 1 && armed != 2) || s->counter >= WD_REPLAY_COUNTERS ||
+        atomic_load(&wd_counter_state[s->counter]) != WD_CTR_GONE)
       continue;
-    }
-    if (armed != 2) continue;
+    s->w_state = WD_GL_IDLE;
+    atomic_store_explicit(&s->armed, WD_SLOT_GONE, memory_order_release);
+    g->given_back++;
+    gone++;
+  }
+  return gone;
+}
+
+uint32_t wd_graphs_poll(wd_graphs *g, uint64_t now) {
+  if (!g->on) return 0;
+  uint32_t n = atomic_load_explicit(&g->used, memory_order_acquire);
+  if (n == 0) return 0;
+  /* Destroyed graphs first. A counter is free again only once every slot of its graph was given
+   * back, and a destructor that ran while a pass was under way may have found that pass past
+   * some of its graph's slots: such a pass is done again (a few times at most), and a pass still
+   * overtaken gives the slots back but frees no counter until a later poll. */
+  uint32_t gone = 0;
+  int clean = 0;
+  for (int tries = 0; tries < 4 && !clean; tries++) {
+    uint64_t s0 = atomic_load(&wd_gone_seq);
+    n = atomic_load_explicit(&g->used, memory_order_acquire);
+    gone = wd_graphs_mark_gone(g, n);
+    clean = !(s0 & 1) && atomic_load(&wd_gone_seq) == s0;
+  }
+  if (!clean) gone = 0;
+  for (uint32_t i = 0; gone && i < n; i++) {
+    wd_glaunch *s = &g->slot[i];
+    if (atomic_load_explicit(&s->armed, memory_order_acquire) != WD_SLOT_GONE || s->counter >= WD_REPLAY_COUNTERS)
+      continue;
+    uint8_t want = WD_CTR_GONE;
+    atomic_compare_exchange_strong_explicit(&wd_counter_state[s->counter], &want, WD_CTR_FREE, memory_order_acq_rel,
+                                            memory_order_relaxed);
+    s->counter = WD_REPLAY_COUNTERS;
+  }
+  const wd_cuda *cu = g->cu;
+  int pushed = cu->ctx_push(g->cu_ctx) == WD_CUDA_SUCCESS;
+  for (uint32_t i = 0; i < n; i++) {
+    wd_glaunch *s = &g->slot[i];
+    if (atomic_load_explicit(&s->armed, memory_order_acquire) != 2) continue;
     uint64_t c = wd_graph_counter(s->counter);
     uint8_t state;
     if (c == 0) {
@@ -352,17 +386,6 @@ uint32_t wd_graphs_poll(wd_graphs *g, uint64_t now) {
     if (state != s->w_state || c != s->w_replay) s->w_since_ns = now;
     s->w_state = state;
     s->w_replay = c;
-  }
-  /* The counters of destroyed graphs whose slots were all given back in this pass (a graph's
-   * slots are all of one communicator: its own counter). */
-  for (uint32_t i = 0; gone && i < n; i++) {
-    wd_glaunch *s = &g->slot[i];
-    if (atomic_load_explicit(&s->armed, memory_order_acquire) != WD_SLOT_GONE || s->counter >= WD_REPLAY_COUNTERS)
-      continue;
-    uint8_t want = WD_CTR_GONE;
-    atomic_compare_exchange_strong_explicit(&wd_counter_state[s->counter], &want, WD_CTR_FREE, memory_order_acq_rel,
-                                            memory_order_relaxed);
-    s->counter = WD_REPLAY_COUNTERS;
   }
   void *popped;
   if (pushed) cu->ctx_pop(&popped);

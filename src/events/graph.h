@@ -114,7 +114,8 @@ typedef struct wd_graph_truth {
 void wd_graph_truth_of(wd_graphs *g, uint32_t i, uint64_t r, wd_graph_truth *t);
 
 /* Watchdog thread, once per poll: query every armed slot and move its state; a destroyed
- * graph's slots become WD_SLOT_GONE. Returns how many did. */
+ * graph's slots become WD_SLOT_GONE and its counter free. Returns how many slots are to settle
+ * (0 while a destructor keeps overtaking the pass: they settle at a later poll). */
 uint32_t wd_graphs_poll(wd_graphs *g, uint64_t now);
 /* Then (after wd_unpin_gone): those slots are free for the next capture. */
 void wd_graphs_settle(wd_graphs *g);
