@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,13 +111,66 @@ static void relay(wd_trigger_watch *w, unsigned k, const char *content) {
     create_exclusive(path, data);
 }
 
+static int heartbeat_path(char *out, size_t len, const wd_trigger_watch *w) {
+  int n = snprintf(out, len, "%s/poller-%s.alive", w->relay_dir, w->poller_key);
+  return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+/* The poller's election: a write lock on the heartbeat file, held open for the watch's life.
+ * A record lock (fcntl), not flock: it belongs to the process, so a forked child (a data loader)
+ * never keeps it after the poller died, and the kernel frees it with the process. 1: this
+ * process holds it; 0: another process does; -1: no lock to be had here (then the launcher's
+ * LOCAL_RANK decides alone, as before). The poller never opens the file again (closing any
+ * descriptor of it would let the lock go). */
+static int poller_claim(wd_trigger_watch *w) {
+  char path[WD_PATH_MAX + 96];
+  if (w->lock_held) return 1;
+  if (heartbeat_path(path, sizeof path, w) != 0) return -1;
+  int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  if (fd < 0 && errno == ENOENT && mkdir(w->relay_dir, 0700) == 0)
+    fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
+  struct stat st;
+  if (fd < 0) return -1;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+    close(fd);
+    return -1;
+  }
+  struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+  if (fcntl(fd, F_SETLK, &fl) == 0) {
+    w->lock_fd = fd;
+    w->lock_held = 1;
+    futimens(fd, NULL);
+    return 1;
+  }
+  int held = errno == EAGAIN || errno == EACCES;
+  close(fd);
+  return held ? 0 : -1;
+}
+
+void wd_trigger_watch_close(wd_trigger_watch *w) {
+  if (w->lock_held) close(w->lock_fd);
+  w->lock_held = 0;
+}
+
 void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char *relay_dir,
                            int poller, uint64_t shared_every_ns) {
   memset(w, 0, sizeof(*w));
   snprintf(w->dir, sizeof w->dir, "%s/triggers", dump_dir ? dump_dir : "");
   snprintf(w->relay_dir, sizeof w->relay_dir, "%s", relay_dir ? relay_dir : "");
   job_key(dump_dir ? dump_dir : "", w->job, sizeof w->job);
-  w->poller = poller || !w->relay_dir[0];
+  /* The poller's election is the job's on this node: the dump directory, and the Slurm job
+   * where there is one (another job of the user that reuses the dump directory on this node,
+   * stopped, would hold the lock for ever). Not the torchrun's id: replica groups differ there. */
+  {
+    const char *sj = getenv("SLURM_JOB_ID");
+    char both[WD_PATH_MAX + 64];
+    snprintf(both, sizeof both, "%s\n%s", dump_dir ? dump_dir : "", sj ? sj : "");
+    job_key(both, w->poller_key, sizeof w->poller_key);
+  }
+  w->poller = !w->relay_dir[0] || (poller && poller_claim(w) != 0);
+  if (poller && !w->poller)
+    WD_INFO("another process of this job on this node polls the shared directory (it holds the "
+            "lock of %s/poller-%s.alive): this one reads the node's relay", w->relay_dir, w->poller_key);
   /* Relay files live in node memory across jobs that reuse a dump directory: one written before
    * this watch started belongs to an earlier incarnation, whatever its episode number. */
   struct timespec now;
@@ -190,11 +244,6 @@ int wd_trigger_post_fresh(wd_trigger_watch *w, const char *json, const char *joi
   return -1;
 }
 
-static int heartbeat_path(char *out, size_t len, const wd_trigger_watch *w) {
-  int n = snprintf(out, len, "%s/poller-%s.alive", w->relay_dir, w->job);
-  return n < 0 || (size_t)n >= len ? -1 : 0;
-}
-
 /* The poller: one node-local touch per shared look. Another process: one node-local stat per
  * shared interval; a heartbeat older than three intervals (or none, once the poller had time to
  * write one) means no process of this node watches the shared directory any more. */
@@ -204,6 +253,23 @@ static void poller_liveness(wd_trigger_watch *w, uint64_t now) {
   w->next_heartbeat_ns = now + w->shared_every_ns;
   w->node_checks++;
   if (w->poller) {
+    struct stat st;
+    /* The file unlinked under us (a hand cleaning /dev/shm): the lock on it elects nobody, so
+     * this process claims the name again, and steps down if another one holds it first. */
+    if (w->lock_held && (fstat(w->lock_fd, &st) != 0 || st.st_nlink == 0)) {
+      wd_trigger_watch_close(w);
+      if (poller_claim(w) == 0) {
+        w->poller = 0;
+        w->started_ns = 0;
+        WD_INFO("another process of this job on this node polls the shared directory now: this one "
+                "reads the node's relay");
+        return;
+      }
+    }
+    if (w->lock_held) {
+      futimens(w->lock_fd, NULL);
+      return;
+    }
     int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0600);
     if (fd >= 0) {
       futimens(fd, NULL);
@@ -219,8 +285,13 @@ static void poller_liveness(wd_trigger_watch *w, uint64_t now) {
   struct stat st;
   struct timespec wall;
   clock_gettime(CLOCK_REALTIME_COARSE, &wall); /* the clock file times come from */
-  int stale = lstat(path, &st) != 0 || !S_ISREG(st.st_mode) ||
-              (int64_t)wall.tv_sec - (int64_t)st.st_mtim.tv_sec > (int64_t)(stale_ns / 1000000000ull) + 1;
+  int64_t stale_s = (int64_t)(stale_ns / 1000000000ull) + 1;
+  int there = lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+  int64_t age = there ? (int64_t)wall.tv_sec - (int64_t)st.st_mtim.tv_sec : INT64_MAX;
+  /* Stale: the lock is free (the poller died) and this process took it, or the poller that
+   * still holds it gave no sign for twice as long (its watchdog is stuck: then every process
+   * that finds it so polls, as before there was a lock). */
+  int stale = age > stale_s && (poller_claim(w) != 0 || age > 2 * stale_s);
   if (stale) {
     w->poller = 1;
     w->took_over = 1;

@@ -5,10 +5,11 @@
  * Episode k of a job is the file <dump dir>/triggers/episode-<k>.trigger, created with its full
  * content by link() (fails with EEXIST when it exists: O_EXCL semantics), so only the first
  * stalled rank posts it. A process watches only for the next episode it has not answered: one
- * stat of one name, no directory listing. Only one process per node (the poller: LOCAL_RANK 0,
- * or any process that has no node-local relay directory) stats the shared file system, at its
- * own longer interval, and relays what it finds to the node-local relay directory (memory),
- * where the node's other processes stat it every poll.
+ * stat of one name, no directory listing. Only one process per node (the poller: the one of
+ * LOCAL_RANK 0 or unset that holds the heartbeat's lock, or any process that has no node-local
+ * relay directory) stats the shared file system, at its own longer interval, and relays what it
+ * finds to the node-local relay directory (memory), where the node's other processes stat it
+ * every poll.
  */
 #ifndef WD_TRIGGER_H
 #define WD_TRIGGER_H
@@ -22,6 +23,7 @@ typedef struct wd_trigger_watch {
   char dir[WD_PATH_MAX];       /* <dump dir>/triggers */
   char relay_dir[WD_PATH_MAX]; /* node-local (ring directory), "" = none */
   char job[20];                /* hash of the dump directory: names this job's relay files */
+  char poller_key[20];         /* ... and of SLURM_JOB_ID: names the poller's heartbeat */
   int poller;                  /* stats the shared directory */
   uint64_t shared_every_ns, next_shared_ns;
   unsigned next;               /* the next episode, the first not answered yet */
@@ -34,13 +36,21 @@ typedef struct wd_trigger_watch {
    * the node's other ranks still answer episodes and log the verdict. */
   uint64_t started_ns, next_heartbeat_ns;
   int took_over;
+  /* The heartbeat file, held open with a write lock by the poller: the node's processes that
+   * could poll (LOCAL_RANK 0 or unset, which several replica groups under their own launchers
+   * all are) elect one by it, and the kernel frees it when that process dies. */
+  int lock_held, lock_fd;
 } wd_trigger_watch;
 
 /* Start watching: episodes already in the directory are history (never answered); the first
- * missing one is the next. poller: this process polls the shared directory (else only the relay,
- * when relay_dir is set). */
+ * missing one is the next. poller: this process may poll the shared directory; it does when no
+ * other process of the job on this node holds the heartbeat's lock (else only the relay, when
+ * relay_dir is set). */
 void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char *relay_dir,
                            int poller, uint64_t shared_every_ns);
+
+/* Lets the heartbeat's lock go (the watchdog stops; NCCL may load the plugin again). */
+void wd_trigger_watch_close(wd_trigger_watch *w);
 
 /* This process stalled: post episode w->next with json as its content. Returns 1 when this
  * process posted it, 0 when another process had (its content copied to content), -1 on error.

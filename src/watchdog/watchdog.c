@@ -735,6 +735,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     WD_WARN("eventfd failed: %s", strerror(errno));
     if (cfg->signal) wd_snapsig_install_inert(cfg->signal);
     wd_metrics_close();
+    wd_trigger_watch_close(&wd_wd.watch);
     return -1;
   }
   wd_wd.bt_ok = 0;
@@ -762,6 +763,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     if (wd_wd.bt_ok) wd_bt_fini();
     close(wd_wd.wake_fd);
     wd_wd.wake_fd = -1;
+    wd_trigger_watch_close(&wd_wd.watch);
     return -1;
   }
   pthread_setname_np(wd_wd.thread, "nccl-watchdog");
@@ -797,6 +799,7 @@ void wd_watchdog_stop(void) {
     } else {
       wd_metrics_close(); /* the thread is gone: nothing writes the file any more */
       wd_keep_stop();
+      wd_trigger_watch_close(&wd_wd.watch); /* the node's next process may poll now */
     }
     wd_wd.running = 0;
   } else {

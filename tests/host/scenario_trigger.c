@@ -7,6 +7,12 @@
  * poller of the shared directory) is SIGKILLed before the hang; on node B rank 2 hangs. Rank 1,
  * node A's LOCAL_RANK 1, finds the poller's heartbeat stale, polls the shared directory itself
  * and answers the episode with its peer dump.
+ * "groups": torchft's replica groups, each under a torchrun of its own (pytorch/torchft's
+ * examples; torch/distributed/run.py sets LOCAL_RANK per agent), two of them on one node: ranks
+ * 0, 1 are group A's LOCAL_RANK 0, 1 and ranks 2, 3 group B's. Of the two LOCAL_RANK 0 only one
+ * may poll the shared directory: the other says it reads the node's relay. The one that polls is
+ * SIGKILLed; one survivor of the node takes its place (it logs the takeover and its dump says
+ * it polls), the others do not, and the episode of rank 1's hang is answered by every survivor.
  */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -122,9 +128,80 @@ static int takeover_child(int rank, const char *dir) {
   return rc;
 }
 
+#define GROUPS_NPROC 4
+#define GROUPS_HANG 1
+
+/* Exit codes: 5 no dump, 8 the election's line wrong, 9 the dump's watch.poller not whether
+ * this process took over. */
+static int groups_child(int rank, const char *dir) {
+  alarm(30);
+  setenv("LOCAL_RANK", rank % 2 ? "1" : "0", 1);
+  setenv("TORCHELASTIC_RUN_ID", rank < 2 ? "replica-a" : "replica-b", 1);
+  setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) return 2;
+  wdh_comm c;
+  wdh_comm_init(&c, &p, COMM_ID, "groups", 1, GROUPS_NPROC, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_op op;
+  for (int i = 0; i < 5; i++) wdh_op_run(&c, &cfg, &op);
+  int rc = 0;
+  int told = wdh_log_contains(NCCL_LOG_INFO, "another process of this job on this node polls");
+  char mark[1024];
+  if (rank % 2 == 0) {
+    /* The two LOCAL_RANK 0: each says whether it lost the election, by a file of its own. */
+    snprintf(mark, sizeof mark, "%s/elected-%d-%d", dir, rank, !told);
+    FILE *f = fopen(mark, "w");
+    if (f) fclose(f);
+    if (!told) { /* the poller: its node loses it */
+      wdh_sleep_ms(300);
+      raise(SIGKILL);
+    }
+  } else if (told) {
+    rc = 8; /* LOCAL_RANK 1 never stood */
+  }
+  uint64_t end = wdh_now_ns() + 15000000000ull;
+  if (rank == GROUPS_HANG) {
+    wdh_sleep_ms(2500); /* the poller's heartbeat is stale by now */
+    cfg.hang_channel = 0;
+    wdh_op_enqueue(&c, &cfg, &op);
+    wdh_op_proxy(&op);
+    while (!own_dump(dir, "stall") && wdh_now_ns() < end) wdh_sleep_ms(20);
+    if (!own_dump(dir, "stall")) rc = 5;
+    while (wdh_list_dumps(dir, "peer", NULL, 0) < 2 && wdh_now_ns() < end) wdh_sleep_ms(20);
+    wdh_sleep_ms(200);
+    wdh_op_resume(&op);
+  } else {
+    while (!own_dump(dir, "peer") && wdh_now_ns() < end) wdh_sleep_ms(20);
+    if (!own_dump(dir, "peer")) rc = 5;
+  }
+  /* One survivor takes the dead poller's place, whichever claims the lock first: says so by a
+   * file of its own. */
+  int took = wdh_log_contains(NCCL_LOG_INFO, "trigger poller is gone");
+  snprintf(mark, sizeof mark, "%s/took-%d-%d", dir, rank, took);
+  FILE *tf = fopen(mark, "w");
+  if (tf) fclose(tf);
+  char *paths[4];
+  int n = wdh_list_dumps(dir, rank == GROUPS_HANG ? "stall" : "peer", paths, 4);
+  char key[32];
+  snprintf(key, sizeof key, "-%d-", (int)getpid());
+  for (int i = 0; i < n && i < 4; i++) {
+    if (!strstr(strrchr(paths[i], '/'), key)) continue;
+    cJSON *j = wdh_json_load(paths[i]);
+    cJSON *pl = j ? (cJSON *)wdh_jpath(j, "trigger.watch.poller") : NULL;
+    if (rc == 0 && (!pl || cJSON_IsTrue(pl) != took)) rc = 9;
+    wdh_json_free(j);
+  }
+  wdh_free_paths(paths, n < 4 ? n : 4);
+  wdh_comm_finalize(&c);
+  wdh_unload(&p);
+  return rc;
+}
+
 /* NPROC copies of this program, re-executed as `self flag rank dir`. */
-static void spawn_ranks(const char *self, const char *flag, const char *dir, pid_t *pids) {
-  for (int r = 0; r < NPROC; r++) {
+static void spawn_n(const char *self, const char *flag, const char *dir, pid_t *pids, int nproc) {
+  for (int r = 0; r < nproc; r++) {
     fflush(NULL);
     pids[r] = fork();
     if (pids[r] == 0) {
@@ -134,6 +211,50 @@ static void spawn_ranks(const char *self, const char *flag, const char *dir, pid
       _exit(127);
     }
   }
+}
+
+static void spawn_ranks(const char *self, const char *flag, const char *dir, pid_t *pids) {
+  spawn_n(self, flag, dir, pids, NPROC);
+}
+
+static int groups(char *self) {
+  char *dir = wdh_scenario_dir("trigger-groups", "300ms", "50ms");
+  pid_t pids[GROUPS_NPROC];
+  spawn_n(self, "--groups-child", dir, pids, GROUPS_NPROC);
+  int killed = 0;
+  for (int r = 0; r < GROUPS_NPROC; r++) {
+    int st = 0;
+    wdh_wait_child(pids[r], 40000, &st);
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL && r % 2 == 0) {
+      killed++;
+      continue;
+    }
+    WDH_CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+              "rank %d: status 0x%x (exit %d: 5 no dump, 8 LOCAL_RANK 1 said it lost an election, 9 "
+              "watch.poller not whether it took over)",
+              r, st, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+  }
+  WDH_CHECK(killed == 1, "%d of the two LOCAL_RANK 0 polled (and were killed), expected exactly 1", killed);
+  /* Each LOCAL_RANK 0 left its mark: one elected, one not. */
+  char mark[1024];
+  int elected = 0, not_elected = 0;
+  for (int r = 0; r < GROUPS_NPROC; r += 2) {
+    snprintf(mark, sizeof mark, "%s/elected-%d-1", dir, r);
+    elected += access(mark, F_OK) == 0;
+    snprintf(mark, sizeof mark, "%s/elected-%d-0", dir, r);
+    not_elected += access(mark, F_OK) == 0;
+  }
+  WDH_CHECK(elected == 1 && not_elected == 1, "%d LOCAL_RANK 0 polled and %d read the relay, expected 1 and 1",
+            elected, not_elected);
+  int took = 0;
+  for (int r = 0; r < GROUPS_NPROC; r++) {
+    snprintf(mark, sizeof mark, "%s/took-%d-1", dir, r);
+    took += access(mark, F_OK) == 0;
+  }
+  WDH_CHECK(took == 1, "%d survivors took the dead poller's place, expected exactly 1", took);
+  WDH_CHECK(wdh_list_dumps(dir, "peer", NULL, 0) == 2, "%d peer dumps, expected the 2 survivors'",
+            wdh_list_dumps(dir, "peer", NULL, 0));
+  return wdh_scenario_end("scenario.trigger groups", dir);
 }
 
 static int takeover(char *self) {
@@ -156,6 +277,8 @@ int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--child")) return child_main(atoi(argv[2]), argv[3]);
   if (argc == 4 && !strcmp(argv[1], "--takeover-child")) return takeover_child(atoi(argv[2]), argv[3]);
   if (argc == 2 && !strcmp(argv[1], "takeover")) return wdh_plugin_path() ? takeover(argv[0]) : 77;
+  if (argc == 4 && !strcmp(argv[1], "--groups-child")) return groups_child(atoi(argv[2]), argv[3]);
+  if (argc == 2 && !strcmp(argv[1], "groups")) return wdh_plugin_path() ? groups(argv[0]) : 77;
   if (!wdh_plugin_path()) return 77;
   char *dir = wdh_scenario_dir("trigger", "300ms", "50ms");
   pid_t pids[NPROC];
