@@ -7,7 +7,7 @@
  *
  * This executable defines malloc, calloc, realloc, aligned_alloc, free, mmap, open, openat,
  * fopen, opendir, ftruncate, posix_fallocate, mkdir, link, linkat, rename, pthread_create, dlopen
- * and eventfd; each forwards to the next definition (libc, or the sanitizer's interceptor) and
+ * eventfd and fcntl; each forwards to the next definition (libc, or the sanitizer's interceptor) and
  * counts the call when it comes from the plugin's, cJSON's or zlib's code. Modes (FI_MODE):
  *   count   list the call sites reached (FI_SITES: "kind module+offset" per line)
  *   site    fail the first call at site FI_SITE
@@ -48,11 +48,11 @@
 
 enum { K_MALLOC, K_CALLOC, K_REALLOC, K_ALIGNED, K_MMAP, K_OPEN, K_OPENAT, K_FOPEN, K_OPENDIR,
        K_FTRUNCATE, K_FALLOCATE, K_MKDIR, K_LINK, K_LINKAT, K_RENAME, K_PTHREAD, K_DLOPEN,
-       K_EVENTFD, K_N };
+       K_EVENTFD, K_FCNTL, K_N };
 static const char *const kind_name[K_N] = {
     "malloc", "calloc", "realloc", "aligned_alloc", "mmap", "open", "openat", "fopen", "opendir",
     "ftruncate", "posix_fallocate", "mkdir", "link", "linkat", "rename", "pthread_create",
-    "dlopen", "eventfd"};
+    "dlopen", "eventfd", "fcntl"};
 
 static int fi_mode; /* 0 off, 1 count, 2 site, 3 from */
 static _Atomic long fi_calls;
@@ -270,6 +270,18 @@ int eventfd(unsigned v, int fl) {
   if (fi_fail(K_EVENTFD, RA)) return errno = EMFILE, -1;
   return r_eventfd(v, fl);
 }
+/* The poller's lock (trigger.c): refused as a file system without locks would. The third
+ * argument is an int or a pointer; passed on as a pointer, as the C library reads it. */
+int fcntl(int fd, int cmd, ...) {
+  NEXT(fcntl);
+  va_list ap;
+  va_start(ap, cmd);
+  void *arg = va_arg(ap, void *);
+  va_end(ap);
+  if (fi_fail(K_FCNTL, RA)) return errno = ENOLCK, -1;
+  return r_fcntl(fd, cmd, arg);
+}
+int fcntl64(int fd, int cmd, ...) __attribute__((alias("fcntl")));
 
 /* ---- the process that plays NCCL ---- */
 
