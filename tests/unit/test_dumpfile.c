@@ -332,6 +332,80 @@ static void test_triggers(void) {
   CU_ASSERT_EQUAL(wd_trigger_poll(&w3, 1, name, sizeof(name), NULL, 0), 0);
 }
 
+/* The node's poller election (trigger.c, poller_claim): a process that holds the heartbeat's lock
+ * polls, another that could poll reads the relay; it takes the place when the holder is gone,
+ * and only then, or when the holder gave no sign for twice the stale time. Record locks never
+ * conflict within one process, so the holder is a forked child. */
+static void set_age(const char *path, time_t age) {
+  struct timespec t[2];
+  clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec -= age;
+  t[1] = t[0];
+  CU_ASSERT_EQUAL(utimensat(AT_FDCWD, path, t, 0), 0);
+}
+
+static void test_poller_election(void) {
+  char dump[PATH_MAX + 16], relay[PATH_MAX + 16], path[PATH_MAX * 2];
+  pathf(dump, sizeof(dump), "%s/elect", g_tmp);
+  pathf(relay, sizeof(relay), "%s/elect-relay", g_tmp);
+  CU_ASSERT_EQUAL_FATAL(mkdir(dump, 0700), 0);
+  const uint64_t every = 2000000000ull; /* stale after 3 intervals: 7 s of file age */
+  int up[2], down[2];
+  CU_ASSERT_EQUAL_FATAL(pipe(up), 0);
+  CU_ASSERT_EQUAL_FATAL(pipe(down), 0);
+  pid_t child = fork();
+  CU_ASSERT_FATAL(child >= 0);
+  if (child == 0) {
+    wd_trigger_watch c;
+    wd_trigger_watch_init(&c, dump, relay, 1, every);
+    char v = c.poller ? 'P' : 'n';
+    if (write(up[1], &v, 1) != 1 || read(down[0], &v, 1) < 0) _exit(1);
+    _exit(0);
+  }
+  char v = 0;
+  CU_ASSERT_EQUAL(read(up[0], &v, 1), 1);
+  CU_ASSERT_EQUAL(v, 'P'); /* the first to ask */
+  wd_trigger_watch q;
+  wd_trigger_watch_init(&q, dump, relay, 1, every);
+  CU_ASSERT_FALSE(q.poller);
+  pathf(path, sizeof(path), "%s/poller-%s.alive", relay, q.poller_key);
+  CU_ASSERT_EQUAL(access(path, F_OK), 0);
+  uint64_t t = 1;
+  wd_trigger_poll(&q, t, NULL, 0, NULL, 0); /* starts its count of the holder's first beat */
+  /* Silent 10 s: stale, but its holder lives (stopped, or busy): not yet. */
+  set_age(path, 10);
+  t += 5 * every;
+  wd_trigger_poll(&q, t, NULL, 0, NULL, 0);
+  CU_ASSERT_FALSE(q.poller);
+  CU_ASSERT_FALSE(q.took_over);
+  /* Silent 20 s, over twice the stale time: its watchdog is stuck, the place is taken. */
+  set_age(path, 20);
+  t += 5 * every;
+  wd_trigger_poll(&q, t, NULL, 0, NULL, 0);
+  CU_ASSERT_TRUE(q.poller);
+  CU_ASSERT_TRUE(q.took_over);
+  CU_ASSERT_FALSE(q.lock_held);
+  /* Another candidate, the holder gone: the lock is free, so its place is taken at 1x. */
+  CU_ASSERT_EQUAL(write(down[1], &v, 1), 1);
+  int st = 0;
+  CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
+  wd_trigger_watch r;
+  wd_trigger_watch_init(&r, dump, relay, 0, every); /* LOCAL_RANK 1: never stands at start */
+  CU_ASSERT_FALSE(r.poller);
+  wd_trigger_poll(&r, 1, NULL, 0, NULL, 0);
+  set_age(path, 10);
+  wd_trigger_poll(&r, 1 + 5 * every, NULL, 0, NULL, 0);
+  CU_ASSERT_TRUE(r.poller);
+  CU_ASSERT_TRUE(r.lock_held);
+  wd_trigger_watch_close(&r);
+  CU_ASSERT_FALSE(r.lock_held);
+  wd_trigger_watch_close(&q);
+  close(up[0]);
+  close(up[1]);
+  close(down[0]);
+  close(down[1]);
+}
+
 /* File systems without RENAME_NOREPLACE (NFS, older kernels): link() + unlink() must give the same
  * guarantees. A forked child makes renameat2 fail with ENOSYS through seccomp. */
 static int child_without_renameat2(void *arg) {
@@ -426,6 +500,7 @@ int main(void) {
   CU_add_test(s, "link() fallback without renameat2", test_link_fallback);
   CU_add_test(s, "directory resolution and fallback", test_dir_resolution);
   CU_add_test(s, "trigger episodes", test_triggers);
+  CU_add_test(s, "the node's poller election", test_poller_election);
   CU_add_test(s, "host name", test_hostname);
   CU_add_test(s, "a planted host folder is never written through", test_own_subdir);
   return wd_test_run();
