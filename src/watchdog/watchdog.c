@@ -722,8 +722,9 @@ int wd_watchdog_start(const wd_config *cfg) {
   }
   wd_wd.peer_dump_ns = 0;
   if (wd_wd.dumps_ok && wd_wd.cfg->peer_dumps) {
-    /* One process per node polls the shared directory (LOCAL_RANK 0, or every process when the
-     * launcher does not say); the others read the node-local relay in the ring directory. */
+    /* One process per node polls the shared directory: of those that may (LOCAL_RANK 0, or
+     * unset), the one the heartbeat's lock elects (trigger.c); the others read the node-local
+     * relay in the ring directory. */
     const char *lr = getenv("LOCAL_RANK");
     int poller = !lr || !*lr || strtol(lr, NULL, 10) == 0;
     uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;

@@ -40,6 +40,42 @@ static int own_dump(const char *dir, const char *reason) {
   return found;
 }
 
+static void touch(const char *path) {
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+}
+
+/* Until end: whether this process wrote a dump of that reason. */
+static int wait_own(const char *dir, const char *reason, uint64_t end) {
+  while (!own_dump(dir, reason) && wdh_now_ns() < end) wdh_sleep_ms(20);
+  return own_dump(dir, reason) > 0;
+}
+
+/* The plugin loaded, the communicator made and five operations through it. 0, or 2. */
+static int start_rank(wdh_plugin *p, wdh_comm *c, const char *name, int nnodes, int nranks, int rank) {
+  if (wdh_load(p, wdh_plugin_path(), 0) != 0) return 2;
+  wdh_comm_init(c, p, COMM_ID, name, nnodes, nranks, rank);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_op op;
+  for (int i = 0; i < 5; i++) wdh_op_run(c, &cfg, &op);
+  return 0;
+}
+
+/* The hanging rank: an operation stuck on channel 0 until `peers` peer dumps answered it (or
+ * end), then a little longer, then resumed. */
+static void hang_until_answered(wdh_comm *c, const char *dir, int peers, uint64_t end) {
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  cfg.hang_channel = 0;
+  wdh_op op;
+  wdh_op_enqueue(c, &cfg, &op);
+  wdh_op_proxy(&op);
+  while (wdh_list_dumps(dir, "peer", NULL, 0) < peers && wdh_now_ns() < end) wdh_sleep_ms(20);
+  wdh_sleep_ms(200);
+  wdh_op_resume(&op);
+}
+
 static int child_main(int rank, const char *dir) {
   alarm(30);
   const char *path = wdh_plugin_path();
@@ -58,8 +94,7 @@ static int child_main(int rank, const char *dir) {
    * checked for it (a slow start under TSan once answered the trigger with empty rings). */
   char mark[1024];
   snprintf(mark, sizeof mark, "%s/ready-%d", dir, rank);
-  FILE *mf = fopen(mark, "w");
-  if (mf) fclose(mf);
+  touch(mark);
   if (rank == HANG_RANK) {
     uint64_t ready_by = wdh_now_ns() + 10000000000ull;
     for (int r = 0; r < NPROC; r++) {
@@ -97,13 +132,8 @@ static int takeover_child(int rank, const char *dir) {
   setenv("LOCAL_RANK", rank == 1 ? "1" : "0", 1);
   setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
   wdh_plugin p;
-  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) return 2;
   wdh_comm c;
-  wdh_comm_init(&c, &p, COMM_ID, "takeover", 2, NPROC, rank);
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  wdh_op op;
-  for (int i = 0; i < 5; i++) wdh_op_run(&c, &cfg, &op);
+  if (start_rank(&p, &c, "takeover", 2, NPROC, rank) != 0) return 2;
   if (rank == 0) { /* node A's poller dies: no epilog, no dump */
     wdh_sleep_ms(300);
     raise(SIGKILL);
@@ -112,15 +142,9 @@ static int takeover_child(int rank, const char *dir) {
   uint64_t end = wdh_now_ns() + 15000000000ull;
   if (rank == 2) {
     wdh_sleep_ms(2500); /* node A's survivor has had time to miss the heartbeat */
-    cfg.hang_channel = 0;
-    wdh_op_enqueue(&c, &cfg, &op);
-    wdh_op_proxy(&op);
-    while (wdh_list_dumps(dir, "peer", NULL, 0) < 1 && wdh_now_ns() < end) wdh_sleep_ms(20);
-    wdh_sleep_ms(200);
-    wdh_op_resume(&op);
+    hang_until_answered(&c, dir, 1, end);
   } else {
-    while (!own_dump(dir, "peer") && wdh_now_ns() < end) wdh_sleep_ms(20);
-    if (!own_dump(dir, "peer")) rc = 5;
+    if (!wait_own(dir, "peer", end)) rc = 5;
     if (!wdh_log_contains(NCCL_LOG_INFO, "trigger poller is gone")) rc = 7;
   }
   wdh_comm_finalize(&c);
@@ -139,21 +163,15 @@ static int groups_child(int rank, const char *dir) {
   setenv("TORCHELASTIC_RUN_ID", rank < 2 ? "replica-a" : "replica-b", 1);
   setenv("NCCL_WATCHDOG_TRIGGER_POLL", "200ms", 1);
   wdh_plugin p;
-  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) return 2;
   wdh_comm c;
-  wdh_comm_init(&c, &p, COMM_ID, "groups", 1, GROUPS_NPROC, rank);
-  wdh_op_cfg cfg;
-  wdh_op_cfg_default(&cfg);
-  wdh_op op;
-  for (int i = 0; i < 5; i++) wdh_op_run(&c, &cfg, &op);
+  if (start_rank(&p, &c, "groups", 1, GROUPS_NPROC, rank) != 0) return 2;
   int rc = 0;
   int told = wdh_log_contains(NCCL_LOG_INFO, "another process of this job on this node polls");
   char mark[1024];
   if (rank % 2 == 0) {
     /* The two LOCAL_RANK 0: each says whether it lost the election, by a file of its own. */
     snprintf(mark, sizeof mark, "%s/elected-%d-%d", dir, rank, !told);
-    FILE *f = fopen(mark, "w");
-    if (f) fclose(f);
+    touch(mark);
     if (!told) { /* the poller: its node loses it */
       wdh_sleep_ms(300);
       raise(SIGKILL);
@@ -164,24 +182,16 @@ static int groups_child(int rank, const char *dir) {
   uint64_t end = wdh_now_ns() + 15000000000ull;
   if (rank == GROUPS_HANG) {
     wdh_sleep_ms(2500); /* the poller's heartbeat is stale by now */
-    cfg.hang_channel = 0;
-    wdh_op_enqueue(&c, &cfg, &op);
-    wdh_op_proxy(&op);
-    while (!own_dump(dir, "stall") && wdh_now_ns() < end) wdh_sleep_ms(20);
-    if (!own_dump(dir, "stall")) rc = 5;
-    while (wdh_list_dumps(dir, "peer", NULL, 0) < 2 && wdh_now_ns() < end) wdh_sleep_ms(20);
-    wdh_sleep_ms(200);
-    wdh_op_resume(&op);
-  } else {
-    while (!own_dump(dir, "peer") && wdh_now_ns() < end) wdh_sleep_ms(20);
-    if (!own_dump(dir, "peer")) rc = 5;
+    hang_until_answered(&c, dir, 2, end);
+    if (!own_dump(dir, "stall")) rc = 5; /* written before the episode its peers answered */
+  } else if (!wait_own(dir, "peer", end)) {
+    rc = 5;
   }
   /* One survivor takes the dead poller's place, whichever claims the lock first: says so by a
    * file of its own. */
   int took = wdh_log_contains(NCCL_LOG_INFO, "trigger poller is gone");
   snprintf(mark, sizeof mark, "%s/took-%d-%d", dir, rank, took);
-  FILE *tf = fopen(mark, "w");
-  if (tf) fclose(tf);
+  touch(mark);
   char *paths[4];
   int n = wdh_list_dumps(dir, rank == GROUPS_HANG ? "stall" : "peer", paths, 4);
   char key[32];
