@@ -416,8 +416,26 @@ static void av_salvage(uint64_t now, unsigned k) {
   snprintf(av.salvage_mark, sizeof av.salvage_mark, "%s/salvage-%u-%s-%d.pending", av.base, k, av.host,
            (int)getpid());
   int fd = open(av.salvage_mark, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd >= 0) close(fd);
-  else av.salvage_mark[0] = '\0';
+  if (fd >= 0) {
+    /* The processes it salvages, <host>-<pid> a line: the settle counts none of them until the
+     * mark is gone (one dump per communicator: the first must not count the process as in). */
+    char list[AV_SALVAGE_MAX * 80];
+    size_t used = 0;
+    for (int i = 0; i < nfiles; i++) {
+      const char *name = strrchr(av_paths[i], '/') + 1;
+      const char *dash = strchr(name + strlen(av.host) + 1, '-'); /* after <host>-<pid> */
+      size_t len = dash ? (size_t)(dash - name) : 0;
+      if (!len || used + len + 1 > sizeof list) continue;
+      memcpy(list + used, name, len);
+      used += len;
+      list[used++] = '\n';
+    }
+    if (wd_write_all(fd, list, used) != 0) { /* best effort: a partial line holds nobody */
+    }
+    close(fd);
+  } else {
+    av.salvage_mark[0] = '\0';
+  }
   snprintf(mark, sizeof mark, "--salvage-mark=%s", av.salvage_mark);
   char *argv[AV_SALVAGE_MAX + 5];
   char out[WD_PATH_MAX + 96];

@@ -243,6 +243,29 @@ def main():
         check("7 of 8 dumps" in p.stderr,
               f"--settle counts processes: a copy for one without an answer, of its episode only; one dead process "
               f"once, another host's of the same pid apart ({p.stderr.strip()[:120]})")
+        # A salvage under way (the node's poller's salvage-<K>-<host>-<pid>.pending, autoverdict.c,
+        # av_salvage) lists the processes it writes: one of them is not counted until the mark is
+        # gone, so its first communicator's dump does not end the settle before its second.
+        mark = os.path.join(d, "salvage-2-node000-4242.pending")
+        with open(mark, "w") as f:
+            f.write(f"{host}-99997\n")
+        t0 = time.monotonic()
+        p = subprocess.Popen([ANA, "-q", "--settle=7,30,0", "--episode=2", d], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        os.unlink(mark)
+        err = p.communicate(timeout=120)[1]
+        took = time.monotonic() - t0
+        check("7 of 7 dumps" in err and took >= 1.4,
+              f"--settle holds a process its salvage mark lists until the mark goes ({took:.1f} s: {err.strip()[:120]})")
+        with open(mark, "w") as f:  # a mark left by a node torn down mid-salvage, listing nobody
+            pass
+        t0 = time.monotonic()
+        p = subprocess.run([ANA, "-q", "--settle=7,30,0", "--episode=2", d], capture_output=True, text=True, timeout=120)
+        took = time.monotonic() - t0
+        check("7 of 7 dumps" in p.stderr and took < 10,
+              f"an empty salvage mark holds nobody ({took:.1f} s: {p.stderr.strip()[:120]})")
+        os.unlink(mark)
         for c in copies:
             os.unlink(c)
         # Only episode 1's dumps and snapshots: nothing of episode 2, no verdict; post-mortem

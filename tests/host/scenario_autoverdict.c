@@ -28,10 +28,12 @@
  *            turns its ring files into post-mortem dumps in the dump directory, and the
  *            verdict names rank 3 from them ("only its post-mortem ring file is left").
  *   slowsalvage  "killed" with ring files in node memory, NCCL_WATCHDOG_VERDICT_WAIT=1s and a
- *            salvage that takes 4 s (the analyzer, a script, sleeps first when given --salvage: a
- *            nice-19 child on a loaded node): the poller's salvage-1-*.pending keeps the verdict's
- *            settle waiting, and the line still names rank 3 from its ring file, never "left no
- *            dump" (before: the settle ended at 1 s without it, as nodes' skew_killed did in CI).
+ *            salvage that writes the killed process's two communicators 2 s and 4 s in (the
+ *            analyzer, a script, splits it when given --salvage: a nice-19 child on a loaded
+ *            node): the poller's salvage-1-*.pending, which lists the process, keeps the
+ *            verdict's settle waiting until both are in, and the line still names rank 3 from
+ *            its ring files, never "left no dump" (before: the settle ended at 1 s without it,
+ *            as nodes' skew_killed did in CI; then, in CI, at the first of the two dumps).
  *   forged   another member of the shared directory planted, before the job, verdict-1.txt as a
  *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
  *            (another user's when run as root, else a link): every process still logs the
@@ -824,6 +826,54 @@ static void slow_analyzer(char *path, size_t len, const char *pattern, int secs)
   setenv("NCCL_WATCHDOG_ANALYZER", path, 1);
 }
 
+/* A salvage that writes the dead process's communicators one at a time, 2 s apart (a nice-19
+ * child on a loaded node, one ring file decoded after the other): 2 s in, the first ring file
+ * alone, without the mark; 2 s later the others, and the mark goes. Other runs as they are. */
+static void split_salvage(char *path, size_t len) {
+  snprintf(path, len, "%s/slow-analyzer.sh", g_dir);
+  FILE *f = fopen(path, "w");
+  WDH_CHECK(f != NULL, "cannot write %s", path);
+  if (!f) return;
+  const char *az = getenv("WDH_ANALYZER");
+  fprintf(f,
+          "#!/bin/sh\n"
+          "case \" $* \" in *\" --salvage=\"*) ;; *) exec '%s' \"$@\" ;; esac\n"
+          "opts= first= rest= mark=\n"
+          "for a in \"$@\"; do case \"$a\" in\n"
+          "  --salvage-mark=*) mark=\"$a\" ;; -*) opts=\"$opts $a\" ;;\n"
+          "  *) if [ -z \"$first\" ]; then first=\"$a\"; else rest=\"$rest $a\"; fi ;;\n"
+          "esac; done\n"
+          "sleep 2\n'%s' $opts \"$first\"\nsleep 2\n"
+          "if [ -n \"$rest\" ]; then exec '%s' $opts $mark $rest; fi\n"
+          "rm -f \"${mark#--salvage-mark=}\"\n",
+          az, az, az);
+  fclose(f);
+  chmod(path, 0700);
+  setenv("NCCL_WATCHDOG_ANALYZER", path, 1);
+}
+
+/* The verdict was written after every post-mortem dump: the settle waited for the whole salvage. */
+static void check_after_salvage(void) {
+  char p[4200];
+  struct stat v, st;
+  snprintf(p, sizeof p, "%s/verdict-1.txt", g_dir);
+  WDH_CHECK(stat(p, &v) == 0, "no verdict-1.txt");
+  snprintf(p, sizeof p, "%s/mhost", g_dir);
+  DIR *d = opendir(p);
+  struct dirent *e;
+  int n = 0;
+  while (d && (e = readdir(d)) != NULL) {
+    if (!strstr(e->d_name, "-postmortem.json") || e->d_name[0] == '.') continue;
+    n++;
+    WDH_CHECK(fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+                  (st.st_mtim.tv_sec < v.st_mtim.tv_sec ||
+                   (st.st_mtim.tv_sec == v.st_mtim.tv_sec && st.st_mtim.tv_nsec <= v.st_mtim.tv_nsec)),
+              "%s was written after the verdict: the settle ended with half the salvage", e->d_name);
+  }
+  if (d) closedir(d);
+  WDH_CHECK(n == 2, "%d post-mortem dumps, not one per communicator of the killed process (dp, pp)", n);
+}
+
 static void case_resumed(void) {
   int n = wait_logs("progress resumed after", 1, 10000);
   WDH_CHECK(n == 1, "rank 0 did not log the resumed episode");
@@ -883,7 +933,7 @@ int main(int argc, char **argv) {
   char slow[4200];
   if (!strcmp(g_case, "superseded")) slow_analyzer(slow, sizeof slow, "*\" --episode=1 \"*", 60);
   if (!strcmp(g_case, "slowsalvage")) {
-    slow_analyzer(slow, sizeof slow, "*\" --salvage=\"*", 4);
+    split_salvage(slow, sizeof slow);
     setenv("NCCL_WATCHDOG_VERDICT_WAIT", "1s", 1);
   }
   char self[4096], hook[8400];
@@ -942,7 +992,11 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "foreign")) case_foreign();
   else if (!strcmp(g_case, "flood")) case_flood();
   else if (!strcmp(g_case, "missing")) case_missing();
-  else if (!strcmp(g_case, "killed") || !strcmp(g_case, "slowsalvage")) case_killed(pids);
+  else if (!strcmp(g_case, "killed")) case_killed(pids);
+  else if (!strcmp(g_case, "slowsalvage")) {
+    case_killed(pids);
+    check_after_salvage();
+  }
   else if (!strcmp(g_case, "aborted")) case_aborted();
   else if (!strcmp(g_case, "routine")) case_routine();
   else if (!strcmp(g_case, "superseded")) case_superseded();

@@ -367,14 +367,29 @@ static long pid_before(const char *name, size_t end) {
 
 #define COUNT_PIDS 1024 /* processes of one host folder told apart (more: counted as files) */
 
+/* Processes (<host>-<pid>, hashed) whose salvage is under way: their files count once it is done. */
+typedef struct {
+  uint64_t key[64];
+  int n;
+} held_set;
+
+static int held(const held_set *h, uint64_t key) {
+  for (int i = 0; h && i < h->n; i++)
+    if (h->key[i] == key) return 1;
+  return 0;
+}
+
 /* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). episode >= 0:
  * only that episode's answers (its stall and peer dumps, a node's copy of a silent process's ring
  * files made for it) and dumps of a process's end (postmortem, term, sigabrt, abort); never a
  * snapshot or another episode's dump. Those are counted by process, not by file: every name
  * is <host>-<pid>-<seq, commId or e<K>>-<kind>, and a process that answered and then died, or
  * died with several communicators (a post-mortem dump each), or was copied by its node while its
- * watchdog was merely late, is one of the processes the verdict waits for, not several. */
-static long count_dumps(const char *dir, int depth, long since, long episode, const uint64_t *ids, int nids) {
+ * watchdog was merely late, is one of the processes the verdict waits for, not several. A process
+ * in hold is not counted yet: its salvage writes a dump per communicator, and the first of them
+ * must not end the settle before the others are there. */
+static long count_dumps(const char *dir, int depth, long since, long episode, const uint64_t *ids, int nids,
+                        const held_set *hold) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
@@ -412,6 +427,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
         while (at > 0 && e->d_name[at] != '-') at--;
         if (mine && at && pid_before(e->d_name, at) > 0 && pids && npids < COUNT_PIDS) {
           uint64_t key = wd_rf_fnv(e->d_name, at);
+          if (held(hold, key)) continue;
           size_t k = 0;
           while (k < npids && pids[k] != key) k++;
           if (k == npids) pids[npids++] = key;
@@ -422,7 +438,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
     } else if (depth < 1 && ok && S_ISDIR(st.st_mode) && strcmp(e->d_name, "triggers")) {
       char sub[4096];
       snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-      n += count_dumps(sub, depth + 1, since, episode, ids, nids);
+      n += count_dumps(sub, depth + 1, since, episode, ids, nids, hold);
     }
   }
   closedir(d);
@@ -434,8 +450,11 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
  * in an input directory (autoverdict.c, av_salvage), regular files of this user, from the last
  * ten minutes. A node's poller makes one before its salvage starts and removes it once the
  * post-mortems are written: a rank SIGKILLed on a loaded node is then judged by its ring file,
- * not taken for one that left nothing. */
-static int salvage_pending(const args *a) {
+ * not taken for one that left nothing. Each mark lists the processes it salvages, one
+ * <host>-<pid> a line (read: 4 KiB at most, the first 64 processes of all marks): held, they are
+ * not counted until their mark is gone. */
+static int salvage_pending(const args *a, held_set *hold) {
+  hold->n = 0;
   if (a->episode < 0) return 0;
   char prefix[40];
   int plen = snprintf(prefix, sizeof prefix, "salvage-%ld-", a->episode);
@@ -446,11 +465,25 @@ static int salvage_pending(const args *a) {
     if (!d) continue;
     struct dirent *e;
     struct stat st;
-    while ((e = readdir(d)) != NULL)
-      if (!strncmp(e->d_name, prefix, (size_t)plen) && ends_with(e->d_name, strlen(e->d_name), ".pending") &&
-          fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-          st.st_uid == geteuid() && st.st_mtime >= oldest)
+    while ((e = readdir(d)) != NULL) {
+      if (strncmp(e->d_name, prefix, (size_t)plen) != 0 || !ends_with(e->d_name, strlen(e->d_name), ".pending"))
+        continue;
+      int fd = wd_az_open_nolink(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+      if (fd < 0) continue;
+      char text[4097];
+      ssize_t got = -1;
+      if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() && st.st_mtime >= oldest) {
         n++;
+        got = read(fd, text, sizeof text - 1);
+      }
+      close(fd);
+      text[got > 0 ? got : 0] = '\0';
+      for (char *line = text, *nl; *line && hold->n < (int)(sizeof hold->key / sizeof hold->key[0]); line = nl + 1) {
+        nl = strchr(line, '\n');
+        if (!nl) break; /* a line cut by the read: not a process */
+        if (nl > line) hold->key[hold->n++] = wd_rf_fnv(line, (size_t)(nl - line));
+      }
+    }
     closedir(d);
   }
   return n;
@@ -468,11 +501,14 @@ static void settle(const args *a, double read_until) {
   if (read_until > 0 && hard > start + (read_until - start) / 2) hard = start + (read_until - start) / 2;
   if (hard < until) hard = until;
   for (;;) {
+    held_set hold;
+    int marks = salvage_pending(a, &hold);
     long n = 0;
-    for (int i = 0; i < a->ninputs; i++) n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms);
+    for (int i = 0; i < a->ninputs; i++)
+      n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms, &hold);
     double t = now_s();
     /* Every process in: what a salvage writes would be one of them. */
-    int pending = n < a->settle_n && t >= until && t < hard ? salvage_pending(a) : 0;
+    int pending = n < a->settle_n && t >= until && t < hard ? marks : 0;
     if (n >= a->settle_n || (t >= until && !pending)) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
       return;
@@ -696,19 +732,27 @@ static void mark_live(cJSON *doc, const wd_rf_header *h, char state, long episod
   if (episode >= 0) cJSON_AddNumberToObject(ident, "jobEpisode", (double)episode);
 }
 
-/* A salvaged dump to DIR/<host>-<pid>-<what>.json (never overwriting one). */
+/* A salvaged dump to DIR/<host>-<pid>-<what>.json, as the plugin writes its own: whole or not at
+ * all (a temporary name a reader skips, synced, then linked to its name, which never replaces
+ * one that is there). */
 static int write_salvaged(cJSON *doc, const char *dir, const char *what, const char *from) {
   const char *host = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "host"));
-  char out[1024];
+  char out[1024], tmp[1100];
+  const char *slash = NULL;
   snprintf(out, sizeof out, "%s/%s-%d-%s.json", dir, host && *host ? host : "host",
            (int)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "pid")), what);
+  slash = strrchr(out, '/');
+  snprintf(tmp, sizeof tmp, "%.*s/.%s.tmp.%d", (int)(slash - out), out, slash + 1, (int)getpid());
   char *text = cJSON_PrintUnformatted(doc);
-  int fd = text ? open(out, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
-  int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+  int fd = text ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+  int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && fsync(fd) == 0;
   if (fd >= 0) ok = close(fd) == 0 && ok;
+  ok = ok && link(tmp, out) == 0;
+  int e = errno;
+  if (fd >= 0) unlink(tmp);
   free(text);
   if (!ok) {
-    fprintf(stderr, "nccl-watchdog-analyze: cannot write %s: %s\n", out, strerror(errno));
+    fprintf(stderr, "nccl-watchdog-analyze: cannot write %s: %s\n", out, strerror(e));
     return -1;
   }
   printf("%s -> %s\n", from, out);
