@@ -962,13 +962,19 @@ static int put_identity(cJSON *root, const wd_dump_input *in) {
   /* The communicators this process had alive when it wrote the dump: an incarnation of the job
    * is the communicators made together and the processes that use them, and this list (in the
    * file's first bytes) lets the automatic verdict count a dump toward its episode by them, not
-   * by a launcher's counter. Bounded: the rest are in comms[]. */
+   * by a launcher's counter. Bounded: the rest are in comms[]. Beside each, this process's rank
+   * in it and its size ("rank/nranks"): the verdict's settle waits until every rank of every
+   * communicator its dumps name has answered, whatever the launcher's WORLD_SIZE says (torchft's
+   * replica groups each run a torchrun of their own: WORLD_SIZE is the group's). */
   cJSON *ids = cJSON_AddArrayToObject(o, "comms");
-  if (!ids) return -1;
+  cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+  if (!ids || !ranks) return -1;
   for (uint32_t i = 0; i < in->ncomms && i < WD_IDENTITY_COMMS; i++) {
     char buf[24];
     snprintf(buf, sizeof(buf), "0x%llx", (unsigned long long)in->comms[i].comm_id);
     if (!cJSON_AddItemToArray(ids, cJSON_CreateString(buf))) return -1;
+    snprintf(buf, sizeof(buf), "%d/%d", in->comms[i].rank, in->comms[i].nranks);
+    if (!cJSON_AddItemToArray(ranks, cJSON_CreateString(buf))) return -1;
   }
   return 0;
 }

@@ -34,6 +34,17 @@
  *            verdict's settle waiting until both are in, and the line still names rank 3 from
  *            its ring files, never "left no dump" (before: the settle ended at 1 s without it,
  *            as nodes' skew_killed did in CI; then, in CI, at the first of the two dumps).
+ *   ftgroups torchft's replica groups of two processes each, a torchrun per group (pytorch/torchft:
+ *            Manager takes the group's RANK and WORLD_SIZE from torchrun; torchft/process_group.py
+ *            makes the quorum's communicator across the groups, one per position in the group):
+ *            groups A (processes 0, 1) and B (2, 3) on two nodes, WORLD_SIZE 2 in every process,
+ *            a "shard" communicator per group and a "replicate" one per position. Group B sits
+ *            outside NCCL (its data loader), group A waits for it in replicate AllReduce seq 3;
+ *            node B's poller looks at the shared directory every 1.5 s. The opener's count (2:
+ *            WORLD_SIZE, its communicators' sizes) is short of the job: the settle waits until
+ *            every rank of the communicators the answers name has answered ("4 of 2 dumps"),
+ *            and no line says "no dump" (before: a verdict on group A's two dumps, group B
+ *            "left no dump").
  *   forged   another member of the shared directory planted, before the job, verdict-1.txt as a
  *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
  *            (another user's when run as root, else a link): every process still logs the
@@ -178,7 +189,7 @@ static int known_case(void) {
   static const char *const cases[] = {"job", "missing", "resumed", "aborted", "killed", "forged", "foreign",
                                       "flood", "routine", "saver", "saverquiet", "unanswered",
                                       "slowpoll", "stopped", "frozen", "foreignfrozen", "superseded",
-                                      "torndown", "busy", "late", "stuckdump", "slowsalvage"};
+                                      "torndown", "busy", "late", "stuckdump", "slowsalvage", "ftgroups"};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (!strcmp(g_case, cases[i])) return 1;
   return 0;
@@ -235,7 +246,41 @@ vfork_child(void *arg) {
   return 0;
 }
 
+#define SHARD_A 0x5a0000000000a0a0ull
+#define SHARD_B 0x5a0000000000b0b0ull
+#define REP0 0x7e0000000000c0c0ull
+#define REP1 0x7e0000000000c1c1ull
+static char g_rings[2][64]; /* ftgroups: each node's ring folder */
+
+/* ftgroups: process r is rank r % 2 of replica group r / 2, under that group's torchrun. */
+static void ft_rank_main(int r, int fd) {
+  int g = r / 2, l = r % 2;
+  wdh_launcher_env(l, l, 2);
+  setenv("REPLICA_GROUP_ID", g ? "1" : "0", 1); /* torchft's examples set these by hand */
+  setenv("NUM_REPLICA_GROUPS", "2", 1);
+  setenv("NCCL_WATCHDOG_HOSTNAME", g ? "nodeb" : "nodea", 1);
+  setenv("NCCL_WATCHDOG_RING_DIR", g_rings[g], 1);
+  if (g) setenv("NCCL_WATCHDOG_TRIGGER_POLL", "1500ms", 1);
+  wdh_plugin p;
+  if (wdh_load(&p, wdh_plugin_path(), 0) != 0) _exit(1);
+  wdh_comm shard, rep;
+  wdh_comm_init(&shard, &p, g ? SHARD_B : SHARD_A, "shard", 1, 2, l);
+  wdh_comm_init(&rep, &p, l ? REP1 : REP0, "replicate", 1, 2, g);
+  wdh_op_cfg cfg;
+  wdh_op_cfg_default(&cfg);
+  wdh_run_ops(&shard, NULL, &cfg, 5);
+  wdh_run_ops(&rep, NULL, &cfg, 3);
+  char ok = 1;
+  if (write(fd, &ok, 1) != 1) _exit(1);
+  if (g == 0) hang_in(&rep, 0); /* replicate AllReduce seq 3: waits for group B */
+  keep_log(r);                  /* group B: in its data loader */
+}
+
 static void rank_main(int r, int fd) {
+  if (!strcmp(g_case, "ftgroups")) {
+    ft_rank_main(r, fd);
+    return;
+  }
   wdh_launcher_env(r, r, 4); /* LOCAL_RANK 0: the node's trigger poller */
   if (!strcmp(g_case, "aborted") && wdh_fake_cuda_load() != 0) _exit(1);
   if (foreign_case() && become(JOB_UID, JOB_UID) != 0) _exit(1);
@@ -826,6 +871,27 @@ static void slow_analyzer(char *path, size_t len, const char *pattern, int secs)
   setenv("NCCL_WATCHDOG_ANALYZER", path, 1);
 }
 
+static void case_ftgroups(void) {
+  int n = wait_logs("verdict of stall episode 1: ", 4, 20000);
+  WDH_CHECK(n == 4, "%d of 4 processes logged the verdict", n);
+  char p[4200];
+  snprintf(p, sizeof p, "%s/verdict-1.log", g_dir);
+  char *log = read_all(p);
+  WDH_CHECK(log && strstr(log, "4 of 2 dumps"),
+            "the settle did not wait for both replica groups (2 by WORLD_SIZE, 4 by the communicators): %.300s",
+            log ? log : "(no verdict-1.log)");
+  free(log);
+  for (int r = 0; r < 4; r++) {
+    snprintf(p, sizeof p, "%s/log-%d.txt", g_dir, r);
+    char *t = read_all(p);
+    const char *line = t ? strstr(t, "verdict of stall episode 1: ") : NULL;
+    WDH_CHECK(line && !strstr(line, "no dump") && strstr(line, "replicate") && strstr(line, "never entered"),
+              "process %d: the line does not say group B never entered replicate AllReduce: %.300s", r,
+              line ? line : "(none)");
+    free(t);
+  }
+}
+
 /* A salvage that writes the dead process's communicators one at a time, 2 s apart (a nice-19
  * child on a loaded node, one ring file decoded after the other): 2 s in, the first ring file
  * alone, without the mark; 2 s later the others, and the mark goes. Other runs as they are. */
@@ -949,6 +1015,11 @@ int main(int argc, char **argv) {
     WDH_CHECK(mkdtemp(rings) != NULL, "mkdtemp");
     setenv("NCCL_WATCHDOG_RING_DIR", rings, 1);
   }
+  if (!strcmp(g_case, "ftgroups"))
+    for (int g = 0; g < 2; g++) {
+      snprintf(g_rings[g], sizeof g_rings[g], "/tmp/wdh-ft-rings-XXXXXX");
+      WDH_CHECK(mkdtemp(g_rings[g]) != NULL, "mkdtemp");
+    }
   if (!strcmp(g_case, "flood")) {
     /* Ring files in node memory, as in production, not among the dumps: several episodes'
      * analyzers run here, each must judge the processes' dumps, not their live ring files. */
@@ -993,6 +1064,7 @@ int main(int argc, char **argv) {
   else if (!strcmp(g_case, "flood")) case_flood();
   else if (!strcmp(g_case, "missing")) case_missing();
   else if (!strcmp(g_case, "killed")) case_killed(pids);
+  else if (!strcmp(g_case, "ftgroups")) case_ftgroups();
   else if (!strcmp(g_case, "slowsalvage")) {
     case_killed(pids);
     check_after_salvage();
@@ -1014,6 +1086,8 @@ int main(int argc, char **argv) {
   if (flooder > 0) wdh_kill_ranks(&flooder, 1);
   if (other > 0) wdh_kill_ranks(&other, 1);
   if (rings[0]) wdh_rmtree(rings);
+  for (int g = 0; g < 2; g++)
+    if (g_rings[g][0]) wdh_rmtree(g_rings[g]);
   wdh_rmtree(g_barrier);
   free(g_barrier);
   char label[48];

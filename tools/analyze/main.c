@@ -379,6 +379,84 @@ static int held(const held_set *h, uint64_t key) {
   return 0;
 }
 
+/* The ranks the episode's answers name (--settle --episode): each communicator an answer's
+ * identity lists (comms, and ranks beside them: "rank/nranks", render.c put_identity), its size,
+ * and how many of its ranks answered, each (process, communicator, rank) once. The launcher's
+ * WORLD_SIZE may count fewer processes than the job has (torchft: a torchrun per replica group,
+ * the quorum's communicator across them); a communicator with ranks unanswered keeps the settle
+ * waiting, within its time. Bounded: past a quarter of its tables (a huge job) it says nothing
+ * and the count alone decides, as before. */
+#define CL_COMMS 8192u      /* communicator slots (open addressing) */
+#define CL_SEEN (1u << 17)  /* (process, communicator, rank) slots */
+typedef struct {
+  uint64_t comm[CL_COMMS];
+  uint32_t nranks[CL_COMMS], answered[CL_COMMS];
+  uint64_t seen[CL_SEEN];
+  uint32_t ncomms, nseen;
+  int full;
+} closure;
+
+static uint64_t cl_mix(uint64_t h) {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return h ? h : 1;
+}
+
+static void cl_add(closure *cl, uint64_t proc, uint64_t comm, long rank, long nranks) {
+  if (!cl || cl->full || !comm || nranks <= 0 || nranks > (1L << 24) || rank < 0 || rank >= nranks) return;
+  if (cl->ncomms >= CL_COMMS / 4 || cl->nseen >= CL_SEEN / 4) {
+    cl->full = 1;
+    return;
+  }
+  uint32_t c = (uint32_t)cl_mix(comm) & (CL_COMMS - 1);
+  while (cl->comm[c] && cl->comm[c] != comm) c = (c + 1) & (CL_COMMS - 1);
+  if (!cl->comm[c]) {
+    cl->comm[c] = comm;
+    cl->nranks[c] = (uint32_t)nranks;
+    cl->ncomms++;
+  }
+  uint64_t key = cl_mix(proc ^ cl_mix(comm ^ cl_mix((uint64_t)rank)));
+  uint32_t k = (uint32_t)key & (CL_SEEN - 1);
+  while (cl->seen[k] && cl->seen[k] != key) k = (k + 1) & (CL_SEEN - 1);
+  if (cl->seen[k]) return;
+  cl->seen[k] = key;
+  cl->nseen++;
+  cl->answered[c]++;
+}
+
+/* A counted answer's identity: its communicators and its rank in each, from the file's head. */
+static void cl_note(closure *cl, uint64_t proc, int dfd, const char *name, size_t len) {
+  char buf[4096];
+  if (!cl || cl->full || !dump_head(dfd, name, len, buf, sizeof buf)) return;
+  const char *c = strstr(buf, "\"identity\":");
+  c = c ? strstr(c, "\"comms\":[") : NULL;
+  const char *ce = c ? strchr(c, ']') : NULL;
+  if (!ce || strncmp(ce, "],\"ranks\":[", 11) != 0) return; /* an older plugin's: no ranks */
+  const char *r = ce + 11, *re = strchr(r, ']');
+  if (!re) return; /* cut by the read */
+  c += 9;
+  while (c < ce && r < re) {
+    const char *q = memchr(c, '"', (size_t)(ce - c)), *p = memchr(r, '"', (size_t)(re - r));
+    const char *q2 = q ? memchr(q + 1, '"', (size_t)(ce - q - 1)) : NULL;
+    const char *p2 = p ? memchr(p + 1, '"', (size_t)(re - p - 1)) : NULL;
+    if (!q2 || !p2) return;
+    char *end;
+    uint64_t id = strtoull(q + 1, NULL, 16);
+    long rank = strtol(p + 1, &end, 10), nranks = *end == '/' ? strtol(end + 1, NULL, 10) : 0;
+    cl_add(cl, proc, id, rank, nranks);
+    c = q2 + 1;
+    r = p2 + 1;
+  }
+}
+
+/* Communicators of the answers with ranks not answered yet (0 when it cannot tell). */
+static int cl_missing(const closure *cl) {
+  int n = 0;
+  for (uint32_t c = 0; cl && !cl->full && c < CL_COMMS; c++) n += cl->comm[c] && cl->answered[c] < cl->nranks[c];
+  return n;
+}
+
 /* Dump files under a directory and its host subdirectories (<dir>/<host>/<file>). episode >= 0:
  * only that episode's answers (its stall and peer dumps, a node's copy of a silent process's ring
  * files made for it) and dumps of a process's end (postmortem, term, sigabrt, abort); never a
@@ -389,7 +467,7 @@ static int held(const held_set *h, uint64_t key) {
  * in hold is not counted yet: its salvage writes a dump per communicator, and the first of them
  * must not end the settle before the others are there. */
 static long count_dumps(const char *dir, int depth, long since, long episode, const uint64_t *ids, int nids,
-                        const held_set *hold) {
+                        const held_set *hold, closure *cl) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   long n = 0;
@@ -428,6 +506,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
         if (mine && at && pid_before(e->d_name, at) > 0 && pids && npids < COUNT_PIDS) {
           uint64_t key = wd_rf_fnv(e->d_name, at);
           if (held(hold, key)) continue;
+          cl_note(cl, key, dirfd(d), e->d_name, len);
           size_t k = 0;
           while (k < npids && pids[k] != key) k++;
           if (k == npids) pids[npids++] = key;
@@ -438,7 +517,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
     } else if (depth < 1 && ok && S_ISDIR(st.st_mode) && strcmp(e->d_name, "triggers")) {
       char sub[4096];
       snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
-      n += count_dumps(sub, depth + 1, since, episode, ids, nids, hold);
+      n += count_dumps(sub, depth + 1, since, episode, ids, nids, hold, cl);
     }
   }
   closedir(d);
@@ -500,17 +579,25 @@ static void settle(const args *a, double read_until) {
   double hard = until + (a->settle_s > 10 ? a->settle_s : 10);
   if (read_until > 0 && hard > start + (read_until - start) / 2) hard = start + (read_until - start) / 2;
   if (hard < until) hard = until;
+  closure *cl = a->episode >= 0 ? malloc(sizeof *cl) : NULL;
   for (;;) {
     held_set hold;
     int marks = salvage_pending(a, &hold);
     long n = 0;
+    if (cl) memset(cl, 0, sizeof *cl);
     for (int i = 0; i < a->ninputs; i++)
-      n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms, &hold);
+      n += count_dumps(a->inputs[i], 0, a->settle_since, a->episode, a->settle_comms, a->nsettle_comms, &hold, cl);
+    int unanswered = cl_missing(cl);
     double t = now_s();
     /* Every process in: what a salvage writes would be one of them. */
-    int pending = n < a->settle_n && t >= until && t < hard ? marks : 0;
-    if (n >= a->settle_n || (t >= until && !pending)) {
-      fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps\n", n, a->settle_n);
+    int in = n >= a->settle_n && !unanswered;
+    int pending = !in && t >= until && t < hard ? marks : 0;
+    if (in || (t >= until && !pending)) {
+      fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps", n, a->settle_n);
+      if (unanswered)
+        fprintf(stderr, "; %d communicator(s) the answers name with ranks that did not answer", unanswered);
+      fputc('\n', stderr);
+      free(cl);
       return;
     }
     double left = (pending ? hard : until) - t, step = left < 0.5 ? left : 0.5;
@@ -879,10 +966,18 @@ static int salvage_live(cJSON *live, const char *dir, long episode, int quiet) {
         mark_live(doc, &h, state, episode);
         continue;
       }
-      cJSON *from = cJSON_GetObjectItem(one, "comms"), *to = cJSON_GetObjectItem(doc, "comms");
-      cJSON *c = from ? cJSON_DetachItemFromArray(from, 0) : NULL;
-      if (c && to) cJSON_AddItemToArray(to, c);
-      else cJSON_Delete(c);
+      /* Its communicators together, in comms[] and in identity (comms, ranks: the settle's). */
+      const char *lists[][2] = {{"comms", NULL}, {"identity", "comms"}, {"identity", "ranks"}};
+      for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++) {
+        cJSON *from = cJSON_GetObjectItem(one, lists[l][0]), *to = cJSON_GetObjectItem(doc, lists[l][0]);
+        if (lists[l][1]) {
+          from = cJSON_GetObjectItem(from, lists[l][1]);
+          to = cJSON_GetObjectItem(to, lists[l][1]);
+        }
+        cJSON *c = from ? cJSON_DetachItemFromArray(from, 0) : NULL;
+        if (c && to) cJSON_AddItemToArray(to, c);
+        else cJSON_Delete(c);
+      }
       cJSON_Delete(one);
     }
     if (!doc) continue;

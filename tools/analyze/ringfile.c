@@ -459,10 +459,13 @@ cJSON *wd_az_ringfile_decode_at(const char *data, size_t len, const char *path, 
   /* Its communicator, alive when the process ended (render.c's identity.comms): one finalized
    * or aborted before was history for that process already. */
   cJSON *ids = ident ? cJSON_AddArrayToObject(ident, "comms") : NULL;
-  if (ids && !h.finalized) {
+  cJSON *ranks = ident ? cJSON_AddArrayToObject(ident, "ranks") : NULL;
+  if (ids && ranks && !h.finalized) {
     char id[24];
     snprintf(id, sizeof id, "0x%llx", (unsigned long long)h.comm_id);
     cJSON_AddItemToArray(ids, cJSON_CreateString(id));
+    snprintf(id, sizeof id, "%d/%d", (int)h.rank, (int)h.nranks);
+    cJSON_AddItemToArray(ranks, cJSON_CreateString(id));
   }
 
   cJSON *time = cJSON_AddObjectToObject(root, "time");
