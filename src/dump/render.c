@@ -721,7 +721,10 @@ static const char *const wd_env_names[] = {
     "CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
     "SLURM_STEP_ID", "TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK",
     "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
-    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+    "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    /* torchft's examples name each replica group's torchrun so (its Manager's replica_id ends
+     * with it): the analyzer's global rank of a torchft job (analyzer.md, "Ranks"). */
+    "REPLICA_GROUP_ID", "NUM_REPLICA_GROUPS"};
 
 static int env_wanted(const char *kv, size_t klen) {
   if (klen > 5 && !strncmp(kv, "NCCL_", 5)) return 1;

@@ -44,7 +44,9 @@
  *            WORLD_SIZE, its communicators' sizes) is short of the job: the settle waits until
  *            every rank of the communicators the answers name has answered ("4 of 2 dumps"),
  *            and no line says "no dump" (before: a verdict on group A's two dumps, group B
- *            "left no dump").
+ *            "left no dump"). Group B's processes are named by torchft's global rank
+ *            (torchft/manager.py, _global_rank: REPLICA_GROUP_ID x WORLD_SIZE + RANK): 2 and 3,
+ *            never the RANK 0 and 1 group A's processes have too.
  *   forged   another member of the shared directory planted, before the job, verdict-1.txt as a
  *            link to a forged report, verdict-1.log as a link, and triggers/verdict-1.line
  *            (another user's when run as root, else a link): every process still logs the
@@ -881,6 +883,13 @@ static void case_ftgroups(void) {
             "the settle did not wait for both replica groups (2 by WORLD_SIZE, 4 by the communicators): %.300s",
             log ? log : "(no verdict-1.log)");
   free(log);
+  snprintf(p, sizeof p, "%s/verdict-1.txt", g_dir);
+  char *txt = read_all(p);
+  WDH_CHECK(txt && strstr(txt, "never entered AllReduce seq 3 (global rank 2 on host nodeb") &&
+                strstr(txt, "never entered AllReduce seq 3 (global rank 3 on host nodeb") &&
+                !strstr(txt, "global rank 0 on host nodeb") && !strstr(txt, "global rank 1 on host nodeb"),
+            "group B is not named by torchft's global ranks 2 and 3: %.600s", txt ? txt : "(no verdict-1.txt)");
+  free(txt);
   for (int r = 0; r < 4; r++) {
     snprintf(p, sizeof p, "%s/log-%d.txt", g_dir, r);
     char *t = read_all(p);

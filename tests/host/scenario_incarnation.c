@@ -15,9 +15,10 @@
  *              has a dump: it is named, never "left no dump". Each replica group is a torchrun of
  *              its own, as torchft's examples launch them (`torchrun --nnodes=1 --nproc_per_node=1`
  *              per group, REPLICA_GROUP_ID and NUM_REPLICA_GROUPS set by hand): RANK 0, LOCAL_RANK
- *              0 and WORLD_SIZE 1 in every process. The global rank is then the replica's rank in
- *              the quorum's communicator, never RANK (0 for all), and the automatic verdict waits
- *              for the communicator's processes, not for WORLD_SIZE's one.
+ *              0 and WORLD_SIZE 1 in every process. The global rank is then torchft's own
+ *              (torchft/manager.py, _global_rank: REPLICA_GROUP_ID x WORLD_SIZE + RANK, here the
+ *              replica's group), never RANK (0 for all), and the automatic verdict waits for the
+ *              communicator's processes, not for WORLD_SIZE's one.
  *   replaced   torchrun after a node was replaced: the new node's agent starts its restart count
  *              at 0 (torch/distributed/elastic/agent/server/api.py), so incarnation 1's ranks 2
  *              and 3 say TORCHELASTIC_RESTART_COUNT=0 like incarnation 0's, ranks 0 and 1 say 1;

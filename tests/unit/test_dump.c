@@ -339,6 +339,7 @@ static void test_env(void) {
   setenv("NCCL_WD_TEST_WEIRD", weird_env, 1);
   setenv("RANK", "3", 1);
   setenv("MASTER_PORT", "29500", 1);
+  setenv("REPLICA_GROUP_ID", "1", 1); /* torchft's examples */
   setenv("NOT_NCCL_VAR", "x", 1);
   setenv("NCCLX", "x", 1);
   cJSON *d = render_parse(&f.in);
@@ -346,10 +347,12 @@ static void test_env(void) {
   CU_ASSERT(streq(gets(env, "NCCL_WD_TEST_WEIRD"), weird_env));
   CU_ASSERT(streq(gets(env, "RANK"), "3"));
   CU_ASSERT(streq(gets(env, "MASTER_PORT"), "29500"));
+  CU_ASSERT(streq(gets(env, "REPLICA_GROUP_ID"), "1"));
   CU_ASSERT_PTR_NULL(get(env, "NOT_NCCL_VAR"));
   CU_ASSERT_PTR_NULL(get(env, "NCCLX"));
   CU_ASSERT_PTR_NULL(get(env, "PATH"));
   unsetenv("NCCL_WD_TEST_WEIRD");
+  unsetenv("REPLICA_GROUP_ID");
   unsetenv("NOT_NCCL_VAR");
   unsetenv("NCCLX");
   cJSON_Delete(d);
@@ -373,6 +376,16 @@ static void test_comm_and_trees(void) {
   CU_ASSERT_DOUBLE_EQUAL(getn(c, "sinceProgressMs"), 300.0, 1e-6);
   CU_ASSERT_EQUAL(getn(c, "droppedEvents"), 7);
   CU_ASSERT_EQUAL(getn(c, "staleHandles"), 1);
+  /* identity: each communicator beside this process's rank in it and its size (the settle's). */
+  cJSON *ids = get(get(d, "identity"), "comms"), *ranks = get(get(d, "identity"), "ranks");
+  CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(ids), 2);
+  CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(ranks), 2);
+  CU_ASSERT(streq(cJSON_GetArrayItem(ids, 0)->valuestring, "0xdeadbeefcafef00d"));
+  CU_ASSERT(streq(cJSON_GetArrayItem(ranks, 0)->valuestring, "3/8"));
+  char want_rank[32];
+  cJSON *second = cJSON_GetArrayItem(comms, 1);
+  snprintf(want_rank, sizeof want_rank, "%d/%d", (int)getn(second, "rank"), (int)getn(second, "nranks"));
+  CU_ASSERT(streq(cJSON_GetArrayItem(ranks, 1)->valuestring, want_rank));
   cJSON *seq = cJSON_GetArrayItem(get(c, "seq"), 0);
   CU_ASSERT(streq(gets(seq, "func"), "AllReduce"));
   CU_ASSERT_EQUAL(getn(seq, "lastEnqueued"), 42);

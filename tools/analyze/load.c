@@ -747,6 +747,16 @@ static int check_header(const cJSON *root, char *why, size_t why_len) {
   return 0;
 }
 
+/* A count from the dump's environment (digits only, below 2^24), -1 when absent or not one. */
+static int env_count(const cJSON *env, const char *name) {
+  const char *v = str(env, name);
+  if (!v || !*v || strlen(v) > 8) return -1;
+  for (const char *c = v; *c; c++)
+    if (*c < '0' || *c > '9') return -1;
+  long n = strtol(v, NULL, 10);
+  return n < (1L << 24) ? (int)n : -1;
+}
+
 static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why_len) {
   const cJSON *time = get(root, "time");
   const char *host = str(root, "host");
@@ -768,6 +778,8 @@ static int load_identity(wd_az_dump *d, const cJSON *root, char *why, size_t why
   d->reason = istr(root, "reason");
   const char *g = str(get(root, "env"), "RANK");
   d->global_rank = g && *g ? atoi(g) : -1;
+  d->replica_group = env_count(get(root, "env"), "REPLICA_GROUP_ID");
+  d->group_size = env_count(get(root, "env"), "WORLD_SIZE");
   const cJSON *id = get(root, "identity");
   if (cJSON_IsObject(id)) {
     d->slurm_restart = inum(id, "slurmRestartCount", -1);

@@ -386,8 +386,8 @@ static int held(const held_set *h, uint64_t key) {
  * the quorum's communicator across them); a communicator with ranks unanswered keeps the settle
  * waiting, within its time. Bounded: past a quarter of its tables (a huge job) it says nothing
  * and the count alone decides, as before. */
-#define CL_COMMS 8192u      /* communicator slots (open addressing) */
-#define CL_SEEN (1u << 17)  /* (process, communicator, rank) slots */
+#define CL_COMMS (1u << 16) /* communicator slots (open addressing): 16,384 communicators */
+#define CL_SEEN (1u << 20)  /* (process, communicator, rank) slots: 262,144, a 65,536-process job's */
 typedef struct {
   uint64_t comm[CL_COMMS];
   uint32_t nranks[CL_COMMS], answered[CL_COMMS];

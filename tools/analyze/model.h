@@ -209,6 +209,8 @@ typedef struct wd_az_dump {
   int npy;
   wd_az_str py[WD_AZ_FRAMES]; /* main thread's Python frames "file:line in f", innermost first */
   int global_rank;             /* the job's RANK from its environment, -1 when unknown */
+  /* torchft (env REPLICA_GROUP_ID, WORLD_SIZE of its group's torchrun): -1 when not set. */
+  int replica_group, group_size;
   /* Its attempt: Slurm's and torchelastic's restart counts (-1: not set), -2 for both when the
    * dump carries no identity at all (an older format); the machine and the process start. */
   int slurm_restart, te_restart;

@@ -33,6 +33,12 @@ const wd_az_dump *wd_az_dump_of(const wd_az_set *set, const wd_az_crank *cr) {
 int wd_az_global_rank(const wd_az_set *set, const wd_az_crank *cr) {
   const wd_az_dump *d = wd_az_dump_of(set, cr);
   if (!d->multi_rank && !d->rank_shared) return d->global_rank;
+  /* torchft, launched as its examples are (REPLICA_GROUP_ID per group's torchrun, replica_id
+   * ending with it): the global rank its Manager gives (torchft/manager.py, _global_rank:
+   * replica group times the group's world size, plus the rank in the group). */
+  if (!d->multi_rank && d->replica_group >= 0 && d->group_size > 0 && d->global_rank >= 0 &&
+      d->global_rank < d->group_size)
+    return d->replica_group * d->group_size + d->global_rank;
   /* RANK names the process, or other processes too: the rank in the world communicator, on the
    * same GPU where the process holds several. */
   if (!d->world_comm || (d->multi_rank && cr->cuda_dev < 0)) return -1;
