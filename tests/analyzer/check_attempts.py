@@ -265,6 +265,11 @@ def main():
         took = time.monotonic() - t0
         check("7 of 7 dumps" in p.stderr and took < 10,
               f"an empty salvage mark holds nobody ({took:.1f} s: {p.stderr.strip()[:120]})")
+        with open(mark, "w") as f:  # more processes than the settle holds: said, never silent
+            f.write("".join(f"gone-{90000 + i}\n" for i in range(70)))
+        p = subprocess.run([ANA, "-q", "--settle=7,30,0", "--episode=2", d], capture_output=True, text=True, timeout=120)
+        check("7 of 7 dumps" in p.stderr and "over 64 processes under salvage" in p.stderr,
+              f"a mark past the settle's 64 held processes says so ({p.stderr.strip()[:160]})")
         os.unlink(mark)
         for c in copies:
             os.unlink(c)

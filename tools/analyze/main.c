@@ -287,8 +287,8 @@ static int ends_with(const char *s, size_t len, const char *tail) {
   return len >= n && !strcmp(s + len - n, tail);
 }
 
-/* Whether a stall or peer dump (name in dfd) answers episode k: its identity's jobEpisode, in the
- * first few KiB (render.c writes identity near the top), read through zlib for a .json.gz. */
+/* A dump's first few KiB (render.c writes identity near the top), read through zlib for a
+ * .json.gz: what the settle reads of each file, once a pass. 0 when it cannot be read. */
 static int dump_head(int dfd, const char *name, size_t len, char *buf, size_t cap) {
   int fd = wd_az_open_nolink(dfd, name, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -310,10 +310,9 @@ static int dump_head(int dfd, const char *name, size_t len, char *buf, size_t ca
   return n;
 }
 
-static int answers_episode(int dfd, const char *name, size_t len, long k) {
-  char buf[4096];
-  if (!dump_head(dfd, name, len, buf, sizeof buf)) return 0;
-  const char *e = strstr(buf, "\"jobEpisode\":");
+/* Whether a stall or peer dump (its head) answers episode k: its identity's jobEpisode. */
+static int answers_episode(const char *head, long k) {
+  const char *e = strstr(head, "\"jobEpisode\":");
   if (!e) return 0;
   char *end;
   long v = strtol(e + 13, &end, 10);
@@ -323,11 +322,10 @@ static int answers_episode(int dfd, const char *name, size_t len, long k) {
 /* Whether a dump of a process's end belongs to the episode's incarnation: its identity names
  * one of the episode's communicators (render.c writes identity.comms in the first KiB). A dump
  * that names none (an older plugin's) is counted, as before. */
-static int of_incarnation(int dfd, const char *name, size_t len, const uint64_t *ids, int nids) {
+static int of_incarnation(const char *head, int have, const uint64_t *ids, int nids) {
   if (!nids) return 1;
-  char buf[4096];
-  if (!dump_head(dfd, name, len, buf, sizeof buf)) return 0;
-  const char *c = strstr(buf, "\"identity\":");
+  if (!have) return 0;
+  const char *c = strstr(head, "\"identity\":");
   c = c ? strstr(c, "\"comms\":[") : NULL;
   if (!c) return 1;
   for (c += 9; *c && *c != ']';) {
@@ -370,7 +368,7 @@ static long pid_before(const char *name, size_t end) {
 /* Processes (<host>-<pid>, hashed) whose salvage is under way: their files count once it is done. */
 typedef struct {
   uint64_t key[64];
-  int n;
+  int n, cut; /* cut: more were listed, counted as they come (the settle's line says so) */
 } held_set;
 
 static int held(const held_set *h, uint64_t key) {
@@ -426,10 +424,9 @@ static void cl_add(closure *cl, uint64_t proc, uint64_t comm, long rank, long nr
 }
 
 /* A counted answer's identity: its communicators and its rank in each, from the file's head. */
-static void cl_note(closure *cl, uint64_t proc, int dfd, const char *name, size_t len) {
-  char buf[4096];
-  if (!cl || cl->full || !dump_head(dfd, name, len, buf, sizeof buf)) return;
-  const char *c = strstr(buf, "\"identity\":");
+static void cl_note(closure *cl, uint64_t proc, const char *head) {
+  if (!cl || cl->full) return;
+  const char *c = strstr(head, "\"identity\":");
   c = c ? strstr(c, "\"comms\":[") : NULL;
   const char *ce = c ? strchr(c, ']') : NULL;
   if (!ce || strncmp(ce, "],\"ranks\":[", 11) != 0) return; /* an older plugin's: no ranks */
@@ -493,12 +490,15 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
         size_t dash = base;
         while (dash > 0 && e->d_name[dash - 1] != '-') dash--;
         if (dash > 0 && base - dash < sizeof kind) memcpy(kind, e->d_name + dash, base - dash);
-        if (!strcmp(kind, "stall") || !strcmp(kind, "peer"))
-          mine = answers_episode(dirfd(d), e->d_name, len, episode);
-        else if (!strcmp(kind, "live")) /* a node's copy of a silent process's ring files */
-          mine = copy_answers_episode(e->d_name, dash, episode);
-        else
-          mine = wd_az_reason_is_final(kind) && of_incarnation(dirfd(d), e->d_name, len, ids, nids);
+        int answer = !strcmp(kind, "stall") || !strcmp(kind, "peer");
+        int live = !strcmp(kind, "live"); /* a node's copy of a silent process's ring files */
+        int final = !answer && !live && wd_az_reason_is_final(kind);
+        /* Its head, read once: the episode it answers, its communicators, its ranks in them. */
+        char head[4096] = "";
+        int have = answer || live || final ? dump_head(dirfd(d), e->d_name, len, head, sizeof head) : 0;
+        if (answer) mine = answers_episode(head, episode);
+        else if (live) mine = copy_answers_episode(e->d_name, dash, episode);
+        else mine = final && of_incarnation(head, have, ids, nids);
         /* The process: its host and the pid, the component before the one before the kind (a
          * folder may hold several hosts' dumps, whose pids may be alike). */
         size_t at = dash > 1 ? dash - 2 : 0;
@@ -506,7 +506,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
         if (mine && at && pid_before(e->d_name, at) > 0 && pids && npids < COUNT_PIDS) {
           uint64_t key = wd_rf_fnv(e->d_name, at);
           if (held(hold, key)) continue;
-          cl_note(cl, key, dirfd(d), e->d_name, len);
+          cl_note(cl, key, head);
           size_t k = 0;
           while (k < npids && pids[k] != key) k++;
           if (k == npids) pids[npids++] = key;
@@ -533,7 +533,7 @@ static long count_dumps(const char *dir, int depth, long since, long episode, co
  * <host>-<pid> a line (read: 4 KiB at most, the first 64 processes of all marks): held, they are
  * not counted until their mark is gone. */
 static int salvage_pending(const args *a, held_set *hold) {
-  hold->n = 0;
+  hold->n = hold->cut = 0;
   if (a->episode < 0) return 0;
   char prefix[40];
   int plen = snprintf(prefix, sizeof prefix, "salvage-%ld-", a->episode);
@@ -557,10 +557,13 @@ static int salvage_pending(const args *a, held_set *hold) {
       }
       close(fd);
       text[got > 0 ? got : 0] = '\0';
-      for (char *line = text, *nl; *line && hold->n < (int)(sizeof hold->key / sizeof hold->key[0]); line = nl + 1) {
+      for (char *line = text, *nl; *line; line = nl + 1) {
         nl = strchr(line, '\n');
         if (!nl) break; /* a line cut by the read: not a process */
-        if (nl > line) hold->key[hold->n++] = wd_rf_fnv(line, (size_t)(nl - line));
+        uint64_t key = nl > line ? wd_rf_fnv(line, (size_t)(nl - line)) : 0;
+        if (!key || held(hold, key)) continue; /* a process is listed once per ring file */
+        if (hold->n < (int)(sizeof hold->key / sizeof hold->key[0])) hold->key[hold->n++] = key;
+        else hold->cut = 1;
       }
     }
     closedir(d);
@@ -596,6 +599,12 @@ static void settle(const args *a, double read_until) {
       fprintf(stderr, "nccl-watchdog-analyze: %ld of %ld dumps", n, a->settle_n);
       if (unanswered)
         fprintf(stderr, "; %d communicator(s) the answers name with ranks that did not answer", unanswered);
+      if (a->episode >= 0 && (!cl || cl->full))
+        fprintf(stderr, "; more than the settle checks rank by rank (%u communicators, %u ranks): the count "
+                "alone decided", CL_COMMS / 4, CL_SEEN / 4);
+      if (hold.cut)
+        fprintf(stderr, "; over %zu processes under salvage: the others counted as their dumps came",
+                sizeof hold.key / sizeof hold.key[0]);
       fputc('\n', stderr);
       free(cl);
       return;
@@ -825,10 +834,9 @@ static void mark_live(cJSON *doc, const wd_rf_header *h, char state, long episod
 static int write_salvaged(cJSON *doc, const char *dir, const char *what, const char *from) {
   const char *host = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "host"));
   char out[1024], tmp[1100];
-  const char *slash = NULL;
   snprintf(out, sizeof out, "%s/%s-%d-%s.json", dir, host && *host ? host : "host",
            (int)cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "pid")), what);
-  slash = strrchr(out, '/');
+  const char *slash = strrchr(out, '/');
   snprintf(tmp, sizeof tmp, "%.*s/.%s.tmp.%d", (int)(slash - out), out, slash + 1, (int)getpid());
   char *text = cJSON_PrintUnformatted(doc);
   int fd = text ? open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
