@@ -23,12 +23,15 @@ ana="$build/bin/nccl-watchdog-analyze"
 # The cases find the project's docs from the plugin's path (the part before /build/).
 case "$lib" in */build/*) ;; *) echo "conformance: the build directory must be named build"; exit 2 ;; esac
 
-# shared/ is read-only in CI: build a copy.
+# shared/ is read-only in CI: build a copy. A lane (below) re-enters with WD_CONFORMANCE_LANE
+# set: the copy and the results folder are its parent's.
 work="$build/conformance"
-rm -rf "$work" && cp -r "$src" "$work" && chmod -R u+w "$work"
-make -s -C "$work" >"$work/make.log" 2>&1 || { cat "$work/make.log"; echo "conformance: cases failed to build"; exit 2; }
 results="$build/conformance-results"
-rm -rf "$results" && mkdir -p "$results"
+if [ -z "${WD_CONFORMANCE_LANE:-}" ]; then
+  rm -rf "$work" && cp -r "$src" "$work" && chmod -R u+w "$work"
+  make -s -C "$work" >"$work/make.log" 2>&1 || { cat "$work/make.log"; echo "conformance: cases failed to build"; exit 2; }
+  rm -rf "$results" && mkdir -p "$results"
+fi
 
 families=("$@")
 [ ${#families[@]} -gt 0 ] || families=(run drift topo teardown slowlink restart hostile longrun nodes graphs)
@@ -62,6 +65,12 @@ run_unit() {
       --asan-ana "$root/build-asan/bin/nccl-watchdog-analyze" ;;
   esac
 }
+
+# A lane re-entered in its own mount namespace: its units, one after the other, and no more.
+if [ -n "${WD_CONFORMANCE_LANE:-}" ]; then
+  for u in "${families[@]}"; do run_unit "$u" >/dev/null; done
+  exit 0
+fi
 
 units=()
 for f in "${families[@]}"; do
@@ -103,14 +112,36 @@ for u in "${units[@]}"; do
   elif [ "$l" = b ]; then lane_b+=("$u")
   else lane_c+=("$u"); fi
 done
+# Each lane with a /dev/shm of its own where this runs as root (CI): the cases list, count and
+# clean what they left under /dev/shm, walking it, and a directory another lane's case removed
+# in the middle of that walk failed a case that had nothing to do with it (FileNotFoundError).
+# A private tmpfs in a mount namespace of the lane's own; else the machine's /dev/shm, shared.
+private_shm=0
+if [ "$(id -u)" = 0 ] && [ "${WD_CONFORMANCE_SHARED_SHM:-0}" = 0 ] &&
+  unshare --mount --propagation private sh -c 'mount -t tmpfs -o mode=1777 tmpfs /dev/shm' 2>/dev/null; then
+  private_shm=1
+fi
+run_lane() { # name, units...
+  local name=$1
+  shift
+  [ $# -gt 0 ] || return 0
+  if [ "$private_shm" = 1 ]; then
+    WD_CONFORMANCE_LANE=$name unshare --mount --propagation private sh -c \
+      'mount -t tmpfs -o mode=1777 tmpfs /dev/shm && exec "$@"' lane "$root/scripts/conformance.sh" "$build" "$@"
+  else
+    for u in "$@"; do run_unit "$u" >/dev/null; done
+  fi
+}
+echo "== conformance: lanes' /dev/shm $([ "$private_shm" = 1 ] && echo "one each (mount namespaces)" || echo "shared")"
+
 t_all=$SECONDS
 if [ $((${#lane_a[@]} + ${#lane_b[@]} + ${#lane_c[@]})) -gt 0 ]; then
   echo "== conformance lanes: [${lane_a[*]}] beside [${lane_b[*]}] beside [${lane_c[*]}]"
-  (for u in "${lane_a[@]}"; do run_unit "$u" >/dev/null; done) &
+  run_lane a "${lane_a[@]}" &
   pa=$!
-  (for u in "${lane_b[@]}"; do run_unit "$u" >/dev/null; done) &
+  run_lane b "${lane_b[@]}" &
   pb=$!
-  (for u in "${lane_c[@]}"; do run_unit "$u" >/dev/null; done) &
+  run_lane c "${lane_c[@]}" &
   pc=$!
   wait "$pa" "$pb" "$pc"
   for u in "${lane_a[@]}" "${lane_b[@]}" "${lane_c[@]}"; do cat "$results/$u.log"; done

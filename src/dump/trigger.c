@@ -153,18 +153,21 @@ void wd_trigger_watch_close(wd_trigger_watch *w) {
 }
 
 void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char *relay_dir,
-                           int poller, uint64_t shared_every_ns) {
+                           const char *host, int poller, uint64_t shared_every_ns) {
   memset(w, 0, sizeof(*w));
   snprintf(w->dir, sizeof w->dir, "%s/triggers", dump_dir ? dump_dir : "");
   snprintf(w->relay_dir, sizeof w->relay_dir, "%s", relay_dir ? relay_dir : "");
   job_key(dump_dir ? dump_dir : "", w->job, sizeof w->job);
   /* The poller's election is the job's on this node: the dump directory, and the Slurm job
    * where there is one (another job of the user that reuses the dump directory on this node,
-   * stopped, would hold the lock for ever). Not the torchrun's id: replica groups differ there. */
+   * stopped, would hold the lock for ever). Not the torchrun's id: replica groups differ there.
+   * And the host name the dumps carry: the poller salvages its own host's ring files only, so
+   * processes that share one ring directory under several host names (NCCL_WATCHDOG_HOSTNAME)
+   * each need theirs. */
   {
     const char *sj = getenv("SLURM_JOB_ID");
-    char both[WD_PATH_MAX + 64];
-    snprintf(both, sizeof both, "%s\n%s", dump_dir ? dump_dir : "", sj ? sj : "");
+    char both[WD_PATH_MAX + 192];
+    snprintf(both, sizeof both, "%s\n%s\n%s", dump_dir ? dump_dir : "", sj ? sj : "", host ? host : "");
     job_key(both, w->poller_key, sizeof w->poller_key);
   }
   w->poller = !w->relay_dir[0] || (poller && poller_claim(w) != 0);

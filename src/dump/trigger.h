@@ -23,7 +23,7 @@ typedef struct wd_trigger_watch {
   char dir[WD_PATH_MAX];       /* <dump dir>/triggers */
   char relay_dir[WD_PATH_MAX]; /* node-local (ring directory), "" = none */
   char job[20];                /* hash of the dump directory: names this job's relay files */
-  char poller_key[20];         /* ... and of SLURM_JOB_ID: names the poller's heartbeat */
+  char poller_key[20];         /* ... of SLURM_JOB_ID and the host: the poller's heartbeat */
   int poller;                  /* stats the shared directory */
   uint64_t shared_every_ns, next_shared_ns;
   unsigned next;               /* the next episode, the first not answered yet */
@@ -45,9 +45,10 @@ typedef struct wd_trigger_watch {
 /* Start watching: episodes already in the directory are history (never answered); the first
  * missing one is the next. poller: this process may poll the shared directory; it does when no
  * other process of the job on this node holds the heartbeat's lock (else only the relay, when
- * relay_dir is set). */
+ * relay_dir is set). host: the name this process's dumps carry; each host name elects its own
+ * poller, since a poller salvages only the ring files of its own host. */
 void wd_trigger_watch_init(wd_trigger_watch *w, const char *dump_dir, const char *relay_dir,
-                           int poller, uint64_t shared_every_ns);
+                           const char *host, int poller, uint64_t shared_every_ns);
 
 /* Lets the heartbeat's lock go (the watchdog stops; NCCL may load the plugin again). */
 void wd_trigger_watch_close(wd_trigger_watch *w);

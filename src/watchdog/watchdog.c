@@ -728,7 +728,7 @@ int wd_watchdog_start(const wd_config *cfg) {
     const char *lr = getenv("LOCAL_RANK");
     int poller = !lr || !*lr || strtol(lr, NULL, 10) == 0;
     uint64_t every = cfg->trigger_poll_ns ? cfg->trigger_poll_ns : 5 * cfg->poll_ns;
-    wd_trigger_watch_init(&wd_wd.watch, wd_wd.base, cfg->ring_dir, poller, every);
+    wd_trigger_watch_init(&wd_wd.watch, wd_wd.base, cfg->ring_dir, wd_wd.host, poller, every);
     wd_av_start(cfg, &wd_wd.watch, wd_wd.base, wd_wd.dir, wd_wd.host);
   }
   wd_wd.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -257,8 +257,8 @@ static void test_triggers(void) {
     fclose(f);
   }
   wd_trigger_watch a, b;
-  wd_trigger_watch_init(&a, dump, "", 1, 0);
-  wd_trigger_watch_init(&b, dump, "", 1, 0);
+  wd_trigger_watch_init(&a, dump, "", "h", 1, 0);
+  wd_trigger_watch_init(&b, dump, "", "h", 1, 0);
   CU_ASSERT_EQUAL(a.next, 3);
   CU_ASSERT_EQUAL(wd_trigger_poll(&a, 1, name, sizeof(name), content, sizeof(content)), 0);
 
@@ -293,8 +293,8 @@ static void test_triggers(void) {
 
   /* A node: its poller relays, the other process reads only node-local memory. */
   wd_trigger_watch p, o;
-  wd_trigger_watch_init(&p, dump, relay, 1, 1000);
-  wd_trigger_watch_init(&o, dump, relay, 0, 1000);
+  wd_trigger_watch_init(&p, dump, relay, "h", 1, 1000);
+  wd_trigger_watch_init(&o, dump, relay, "h", 0, 1000);
   uint64_t o_shared = o.shared_checks;
   CU_ASSERT_EQUAL(wd_trigger_post(&b, "{\"k\":5}", name, sizeof(name), NULL, 0), 1);
   CU_ASSERT_EQUAL(wd_trigger_poll(&o, 10, name, sizeof(name), content, sizeof(content)), 0);
@@ -328,7 +328,7 @@ static void test_triggers(void) {
   /* A missing dump directory is not an error. */
   pathf(path, sizeof(path), "%s/none", g_tmp);
   wd_trigger_watch w3;
-  wd_trigger_watch_init(&w3, path, "", 1, 0);
+  wd_trigger_watch_init(&w3, path, "", "h", 1, 0);
   CU_ASSERT_EQUAL(wd_trigger_poll(&w3, 1, name, sizeof(name), NULL, 0), 0);
 }
 
@@ -357,7 +357,7 @@ static void test_poller_election(void) {
   CU_ASSERT_FATAL(child >= 0);
   if (child == 0) {
     wd_trigger_watch c;
-    wd_trigger_watch_init(&c, dump, relay, 1, every);
+    wd_trigger_watch_init(&c, dump, relay, "h", 1, every);
     char v = c.poller ? 'P' : 'n';
     if (write(up[1], &v, 1) != 1 || read(down[0], &v, 1) < 0) _exit(1);
     _exit(0);
@@ -366,8 +366,16 @@ static void test_poller_election(void) {
   CU_ASSERT_EQUAL(read(up[0], &v, 1), 1);
   CU_ASSERT_EQUAL(v, 'P'); /* the first to ask */
   wd_trigger_watch q;
-  wd_trigger_watch_init(&q, dump, relay, 1, every);
+  wd_trigger_watch_init(&q, dump, relay, "h", 1, every);
   CU_ASSERT_FALSE(q.poller);
+  /* Another host name in the same ring directory (hosts simulated by NCCL_WATCHDOG_HOSTNAME)
+   * salvages other ring files: it elects its own poller. */
+  wd_trigger_watch other;
+  wd_trigger_watch_init(&other, dump, relay, "h2", 1, every);
+  CU_ASSERT_TRUE(other.poller);
+  CU_ASSERT_TRUE(other.lock_held);
+  CU_ASSERT_STRING_NOT_EQUAL(other.poller_key, q.poller_key);
+  wd_trigger_watch_close(&other);
   pathf(path, sizeof(path), "%s/poller-%s.alive", relay, q.poller_key);
   CU_ASSERT_EQUAL(access(path, F_OK), 0);
   uint64_t t = 1;
@@ -390,7 +398,7 @@ static void test_poller_election(void) {
   int st = 0;
   CU_ASSERT_EQUAL(waitpid(child, &st, 0), child);
   wd_trigger_watch r;
-  wd_trigger_watch_init(&r, dump, relay, 0, every); /* LOCAL_RANK 1: never stands at start */
+  wd_trigger_watch_init(&r, dump, relay, "h", 0, every); /* LOCAL_RANK 1: never stands at start */
   CU_ASSERT_FALSE(r.poller);
   wd_trigger_poll(&r, 1, NULL, 0, NULL, 0);
   set_age(path, 10);
