@@ -959,12 +959,16 @@ void wd_az_set_read_until(double t, unsigned deadline_s) {
   g_deadline_s = deadline_s;
 }
 
+double wd_az_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 /* Past the time for reading: why says so, 1. */
 static int out_of_time(char *why, size_t len) {
   if (g_read_until <= 0) return 0;
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  if ((double)ts.tv_sec + (double)ts.tv_nsec / 1e9 < g_read_until) return 0;
+  if (wd_az_now_s() < g_read_until) return 0;
   snprintf(why, len, "bound: not read within the run's time (--deadline %u s)", g_deadline_s);
   return 1;
 }

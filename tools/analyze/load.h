@@ -51,6 +51,8 @@ void wd_az_set_memory(size_t bytes);
 /* Files not yet read at CLOCK_MONOTONIC time t (seconds; 0: none) are cut ("bound:", the run's
  * --deadline of deadline_s), never read as "no hang". */
 void wd_az_set_read_until(double t, unsigned deadline_s);
+/* CLOCK_MONOTONIC now, in seconds: the clock of the run's deadline and of the settle. */
+double wd_az_now_s(void);
 
 /* --episode: judge the dumps that answered the job's stall episode K only (a directory's
  * snapshots are then not even read); -1 when not asked. */

@@ -247,12 +247,6 @@ static int parse_args(int argc, char **argv, args *a) {
   return 0;
 }
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 typedef enum { R_TEXT, R_JSON, R_HTML } report_kind;
 
 /* PREFIX.<ext>: written to a temporary name, synced and renamed, so a reader sees the whole
@@ -365,7 +359,7 @@ static int run(const args *a) {
   double read_until = 0;
   if (deadline) {
     alarm((unsigned)deadline);
-    read_until = now_s() + 0.9 * (double)deadline;
+    read_until = wd_az_now_s() + 0.9 * (double)deadline;
     wd_az_set_read_until(read_until, (unsigned)deadline);
   }
   wd_az_set_memory(a->max_memory_mib < 0 ? default_memory() : (size_t)a->max_memory_mib << 20);
@@ -376,7 +370,7 @@ static int run(const args *a) {
   }
   wd_az_set set;
   memset(&set, 0, sizeof(set));
-  double t0 = now_s();
+  double t0 = wd_az_now_s();
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   wd_az_set_jobs(a->jobs ? a->jobs : (int)(cpus < 1 ? 1 : cpus > 16 ? 16 : cpus));
   trust_job_owner(a);
@@ -389,7 +383,7 @@ static int run(const args *a) {
     rc = EXIT_NO_DUMP;
     goto out;
   }
-  double t1 = now_s();
+  double t1 = wd_az_now_s();
   wd_az_select(&set, a->opts.all_dumps);
   find_resumed(a, &set);
   wd_az_clock_offsets(&set);
@@ -406,11 +400,11 @@ static int run(const args *a) {
     rc = EXIT_OUTPUT;
     goto out;
   }
-  double t2 = now_s(), t3 = t2;
+  double t2 = wd_az_now_s(), t3 = t2;
   if (a->timings) { /* the reports compute it again: once more here, to time it alone */
     wd_az_job job;
     wd_az_job_verdict(&res, &job);
-    t3 = now_s();
+    t3 = wd_az_now_s();
   }
   if (a->out) {
     static const char *const ext[] = {"txt", "json", "html"};
@@ -459,7 +453,7 @@ static int run(const args *a) {
   if (a->timings)
     fprintf(stderr, "timings: load %.3f s, analyze %.3f s, job verdict %.3f s, report %.3f s "
                     "(%zu dumps, %zu communicators)\n",
-            t1 - t0, t2 - t1, t3 - t2, now_s() - t3, set.ndumps, res.ncomms);
+            t1 - t0, t2 - t1, t3 - t2, wd_az_now_s() - t3, set.ndumps, res.ncomms);
   wd_az_result_free(&res);
 out:
   wd_az_set_free(&set);

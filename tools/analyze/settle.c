@@ -15,12 +15,6 @@
 #include "flightrec/ringfile.h"
 #include "load.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int ends_with(const char *s, size_t len, const char *tail) {
   size_t n = strlen(tail);
   return len >= n && !strcmp(s + len - n, tail);
@@ -393,7 +387,7 @@ static int salvage_pending(const wd_az_settle_spec *a, held_set *hold) {
 /* --settle: the plugin's automatic verdict waits here for the episode's dumps, out of the job's
  * processes (which may be ending: PyTorch's teardown), and for the salvages under way. */
 void wd_az_settle(const wd_az_settle_spec *a, double read_until) {
-  double start = now_s(), until = start + a->wait_s;
+  double start = wd_az_now_s(), until = start + a->wait_s;
   if (read_until > 0 && read_until < until) until = read_until; /* the rest is for reading */
   /* While processes are missing, a salvage under way is waited for past the settle, by as long
    * again (at least 10 s), within half the time left for reading: a mark whose salvage and
@@ -411,7 +405,7 @@ void wd_az_settle(const wd_az_settle_spec *a, double read_until) {
     for (int i = 0; i < a->ninputs; i++)
       n += count_dumps(a->inputs[i], 0, a->since, a->episode, a->comms, a->ncomms, &hold, cl, sc);
     int unanswered = cl_missing(cl);
-    double t = now_s();
+    double t = wd_az_now_s();
     /* Every process in: what a salvage writes would be one of them. */
     int in = n >= a->want && !unanswered;
     int pending = !in && t >= until && t < hard ? marks : 0;
